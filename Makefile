@@ -1,0 +1,30 @@
+# flashlab: the two commands a newcomer needs are `make lab` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.flashlab-installed
+
+.PHONY: install lab test tour kernel clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name flashlab --display-name "flashlab (Python 3)" >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+kernel: install
+
+lab: install  ## set up and open the course at notebook 00
+	$(BIN)/jupyter lab notebooks/00_orientation.ipynb
+
+test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
+	$(BIN)/python -m pytest -q
+
+tour: install  ## a headless run of the main pipeline, no GPU needed
+	$(BIN)/flashlab tour
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis artifacts

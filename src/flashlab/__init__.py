@@ -1,0 +1,43 @@
+"""flashlab: FlashAttention end to end, from naive attention to a Triton kernel.
+
+``import flashlab`` needs only NumPy. Public names are loaded on first use, so the Triton
+kernels (torch, triton) and the figures (matplotlib, ipywidgets) cost nothing until asked for.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # reference and softmax building blocks (NumPy)
+    "naive_attention": "reference",
+    "naive_attention_backward": "reference",
+    "safe_softmax": "softmax",
+    "logsumexp": "softmax",
+    "softmax_state": "softmax",
+    "combine_states": "softmax",
+    "online_softmax": "softmax",
+    # tiled FlashAttention (NumPy) and its traffic accounting
+    "tiled_attention": "tiled",
+    "tiled_attention_fa1": "tiled",
+    "tiled_attention_backward": "tiled",
+    "TrafficTracer": "tracer",
+    # Triton (torch tensors)
+    "flash_attention": "kernels.attention",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flashlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"flashlab.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)
