@@ -22,7 +22,22 @@ _EXPORTS = {
     "tiled_attention": "tiled",
     "tiled_attention_fa1": "tiled",
     "tiled_attention_backward": "tiled",
+    "online_update": "softmax",
+    "causal_tile_skipped": "tiled",
     "TrafficTracer": "tracer",
+    # closed-form traffic and FLOP models
+    "Traffic": "traffic",
+    "naive_traffic": "traffic",
+    "naive_backward_traffic": "traffic",
+    "fa2_forward_traffic": "traffic",
+    "fa1_forward_traffic": "traffic",
+    "backward_traffic": "traffic",
+    "paper_block_sizes": "traffic",
+    "flash_hbm_accesses": "traffic",
+    "standard_hbm_accesses": "traffic",
+    "io_lower_bound": "traffic",
+    "attention_flops": "flops",
+    "softmax_flops": "flops",
     # Triton (torch tensors)
     "flash_attention": "kernels.attention",
 }

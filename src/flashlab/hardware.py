@@ -21,8 +21,12 @@ On-chip memory per streaming multiprocessor (SM), from NVIDIA's tuning guides:
 * Register file: 64 K 32-bit registers = 256 KiB per SM on both (CUDA C++ Programming Guide,
   table *Technical Specifications per Compute Capability*).
 
-NVIDIA's "KB" here means KiB (1024 bytes), as the CUDA attribute values in bytes show
-(228 KB = 233,472 bytes). The *aggregate* over all SMs is per-SM x SM count: it is not one memory
+NVIDIA's "KB" here means KiB (1024 bytes), as the CUDA attribute values in bytes show. Queried
+on the course's H200 (``torch.cuda.get_device_properties(0)``, torch 2.11, 2026-11-29):
+132 SMs, ``shared_memory_per_multiprocessor`` = 233,472 B (228 KiB),
+``shared_memory_per_block_optin`` = 232,448 B (227 KiB: one thread block may use 1 KiB less
+than the SM holds), ``regs_per_multiprocessor`` = 65,536 (x 4 B = 256 KiB),
+``L2_cache_size`` = 62,914,560 B (60 MiB). The *aggregate* over all SMs is per-SM x SM count: it is not one memory
 that a single thread block can use; each thread block sees at most its own SM's shared memory.
 """
 from __future__ import annotations
@@ -87,4 +91,41 @@ H200_DATASHEET = Ceilings(
     "H200 (datasheet)", flops_per_s=989e12, hbm_bytes_per_s=4.8e12,
     source="NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16")
 
-H200_L2_BYTES = 60 * 1000 * 1000  # ~60 MB L2 (shared/anchors brief; Hopper whitepaper: 50 MB on H100 SXM)
+H200_L2_BYTES = 60 * MIB  # queried on the course's H200 (L2_cache_size = 62,914,560 B)
+H200_SMEM_PER_BLOCK = 227 * KIB  # queried: shared_memory_per_block_optin = 232,448 B
+
+
+@dataclass(frozen=True)
+class DramMeasurement:
+    """DRAM bytes of one forward pass measured with Nsight Compute on the course's H200."""
+
+    name: str
+    read_bytes: int
+    write_bytes: int
+    batch: int
+    heads: int
+    n: int
+    d: int
+    itemsize: int
+    source: str = ("shared/anchors/h200_ncu_naive_vs_flash.csv (ncu dram__bytes_read/write.sum, fp16, "
+                   "forward, not causal; ncu flushes caches between replays and under-counts writes "
+                   "still in L2 at kernel end)")
+
+    @property
+    def matmul_flops(self) -> int:
+        """4 B H N^2 d: S = Q K^T and O = P V, 2 FLOPs per multiply-add."""
+        return 4 * self.batch * self.heads * self.n * self.n * self.d
+
+    @property
+    def total_bytes(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+
+# B=1, H=16, N=4096, d=64; sums of the csv rows of each implementation's kernels.
+NCU_NAIVE = DramMeasurement(
+    "naive (4 kernels: QKᵀ, scale, softmax, PV)",
+    read_bytes=17_019_136 + 536_902_656 + 536_883_456 + 545_294_080,
+    write_bytes=507_552_768 + 511_039_744 + 516_609_792 + 25_856, batch=1, heads=16, n=4096, d=64, itemsize=2)
+NCU_FLASH = DramMeasurement(
+    "FlashAttention-2 (pytorch_flash kernel, 128 x 128 tiles)",
+    read_bytes=25_243_136, write_bytes=248_064, batch=1, heads=16, n=4096, d=64, itemsize=2)

@@ -66,13 +66,16 @@ def main(argv: list[str] | None = None) -> int:
         ok &= same
         print(f"   {name}: traced {tracer.hbm_bytes:,} B, formula {model.total:,} B  {'(equal)' if same else '(DIFFERENT)'}")
 
-    print(f"\n3. HBM traffic of one head's forward, d={args.d}, {args.itemsize} B per element, blocks 64x64")
+    print(f"\n3. HBM traffic of one head's forward, d={args.d}, {args.itemsize} B per element, FA2 blocks 128x64")
     print(f"   {'N':>7} {'naive':>11} {'FlashAttention-2':>17} {'ratio':>7}")
     for n in (1024, 4096, 16384, 65536):
         naive = naive_traffic(n, n, args.d, itemsize=args.itemsize).total
-        flash = fa2_forward_traffic(n, n, args.d, itemsize=args.itemsize, stat_itemsize=4).total
+        flash = fa2_forward_traffic(n, n, args.d, block_q=128, block_k=64, itemsize=args.itemsize, stat_itemsize=4).total
         print(f"   {n:>7} {_fmt_bytes(naive):>11} {_fmt_bytes(flash):>17} {naive / flash:>6.0f}x")
 
+    print("   Both grow as N^2: naive writes and re-reads S and P (4 N^2 elements); FlashAttention-2 re-reads K and V"
+          "\n   once per query block (2 N^2 d / block_q elements), so the ratio is about 2 * block_q / d."
+          "\n   On a GPU the L2 cache absorbs most K/V re-reads (notebook 04, benchmarks/results/).")
     print("\n4. Next: `make lab` opens the course at notebooks/00_orientation.ipynb;"
           " `flashlab doctor` checks this machine; `flashlab grade` grades your exercises.")
     if not ok:

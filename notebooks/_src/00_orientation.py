@@ -1,0 +1,121 @@
+# %% [markdown]
+# # 00 Orientation: what we build, and the memory it is built around
+#
+# **Study time:** about 20 minutes. **Needs:** NumPy only.
+#
+# This course builds FlashAttention end to end: the plain algorithm (01), the softmax trick that
+# makes tiling exact (02), tiled attention in NumPy with every HBM transfer traced (03), the
+# IO-complexity argument (04), Triton from first principles (05), the Triton forward and
+# backward kernels (06, 07), their performance on an H200 (08), and decoding (09).
+#
+# Every notebook runs top to bottom on a laptop without a GPU: NumPy, plus Triton's CPU
+# interpreter for the kernels. With a CUDA GPU the same cells use larger sizes and real timings.
+# The first cell of every notebook is the same: it picks the device, puts Triton in interpreter
+# mode when there is no GPU (this must happen before `triton` is imported), seeds the random
+# generators and prints the environment in one line.
+
+# %%
+from flashlab import course
+
+env = course.setup()
+
+# %% [markdown]
+# ## Check the installation
+#
+# `flashlab doctor` (also available from the shell) prints the versions, whether a GPU is
+# present, whether Triton will compile for it or run in the interpreter, and known-bad version
+# combinations with their fix. Every line marked `[error]` must be fixed before notebook 05.
+
+# %%
+from flashlab.doctor import diagnose, format_text
+
+print(format_text(diagnose()))
+
+# %% [markdown]
+# ## The GPU memory hierarchy
+#
+# A GPU computes in its *streaming multiprocessors* (SMs). Each SM has a register file and a
+# block of on-chip SRAM that a kernel can use as *shared memory*; all SMs share an L2 cache and
+# the off-chip HBM, where tensors live between kernels. FlashAttention is about one fact:
+# on-chip memory is small and fast, HBM is large and, relative to the arithmetic units, slow.
+#
+# The numbers below come from `flashlab.hardware`, which cites its sources (NVIDIA tuning guides,
+# the H200 datasheet, and the measurements in `shared/anchors` made on the H200 this course was
+# benchmarked on).
+
+# %%
+from flashlab import hardware
+from flashlab.viz.style import format_bytes
+
+h200 = hardware.H200
+rows = [
+    ("registers, per SM", format_bytes(h200.registers_per_sm), "CUDA programming guide"),
+    ("shared memory (SRAM), per SM", format_bytes(h200.smem_per_sm), h200.source),
+    ("shared memory, all SMs together", format_bytes(h200.smem_aggregate), f"{h200.sms} SMs x per-SM"),
+    ("L2 cache", format_bytes(hardware.H200_L2_BYTES), "queried on the course's H200"),
+    ("HBM3e", "141 GB", "NVIDIA H200 datasheet"),
+]
+for name, size, source in rows:
+    print(f"{name:<34} {size:>12}   ({source})")
+
+# %% [markdown]
+# The aggregate shared memory is the per-SM size times the SM count; it is **not** one pool. A
+# thread block (one Triton *program*) sees only its own SM's shared memory, at most
+# 227 KiB on an H200 (`hardware.H200_SMEM_PER_BLOCK`). The tiles FlashAttention keeps on chip must
+# fit in that.
+#
+# ## Speeds: FLOPs are cheap, bytes are expensive
+
+# %%
+for ceil in (hardware.H200_MEASURED, hardware.H200_DATASHEET):
+    print(f"{ceil.name:<18} {ceil.flops_per_s / 1e12:6.0f} TFLOP/s bf16   "
+          f"{ceil.hbm_bytes_per_s / 1e12:4.1f} TB/s HBM   "
+          f"ridge point {ceil.ridge_point:5.0f} FLOP/byte   ({ceil.source})")
+
+# %% [markdown]
+# The *ridge point* is the number of FLOPs a kernel must do per byte it moves to or from HBM
+# before compute, not memory, limits it. On the measured H200 it is about 180 FLOP/byte. A
+# softmax does a handful of FLOPs per element (2 bytes in bf16), far below the ridge: it is
+# limited by HBM. That is why standard attention, which writes its N x N score matrix to HBM and
+# reads it back, is slow, and why removing those bytes (not FLOPs) is the whole game.
+#
+# Try it: how long does it take just to *write and read back* one N x N bf16 matrix for one head
+# at the measured bandwidth? Change `n` and `heads`.
+
+# %%
+n, heads, itemsize = 8192, 32, 2  # tokens, heads, bytes per bf16 element
+matrix_bytes = n * n * itemsize * heads  # one N x N matrix per head
+seconds = 2 * matrix_bytes / hardware.H200_MEASURED.hbm_bytes_per_s  # written once, read once
+print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + read at 4.3 TB/s: "
+      f"{seconds * 1e3:.2f} ms")
+
+# %% [markdown]
+# ## Three misconceptions this course answers with measurements
+#
+# 1. *FlashAttention is an approximation.* It is exact: notebooks 02, 03 and 06 compare it with
+#    the reference on random inputs and find differences at the level of floating-point rounding.
+# 2. *FlashAttention saves FLOPs.* It does the same matrix FLOPs (plus a recomputation in the
+#    backward pass); it saves HBM traffic. Notebook 04 counts both.
+# 3. *It drops in everywhere with the same gain.* It helps long-sequence prefill most and
+#    single-token decode far less. Notebooks 04 and 09 measure why.
+#
+# ## How to work through the course
+#
+# Read a cell, predict its output, run it, then change a parameter and run it again. Graded
+# exercises live in `exercises/` (stubs you complete); a cell `check("...")` grades yours.
+# `flashlab grade` does the same from a shell.
+#
+# ## Self-test
+#
+# 1. Which memory does a Triton program's tile live in, and how large can it be on an H200?
+# 2. Why is "total shared memory of the GPU" (about 29 MiB on an H200) the wrong number for the
+#    size of a tile?
+# 3. A kernel performs 10 FLOPs per byte it moves. Is it compute-bound or memory-bound on an H200?
+# 4. What does FlashAttention reduce: FLOPs, HBM bytes, or both?
+#
+# ## Summary
+#
+# - Registers and shared memory are per SM and small (228 KiB of shared memory per H200 SM);
+#   HBM is large and about 180x "slower" than the tensor cores, measured as FLOPs per byte.
+# - Attention's cost on a GPU is dominated by bytes moved to and from HBM, not by FLOPs.
+# - Next: notebook 01 writes attention plainly and counts those bytes.

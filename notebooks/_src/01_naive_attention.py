@@ -1,0 +1,167 @@
+# %% [markdown]
+# # 01 Naive attention: the reference, its FLOPs and its bytes
+#
+# **Study time:** about 30 minutes. **Needs:** NumPy (torch, if installed, for one comparison).
+#
+# Standard attention (FlashAttention paper, Dao et al. 2022, Algorithm 0) for one head, with
+# queries $Q \in \mathbb{R}^{N_q \times d}$, keys $K \in \mathbb{R}^{N_k \times d}$ and values
+# $V \in \mathbb{R}^{N_k \times d_v}$:
+#
+# $$S = \tau\, Q K^\top \;(N_q \times N_k), \qquad P = \mathrm{softmax}_{\text{row}}(S), \qquad O = P V \;(N_q \times d_v),$$
+#
+# with $\tau = 1/\sqrt{d}$. On a GPU each of the three steps is its own kernel, so $S$ and $P$
+# are written to HBM and read back. This notebook measures what that costs.
+
+# %%
+import time
+
+import numpy as np
+
+import flashlab
+from flashlab import course
+from flashlab.viz.style import format_bytes
+
+env = course.setup()
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## The reference
+#
+# `flashlab.naive_attention(q, k, v, causal=False, scale=None)` works on NumPy arrays of shape
+# `(..., N, d)` (any leading batch and head dimensions). Every fast path in the course is checked
+# against it. With `causal=True` query row $i$ sees key columns $j \le i$ (top-left aligned,
+# as in PyTorch's `scaled_dot_product_attention(is_causal=True)`).
+
+# %%
+B, H, N, d = 2, 3, 100, 16
+q, k, v = (rng.standard_normal((B, H, N, d)) for _ in range(3))  # (B, H, N, d) each
+o = flashlab.naive_attention(q, k, v)  # (B, H, N, d)
+o_causal = flashlab.naive_attention(q, k, v, causal=True)  # (B, H, N, d)
+print(o.shape, o.dtype)
+# causal row 0 sees only key 0, so its output is exactly v[..., 0, :]
+print("causal row 0 == v row 0:", np.allclose(o_causal[..., 0, :], v[..., 0, :]))
+
+# %% [markdown]
+# A reference is only as good as the thing it was checked against. Here it is PyTorch's own
+# attention, in float64, on the same random inputs (skipped if torch is not installed).
+
+# %%
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+    print("torch is not installed: skipping the comparison")
+if torch is not None:
+    for causal in (False, True):
+        ref = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), is_causal=causal)
+        ours = flashlab.naive_attention(q, k, v, causal=causal)
+        print(f"causal={causal!s:<5} max |flashlab - torch| = {np.abs(ours - ref.numpy()).max():.1e}")
+
+# %% [markdown]
+# ### Exercise 1: write it yourself
+#
+# Open `exercises/ex01_naive.py` and complete `naive_attention` (and `naive_hbm_bytes`, used
+# below). Then run the check. It compares your function with the reference on fixed cases and on
+# fresh random ones (ragged shapes, causal, large logits that overflow a softmax computed without
+# subtracting the row maximum).
+
+# %%
+from flashlab.grading import check
+
+check("ex01_naive")
+
+# %% [markdown]
+# ## FLOPs
+#
+# `flashlab.flops.attention_flops` counts matmul FLOPs, 2 per multiply-add. Two matrix
+# products: $QK^\top$ costs $2 N_q N_k d$ FLOPs (one multiply and one add per term)
+# and $PV$ costs $2 N_q N_k d_v$; the softmax adds $O(N_q N_k)$ non-matmul operations.
+
+# %%
+from flashlab.flops import attention_flops
+
+for n in (1024, 4096, 16384):
+    print(f"N = {n:>6}, d = 128: {attention_flops(n, n, 128) / 1e9:8.1f} GFLOP per head")
+
+# %% [markdown]
+# ## Bytes: what crosses between HBM and the chip
+#
+# `flashlab.traffic.naive_traffic` counts every transfer of Algorithm 0: read Q and K, write S,
+# read S, write P, read P and V, write O. The table is per head, in fp16/bf16 (2 bytes per element).
+
+# %%
+from flashlab.traffic import naive_traffic
+
+n, d = 4096, 128
+t = naive_traffic(n, n, d, itemsize=2)
+for (tensor, direction), nbytes in sorted(t.by_tensor.items(), key=lambda kv: -kv[1]):
+    print(f"{direction:<5} {tensor:<2} {format_bytes(nbytes):>10}")
+sp = sum(b for (tensor, _), b in t.by_tensor.items() if tensor in ("S", "P"))
+print(f"total {format_bytes(t.total)}; S and P are {sp / t.total:.1%} of it")
+print(f"arithmetic intensity: {attention_flops(n, n, d) / t.total:.0f} FLOP/byte "
+      "(the measured H200 ridge point is about 184: notebook 00)")
+
+# %% [markdown]
+# Nearly all the bytes are the $N \times N$ matrices. They grow as $N^2$ while Q, K, V and O grow
+# as $N d$; at $N = 4096$, $d = 128$ the score matrices already outweigh the inputs 32 to 1.
+#
+# ### Exercise 2: count them
+#
+# `naive_hbm_bytes(nq, nk, d, dv=None, itemsize=2)` in `exercises/ex01_naive.py` returns the
+# total above; the check of exercise 1 grades it too, against this formula on random shapes.
+
+# %% [markdown]
+# ## Memory grows as N^2: measured
+#
+# The reference allocates S and P in full. `tracemalloc` records NumPy's allocations, so we can
+# measure the peak extra memory of one call as N doubles (float32, one head, d = 64).
+
+# %%
+import tracemalloc
+
+def peak_bytes(fn, *args, **kwargs):
+    tracemalloc.start()
+    fn(*args, **kwargs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+sizes = env.pick(cpu=[256, 512, 1024, 2048], gpu=[512, 1024, 2048, 4096, 8192])
+for n in sizes:
+    x = rng.standard_normal((n, 64), dtype=np.float32)
+    peak = peak_bytes(flashlab.naive_attention, x, x, x)
+    start = time.perf_counter()
+    flashlab.naive_attention(x, x, x)
+    ms = (time.perf_counter() - start) * 1e3
+    print(f"N = {n:>5}: peak extra memory {format_bytes(peak):>10} "
+          f"({peak / (n * n * 4):.1f} x one N x N float32 matrix), {ms:7.1f} ms on this CPU")
+
+# %% [markdown]
+# Doubling N multiplies the peak by about 4. Extrapolate: at $N = 32768$ one fp16 $N \times N$
+# matrix is
+
+# %%
+n = 32768
+print(f"{format_bytes(n * n * 2)} per head; for 32 heads: {format_bytes(32 * n * n * 2)}")
+
+# %% [markdown]
+# On the H200 the course was measured on (141 GB of HBM), naive causal attention with 32 heads
+# and d = 128 peaked at 8.6 GiB at 8k tokens, 32.9 GiB at 16k and 130.1 GiB at 32k, and ran out of
+# memory at 64k (source: `shared/anchors/h200_sdpa.txt`; notebook 08 plots the repository's own
+# measurement from `benchmarks/results/`).
+#
+# ## Self-test
+#
+# 1. Which two intermediate matrices does standard attention materialise, and what are their shapes?
+# 2. Per head, at N = 8192 and fp16, how many bytes do S and P move in total (write + read each)?
+# 3. Why does `causal=True` not reduce the naive algorithm's memory?
+# 4. Arithmetic intensity of naive attention at N = 4096, d = 128: above or below the H200's
+#    ridge point? What does that predict about its speed?
+#
+# ## Summary
+#
+# - Naive attention does $4 N^2 d$ matmul FLOPs (for $d_v = d$) and moves $\Theta(N d + N^2)$ bytes;
+#   the $N^2$ part (S and P written and read back) dominates.
+# - Its memory grows as $N^2$: 2 GiB per head for one fp16 matrix at 32k tokens.
+# - Next: notebook 02 shows how to compute the softmax without ever holding a whole row of S.

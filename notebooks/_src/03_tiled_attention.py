@@ -1,0 +1,195 @@
+# %% [markdown]
+# # 03 Tiled attention in NumPy: FlashAttention-1 and -2, traced tile by tile
+#
+# **Study time:** about 45 minutes. **Needs:** NumPy, matplotlib, ipywidgets.
+#
+# With the online softmax of notebook 02 we can compute attention one
+# `block_q x block_k` tile of $S$ at a time and never hold $S$ or $P$ whole. The NumPy code in
+# `flashlab/tiled.py` does exactly what the GPU kernel of notebook 06 does, with the same names
+# (`m_i`, `l_i`, `acc`, `lse`), and reports every simulated HBM <-> SRAM transfer to a
+# `TrafficTracer`. Here we check it against the reference, compare the two loop orders, and watch
+# the schedule step by step.
+
+# %%
+import inspect
+
+import numpy as np
+
+import flashlab
+from flashlab import course, tiled
+from flashlab.viz.style import format_bytes
+
+env = course.setup()
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## The FlashAttention-2 forward loop
+#
+# FlashAttention-2 (Dao 2023, Algorithm 1): the **outer** loop runs over query blocks $Q_i$; for
+# each, the **inner** loop streams key/value blocks $K_j, V_j$ through SRAM and updates the
+# on-chip state with `online_update`. $O_i$ and $\mathrm{lse}_i$ are written once, at the end.
+# Read the library's loop (the tracer calls are the bookkeeping; the arithmetic is four lines):
+
+# %%
+source = inspect.getsource(flashlab.tiled_attention)
+print(source[source.index("    for b in range"):source.index("    return _outputs")])
+
+# %% [markdown]
+# ## Exact, for any block size
+#
+# Compare with the reference on fresh random inputs, including ragged last tiles (block sizes
+# that do not divide N), $N_q \ne N_k$, blocks larger than N, and causal masking. In float64
+# the differences are rounding only.
+
+# %%
+cases = [(100, 100, 32, 32, 16), (100, 37, 16, 64, 8), (5, 200, 64, 7, 40), (64, 64, 64, 64, 64)]
+for nq, nk, block_q, block_k, d in cases:
+    q = rng.standard_normal((2, nq, d))  # (B, Nq, d)
+    k, v = rng.standard_normal((2, nk, d)), rng.standard_normal((2, nk, d))  # (B, Nk, d)
+    for causal in (False, True):
+        err = np.abs(flashlab.tiled_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+                     - flashlab.naive_attention(q, k, v, causal=causal)).max()
+        print(f"Nq={nq:>3} Nk={nk:>3} block_q={block_q:>2} block_k={block_k:>2} d={d:>2} "
+              f"causal={causal!s:<5}  max |tiled - naive| = {err:.1e}")
+
+# %% [markdown]
+# ### Exercise 3: the tiled forward
+#
+# Complete `exercises/ex03_tiled_forward.py`: the FlashAttention-2 loop with ragged tiles. The
+# grader also measures your function's peak memory: a solution that allocates an
+# $N_q \times N_k$ array fails with a message saying so.
+
+# %%
+from flashlab.grading import check
+
+check("ex03_tiled_forward")
+
+# %% [markdown]
+# ## FlashAttention-1 against FlashAttention-2
+#
+# FlashAttention-1 (Dao et al. 2022, Algorithm 1) swaps the loops: outer over $K_j, V_j$, inner
+# over $Q_i$. Its running $O_i$, $\ell_i$, $m_i$ then cannot stay on chip; every inner step reads
+# them from HBM, rescales, and writes them back. Trace both on the same inputs:
+
+# %%
+def traced(fn, n, d, block, causal=False, itemsize=2):
+    """Run fn on random (n, d) inputs with a tracer counting fp16-sized bytes; return (tracer, out)."""
+    q, k, v = (rng.standard_normal((n, d)) for _ in range(3))  # (N, d) each
+    tracer = flashlab.TrafficTracer(itemsize=itemsize, stat_itemsize=4)
+    out = fn(q, k, v, causal=causal, block_q=block, block_k=block, tracer=tracer)
+    return tracer, out
+
+n, d, block = env.pick(cpu=512, gpu=1024), 64, 64
+t2, _ = traced(flashlab.tiled_attention, n, d, block)
+t1, _ = traced(flashlab.tiled_attention_fa1, n, d, block)
+print(f"N = {n}, d = {d}, blocks {block} x {block}, fp16 tensors, fp32 statistics")
+print(f"{'':<22}{'FA1':>12}{'FA2':>12}")
+print(f"{'HBM bytes read':<22}{format_bytes(t1.hbm_read_bytes):>12}{format_bytes(t2.hbm_read_bytes):>12}")
+print(f"{'HBM bytes written':<22}{format_bytes(t1.hbm_write_bytes):>12}{format_bytes(t2.hbm_write_bytes):>12}")
+print(f"{'matmul FLOPs':<22}{t1.flops:>12,}{t2.flops:>12,}")
+print(f"{'bytes touched in SRAM':<22}{format_bytes(t1.sram_bytes):>12}{format_bytes(t2.sram_bytes):>12}")
+
+# %% [markdown]
+# Same FLOPs, different bytes. What FlashAttention-2 changed (Dao 2023, Section 3):
+#
+# 1. **Normalise once.** FA1 keeps $O_i$ normalised, so every step divides by the old $\ell_i$ and
+#    multiplies by the new one; FA2 keeps the unnormalised `acc` and divides by `l_i` once in the
+#    epilogue. Fewer non-matmul operations (the "bytes touched in SRAM" row above includes them),
+#    which matters on a GPU whose matmul units are 16x faster than its other units (A100: 312 vs
+#    19.5 TFLOP/s, FlashAttention-2 paper, Section 3.1).
+# 2. **No O round trips.** $O_i$, $\ell_i$, $m_i$ stay on chip for the whole inner loop.
+# 3. **Parallelism over the sequence.** Each query block is independent, so a GPU can run one
+#    program per (query block, head, batch). FA1's first implementation parallelised over batch
+#    and heads only, which leaves most SMs idle at long N and small batch:
+
+# %%
+from flashlab import hardware
+
+batch, heads, n_long, block_q = 1, 16, 16384, 128
+fa2_programs = batch * heads * tiled.num_blocks(n_long, block_q)
+print(f"B={batch}, H={heads}, N={n_long}: grid over (batch, heads) = {batch * heads} programs; "
+      f"with query blocks of {block_q}: {fa2_programs} programs; an H200 has {hardware.H200.sms} SMs")
+
+# %% [markdown]
+# ## Where the bytes go, tensor by tensor
+#
+# Each entry is (tensor, direction): bytes. FA1 re-reads Q and round-trips O, m, l once per key
+# block; FA2 reads K and V once per query block.
+
+# %%
+for name, t in (("FA1", t1), ("FA2", t2)):
+    parts = sorted(t.bytes_by_tensor().items(), key=lambda kv: -kv[1])
+    print(name + ":  " + ",  ".join(f"{tensor} {direction} {format_bytes(b)}" for (tensor, direction), b in parts))
+
+# %% [markdown]
+# The reuse heatmap shows the same from the events: how many times each tile was loaded.
+
+# %%
+from flashlab.viz import plot_reuse_heatmap
+
+course.show(plot_reuse_heatmap(t2))
+
+# %% [markdown]
+# ## Causal: skip the tiles above the diagonal
+#
+# With `causal=True`, query row $i$ sees keys $j \le i$. A tile whose first key column lies past
+# its last query row is entirely masked: the loop never visits it, so its K and V are never
+# loaded and its FLOPs are never spent. Tiles that straddle the diagonal are computed with the
+# mask applied inside.
+
+# %%
+for n_c in (256, 1000, 4096):
+    nb = tiled.num_blocks(n_c, 64)
+    skipped = sum(tiled.causal_tile_skipped(i, j, 64, 64, n_c) for i in range(nb) for j in range(nb))
+    print(f"N = {n_c:>4}, 64 x 64 tiles: {skipped} of {nb * nb} tiles skipped ({skipped / nb**2:.0%})")
+
+# %% [markdown]
+# ### Exercise 4: which tiles to skip
+#
+# Complete `exercises/ex04_causal_tiles.py`: `causal_tile_skipped(i, j, block_q, block_k, nq)`
+# and `count_computed_tiles(nq, nk, block_q, block_k, causal)`.
+
+# %%
+check("ex04_causal_tiles")
+
+# %% [markdown]
+# ## The tile schedule, step by step
+#
+# The widget below is drawn from the tracer's events alone. Left: query-side tiles (Q, O, lse);
+# top: key-side tiles (K, V); centre: the $S/P$ tiles done, current, or skipped; right: the SRAM
+# occupancy against the capacity of one H200 SM, and the HBM bytes moved so far beside the flash
+# total and naive attention's total. Move the slider or press play. Try `causal=False`, other
+# block sizes, or `flashlab.tiled_attention_fa1`.
+
+# %%
+from flashlab.viz import tile_schedule_widget
+
+schedule_tracer, _ = traced(flashlab.tiled_attention, n=256, d=64, block=64, causal=True)
+widget = tile_schedule_widget(schedule_tracer, sram_capacity=hardware.H200.smem_per_sm)
+widget
+
+# %% [markdown]
+# Without a browser (or to keep a picture) the same view is a static figure at any step:
+
+# %%
+from flashlab.viz import plot_tile_schedule
+
+course.show(plot_tile_schedule(schedule_tracer, step=5, sram_capacity=hardware.H200.smem_per_sm))
+
+# %% [markdown]
+# ## Self-test
+#
+# 1. In FA2's loop order, how many times is each $Q_i$ read from HBM? Each $K_j$?
+# 2. What does FA1 read and write per inner step that FA2 does not?
+# 3. Why can FA2 run one GPU program per query block, while FA1's loop order cannot easily?
+# 4. With N = 1000 and 64 x 64 tiles, how large is the last (ragged) tile, and what must the code
+#    do about the rows and columns beyond N?
+# 5. Which causal tiles are skipped, and which are computed with a mask?
+#
+# ## Summary
+#
+# - Tiled attention equals naive attention to rounding, for any block sizes and ragged tiles.
+# - FA2 (outer loop over query blocks) keeps `m_i`, `l_i`, `acc` on chip, normalises once, and
+#   parallelises over query blocks; FA1 round-trips O, m, l through HBM every step.
+# - Causal attention skips the tiles above the diagonal: about half of them at long N.
+# - Next: notebook 04 counts the bytes as formulas and asks how they scale with N and SRAM size.

@@ -1,0 +1,197 @@
+# %% [markdown]
+# # 04 IO complexity: counting the bytes, and what they cost
+#
+# **Study time:** about 40 minutes. **Needs:** NumPy, matplotlib, ipywidgets.
+#
+# Notebook 03 traced the transfers of a tiled run. Here they become formulas
+# (`flashlab.traffic`), tested to equal the traced bytes exactly, so we can ask questions at
+# sizes no NumPy run could reach: how does traffic grow with sequence length N, with SRAM size M,
+# and how does that compare with the FLOPs? The theory is Section 3.2 of the FlashAttention paper
+# (Dao et al. 2022): standard attention makes $\Theta(N d + N^2)$ HBM accesses, FlashAttention
+# $\Theta(N^2 d^2 / M)$, and no exact algorithm can do asymptotically better for all M
+# (Proposition 3).
+
+# %%
+import numpy as np
+
+import flashlab
+from flashlab import course, hardware
+from flashlab import traffic as tr
+from flashlab.flops import attention_flops
+from flashlab.viz.style import format_bytes
+
+env = course.setup()
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## The formulas equal the traced runs
+#
+# The traffic functions follow the accounting rules of `docs/ARCHITECTURE.md` transfer by
+# transfer. Check a few random shapes (ragged, causal, FA1, FA2 and the backward) against traced
+# NumPy runs:
+
+# %%
+from flashlab.viz.traffic_plots import traced_forward
+
+formulas = {"fa2": tr.fa2_forward_traffic, "fa1": tr.fa1_forward_traffic, "backward": tr.backward_traffic}
+for trial in range(6):
+    n, d = int(rng.integers(20, 300)), int(rng.choice([16, 32, 64]))
+    block_q, block_k = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
+    causal = bool(rng.integers(2))
+    for algorithm, formula in formulas.items():
+        traced = traced_forward(n, d, block_q, block_k, causal=causal, algorithm=algorithm)
+        model = formula(n, n, d, block_q=block_q, block_k=block_k, causal=causal, itemsize=2, stat_itemsize=4)
+        assert traced.hbm_bytes == model.total, (algorithm, n, d, block_q, block_k, causal)
+    print(f"N={n:>3} d={d:>2} blocks {block_q}x{block_k} causal={causal!s:<5}: "
+          "FA1, FA2 and backward formulas equal the traced bytes")
+
+# %% [markdown]
+# ### Exercise 5: the traffic formula of the tiled forward
+#
+# Complete `exercises/ex05_traffic.py`: `fa2_forward_bytes(nq, nk, d, ...)`, the bytes of the
+# FlashAttention-2 forward including causal skipping and ragged tiles.
+
+# %%
+from flashlab.grading import check
+
+check("ex05_traffic")
+
+# %% [markdown]
+# ## Misconception: "FlashAttention saves FLOPs"
+#
+# It does not: it does the same matrix products, tile by tile. Count both for one head, d = 128,
+# fp16, 128 x 128 tiles, non-causal. The FLOPs are equal; the bytes are not.
+
+# %%
+d, block = 128, 128
+print(f"{'N':>6} {'naive FLOPs':>14} {'tiled FLOPs':>14} {'naive bytes':>12} {'flash bytes':>12} {'bytes saved':>12}")
+for n in (1024, 4096, 16384, 65536):
+    f_naive, f_tiled = attention_flops(n, n, d), attention_flops(n, n, d, block_q=block, block_k=block)
+    b_naive = tr.naive_traffic(n, n, d).total
+    b_flash = tr.fa2_forward_traffic(n, n, d, block_q=block, block_k=block, stat_itemsize=4).total
+    print(f"{n:>6} {f_naive:>14.3e} {f_tiled:>14.3e} {format_bytes(b_naive):>12} "
+          f"{format_bytes(b_flash):>12} {b_naive / b_flash:>11.1f}x")
+
+# %% [markdown]
+# In this model the saving is only $2 B_q / d$ = 2x at d = 128 with 128-row query blocks: the
+# FA2 loop re-reads K and V once per query block. A real GPU does much better, because the
+# programs working on neighbouring query blocks run at the same time and share K and V through
+# the L2 cache (60 MiB on the H200). Nsight Compute measured the DRAM bytes of both on the H200
+# at B = 1, H = 16, N = 4096, d = 64, fp16 (`flashlab.hardware.NCU_*`, from
+# `shared/anchors/h200_ncu_naive_vs_flash.csv`):
+
+# %%
+blocks = dict(block_q=128, block_k=128, stat_itemsize=4)  # the measured FA2 kernel's tiles
+for m, model in ((hardware.NCU_NAIVE, tr.naive_traffic(4096, 4096, 64, batch=16)),
+                 (hardware.NCU_FLASH, tr.fa2_forward_traffic(4096, 4096, 64, batch=16, **blocks))):
+    print(f"{m.name:<58} measured {format_bytes(m.total_bytes):>10}   model {format_bytes(model.total):>10}")
+print(f"FLOPs, both: {hardware.NCU_FLASH.matmul_flops:.3e}")
+print(f"measured ratio: {hardware.NCU_NAIVE.total_bytes / hardware.NCU_FLASH.total_bytes:.0f}x fewer DRAM bytes")
+
+# %% [markdown]
+# Same FLOPs; about 120 times fewer DRAM bytes measured, because FA2 reads Q, K and V from DRAM
+# essentially once (the model's K, V re-reads are served by L2). The traced NumPy runs agree on the
+# FLOPs too: a run records its FLOPs tile by tile, and they equal the naive count.
+
+# %%
+t = traced_forward(512, 64, 64, 64)
+print(f"traced tiled FLOPs {t.flops:,} = naive FLOPs {attention_flops(512, 512, 64):,}: "
+      f"{t.flops == attention_flops(512, 512, 64)}")
+
+# %% [markdown]
+# Causal attention is the one case where tiling does save FLOPs, by skipping the tiles above the
+# diagonal (about half); the naive algorithm computes the full matrices and masks them.
+#
+# ## Traffic against N
+#
+# Naive traffic grows as $N^2$ (S and P). With the paper's block sizes for an SRAM of M elements
+# ($B_c = \lceil M / 4d \rceil$, $B_r = \min(B_c, d)$), flash traffic grows as
+# $N^2 d^2 / M$: also quadratic in N, but with a constant smaller by about $M / d^2$. The
+# dots are traced NumPy runs, sitting on the formula curves. Move the sliders.
+
+# %%
+from flashlab.viz import traffic_vs_n_widget
+
+traffic_vs_n_widget(d=64, sram_kib=128, traced_ns=env.pick(cpu=(128, 256), gpu=(128, 256, 512)))
+
+# %% [markdown]
+# ## Traffic against SRAM size M
+#
+# At fixed N and d, doubling M about halves the flash traffic, until it reaches the compulsory
+# traffic (read Q, K, V once, write O once). With a very small M (16 KiB below) the paper's
+# FA1 schedule moves *more* than standard attention: tiling pays only when a tile holds enough. The marks are real shared-memory sizes: per SM (what
+# one thread block can use) and summed over all SMs (which no single block can use).
+
+# %%
+n, d = 16384, 64
+for sram_kib in (16, 32, 64, 128, 228):
+    m = sram_kib * 1024 // 2  # elements of 2 bytes
+    print(f"M = {sram_kib:>3} KiB: flash {tr.flash_hbm_accesses(n, d, m):>14,} accesses; "
+          f"lower bound {tr.io_lower_bound(n, d, m):>12,}; standard {tr.standard_hbm_accesses(n, d):,}")
+
+# %%
+from flashlab.viz import plot_traffic_vs_sram
+
+course.show(plot_traffic_vs_sram(n=16384, d=64))
+
+# %% [markdown]
+# ## The roofline: why bytes decide the speed
+#
+# A kernel's arithmetic intensity is FLOPs per HBM byte. Below the ridge point
+# (about 184 FLOP/byte on the measured H200, notebook 00) it is limited by bandwidth; above, by
+# compute. Naive attention's softmax kernel sits near 1 FLOP/byte. The flash forward and backward
+# sit one to two orders of magnitude higher. Decode (one query row against a KV cache) stays near
+# 1 FLOP/byte whatever the algorithm: notebook 09 returns to this.
+
+# %%
+from flashlab.viz import plot_roofline, roofline_data
+
+data = roofline_data(n=4096, d=64)
+for p in data.points:
+    print(f"{p.name:<45} {p.intensity:8.1f} FLOP/byte -> at most {p.attainable / 1e12:6.1f} TFLOP/s")
+course.show(plot_roofline(data))
+
+# %% [markdown]
+# ## Bytes moved vs bytes touched on chip
+#
+# FlashAttention does not touch fewer bytes: its matmuls still read and write every tile, but
+# inside SRAM, which is an order of magnitude faster than HBM. The figure puts the two side by side.
+
+# %%
+from flashlab.viz import plot_moved_vs_touched
+
+course.show(plot_moved_vs_touched(n=env.pick(cpu=512, gpu=1024), d=64))
+
+# %% [markdown]
+# ## Prefill against decode
+#
+# In *prefill* a whole prompt of N tokens attends to itself: $N_q = N_k = N$, and each K, V tile
+# loaded serves `block_q` query rows. In *decode* one new token attends to the cache:
+# $N_q = 1$. There is no N x N matrix to avoid, so there is little for FlashAttention to save:
+
+# %%
+n, d = 8192, 128
+for name, nq in (("prefill", n), ("decode", 1)):
+    naive = tr.naive_traffic(nq, n, d).total
+    flash = tr.fa2_forward_traffic(nq, n, d, block_q=128, block_k=128, stat_itemsize=4).total
+    print(f"{name:<8} Nq = {nq:>5}: naive {format_bytes(naive):>10}, flash {format_bytes(flash):>10}, "
+          f"ratio {naive / flash:6.1f}x, flash intensity {attention_flops(nq, n, d) / flash:6.1f} FLOP/byte")
+
+# %% [markdown]
+# ## Self-test
+#
+# 1. For N = 16384, d = 64 and M = 64 Ki elements, estimate $N^2 d^2 / M$. How does it compare
+#    with standard attention's $N^2$?
+# 2. Why does doubling M halve FlashAttention's traffic, and where does that stop?
+# 3. Why is "shared memory summed over all SMs" not the M of the theorem?
+# 4. FLOPs of tiled vs naive attention, non-causal: which is larger?
+# 5. Why does FlashAttention speed up prefill far more than decode?
+#
+# ## Summary
+#
+# - The traffic formulas equal traced runs exactly; FLOPs are unchanged by tiling (non-causal).
+# - Naive: $\Theta(N d + N^2)$ bytes; flash: $\Theta(N^2 d^2 / M)$, falling as 1/M towards the
+#   compulsory $4 N d$ elements; Proposition 3 says no exact method does asymptotically better.
+# - Intensity decides: the flash kernels move from memory-bound towards compute-bound; decode
+#   stays memory-bound.
+# - Next: notebook 05 introduces Triton, to write the kernel for real.

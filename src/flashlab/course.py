@@ -1,0 +1,163 @@
+"""Helpers shared by the course notebooks: environment set-up, problem sizes, benchmark results.
+
+Every notebook starts with ``env = course.setup()``. It decides once whether a CUDA GPU is
+present, switches Triton to its CPU interpreter (``TRITON_INTERPRET=1``) *before* triton is
+imported when there is none, seeds NumPy, and prints the environment in one line. Later cells
+pick problem sizes with ``env.pick(cpu=..., gpu=...)`` so the same notebook runs in under a
+minute on a laptop and at realistic sizes on a GPU.
+
+Benchmark results are the JSON files written on an H200 by ``benchmarks/`` and committed in
+``benchmarks/results/``; :func:`load_results` reads them so notebook 08 can plot them anywhere.
+Nothing here writes into the repository except under ``artifacts/`` (git-ignored).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_DEVICE_ENV = "FLASHLAB_DEVICE"  # "cpu" forces the CPU path even where a GPU exists
+_RESULTS_ENV = "FLASHLAB_RESULTS_DIR"
+_ARTIFACTS_ENV = "FLASHLAB_ARTIFACTS_DIR"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What ``setup()`` found: the device the course runs on and the library versions."""
+
+    device: str  # "cuda" or "cpu"
+    gpu_name: str | None
+    triton_mode: str  # "compiled", "interpreter" or "missing"
+    python: str
+    numpy: str
+    torch: str | None
+    triton: str | None
+    seed: int
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.device == "cuda"
+
+    def pick(self, cpu: Any, gpu: Any) -> Any:
+        """Return ``gpu`` when a CUDA GPU is in use, else ``cpu`` (sizes, repeat counts, ...)."""
+        return gpu if self.has_gpu else cpu
+
+    def line(self) -> str:
+        where = f"GPU {self.gpu_name}" if self.has_gpu else "CPU only (no CUDA GPU)"
+        parts = [f"flashlab course | {where}", f"Python {self.python}", f"numpy {self.numpy}",
+                 f"torch {self.torch or 'not installed'}",
+                 f"triton {self.triton or 'not installed'} ({self.triton_mode})", f"seed {self.seed}"]
+        return " | ".join(parts)
+
+
+def _cuda_device() -> tuple[bool, str | None, str | None]:
+    """(has_gpu, gpu_name, torch_version). Imports torch only, never triton."""
+    try:
+        import torch
+    except ImportError:
+        return False, None, None
+    if os.environ.get(_DEVICE_ENV, "").lower() == "cpu" or not torch.cuda.is_available():
+        return False, None, torch.__version__
+    return True, torch.cuda.get_device_name(0), torch.__version__
+
+
+def setup(seed: int = 0, verbose: bool = True) -> Environment:
+    """Prepare a notebook: choose the device, set Triton's mode, seed NumPy, print one line.
+
+    Without a CUDA GPU this sets ``TRITON_INTERPRET=1`` before triton is imported, so the
+    course's Triton kernels run (slowly, exactly) in the CPU interpreter. Set the environment
+    variable ``FLASHLAB_DEVICE=cpu`` to take the CPU path on a GPU machine.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a non-negative int")
+    import numpy as np
+
+    has_gpu, gpu_name, torch_version = _cuda_device()
+    if not has_gpu:
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError("triton was imported before flashlab.course.setup() on a machine "
+                               "without a GPU; restart the kernel and run setup() first so Triton "
+                               "uses its CPU interpreter (TRITON_INTERPRET=1)")
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton
+        triton_version = triton.__version__
+        triton_mode = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
+    except ImportError:
+        triton_version, triton_mode = None, "missing"
+    np.random.seed(seed)
+    if torch_version is not None:
+        import torch
+        torch.manual_seed(seed)
+    env = Environment(device="cuda" if has_gpu else "cpu", gpu_name=gpu_name, triton_mode=triton_mode,
+                      python=platform.python_version(), numpy=np.__version__, torch=torch_version,
+                      triton=triton_version, seed=seed)
+    if verbose:
+        print(env.line())
+    return env
+
+
+def repo_root() -> Path | None:
+    """The flashlab checkout this package was installed from (editable install), or None."""
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        for folder in (start, *start.parents):
+            if (folder / "pyproject.toml").is_file() and (folder / "src" / "flashlab").is_dir():
+                return folder
+    return None
+
+
+def results_dir() -> Path | None:
+    """``benchmarks/results`` of the checkout (or ``$FLASHLAB_RESULTS_DIR``); None if absent."""
+    if os.environ.get(_RESULTS_ENV):
+        return Path(os.environ[_RESULTS_ENV])
+    root = repo_root()
+    return None if root is None else root / "benchmarks" / "results"
+
+
+def load_results(pattern: str = "*.json") -> dict[str, Any]:
+    """Every committed benchmark results file matching ``pattern``, as ``{file stem: parsed JSON}``.
+
+    Returns an empty dict when there are none yet (then notebooks say so instead of plotting).
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"pattern={pattern!r} must be a non-empty glob string such as '*.json'")
+    folder = results_dir()
+    if folder is None or not folder.is_dir():
+        return {}
+    out: dict[str, Any] = {}
+    for path in sorted(folder.glob(pattern)):
+        with open(path, encoding="utf-8") as f:
+            out[path.stem] = json.load(f)
+    return out
+
+
+def artifacts_dir() -> Path:
+    """Where notebooks may write files: ``<checkout>/artifacts`` (git-ignored), created on demand."""
+    if os.environ.get(_ARTIFACTS_ENV):
+        folder = Path(os.environ[_ARTIFACTS_ENV])
+    else:
+        root = repo_root()
+        folder = (root if root is not None else Path.cwd()) / "artifacts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+
+def show(fig) -> None:
+    """Display a matplotlib figure once in the notebook and release it.
+
+    The library's plot functions return figures; Jupyter's inline backend does not always show
+    a figure made in a cell after the first, and showing it by hand as well would draw it twice.
+    ``show(fig)`` displays it explicitly and closes it, so it appears exactly once.
+    """
+    from IPython.display import display
+    import matplotlib.pyplot as plt
+
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"fig={type(fig).__name__} is not a matplotlib Figure")
+    display(fig)
+    plt.close(fig)

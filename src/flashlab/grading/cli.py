@@ -1,0 +1,58 @@
+"""``flashlab grade [NAMES...] [--exercises-dir DIR | --solutions] [--json]``.
+
+Grades the named exercises (all by default), prints a score table (or JSON) and returns 0 only
+when every check of every selected exercise passed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from flashlab.grading.registry import EXERCISES
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flashlab grade", description="Grade the course exercises.")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"exercise ids (default: all): {', '.join(EXERCISES)}")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--exercises-dir", metavar="DIR", help="folder of the modules to grade")
+    source.add_argument("--solutions", action="store_true", help="grade the reference solutions")
+    parser.add_argument("--json", action="store_true", help="print the full results as JSON")
+    parser.add_argument("--hint", type=int, default=1, help="hint levels to show for failing parts")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: fresh)")
+    parser.add_argument("--public-only", action="store_true", help="run only the public cases")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="exercises graded at the same time")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each part's details")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flashlab.grading.checks import grade
+    from flashlab.grading.report import Report
+
+    args = _parser().parse_args(argv)
+    unknown = [n for n in args.names if n not in EXERCISES]
+    if unknown:
+        print(f"flashlab grade: unknown exercise(s) {unknown}; expected some of {list(EXERCISES)}", file=sys.stderr)
+        return 2
+    try:
+        graded = grade(args.names or list(EXERCISES), args.exercises_dir, args.solutions, args.seed,
+                       args.public_only, jobs=args.jobs)
+    except ValueError as exc:
+        print(f"flashlab grade: {exc}", file=sys.stderr)
+        return 2
+    report = Report(graded, hint=args.hint)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1, default=str))
+    else:
+        if args.verbose or not report.passed:
+            print(report)
+            print()
+        print(report.table())
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""``flash_attention``: the public, differentiable FlashAttention built from the Triton kernels.
+
+Forward: the best rung of :mod:`flashlab.kernels.ladder` for the inputs (``v4_hopper`` on a CUDA
+GPU when ``flashlab.kernels.flash_fwd_hopper.supports`` accepts them, else ``v3_autotuned``). It
+saves ``o`` and ``lse`` (float32, natural log, one per query row). Backward: the three kernels of
+:mod:`flashlab.kernels.flash_bwd` (preprocess ``D = rowsum(dO * O)``, then dK/dV, then dQ), which
+recompute ``P`` from ``lse`` instead of storing it (FlashAttention-2, Algorithm 2).
+
+Also here, beside the kernel: ``check_inputs`` (every error names the argument) and
+``attention_reference``, the plain PyTorch attention the tests and the GPU sweep compare against.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+from . import _mode
+
+SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+
+
+def check_inputs(q, k, v, causal=False, scale=None) -> float:
+    """Validate q (B, H, Nq, d), k and v (B, Hkv, Nk, d); return the softmax scale to use.
+
+    Raises TypeError or ValueError that names the argument, what it got and what it expects.
+    """
+    import torch
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
+        if str(t.dtype).removeprefix("torch.") not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}.dtype={t.dtype} is not supported; expected one of {SUPPORTED_DTYPES}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}.dtype={t.dtype} must equal q.dtype={q.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put q, k, v on one device")
+    B, H, Nq, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k.shape={tuple(k.shape)} must equal v.shape={tuple(v.shape)}")
+    Bk, Hkv, Nk, dk = k.shape
+    if Bk != B:
+        raise ValueError(f"k has batch size {Bk} but q has {B}; they must match")
+    if dk != d:
+        raise ValueError(f"k has head dim {dk} but q has {d}; they must match")
+    if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim d={d} (q.shape[-1]) is outside the supported {MIN_HEAD_DIM}..{MAX_HEAD_DIM}")
+    if Hkv < 1 or H % Hkv != 0:
+        raise ValueError(f"q has H={H} heads, k and v have Hkv={Hkv}: H must be a multiple of Hkv")
+    if Nq < 1 or Nk < 1 or B < 1:
+        raise ValueError(f"empty input: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}; B, Nq, Nk must be >= 1")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _mode.check_device(name, t)
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r} must be a finite positive number (default 1/sqrt(d))")
+    return float(scale)
+
+
+def attention_reference(q, k, v, causal: bool = False, scale: float | None = None, upcast: bool = True):
+    """Plain PyTorch attention (materialises S and P), the trusted twin of the kernels.
+
+    q (B, H, Nq, d), k and v (B, Hkv, Nk, d) -> (B, H, Nq, d) in q's dtype. With ``upcast`` it
+    computes in float64 (the reference); without it, in the inputs' dtype (the error of "PyTorch in
+    the same dtype" that the flash-attention test rule allows twice of). Causal is top-left aligned.
+    """
+    import torch
+
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    dtype = q.dtype
+    if upcast:
+        q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (B, H, Nk, d)
+    v = v.repeat_interleave(group, dim=1)  # (B, H, Nk, d)
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Nq, Nk)
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        visible = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()  # key j <= query i
+        s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s, dim=-1)  # (B, H, Nq, Nk)
+    return torch.matmul(p, v).to(dtype)  # (B, H, Nq, d)
+
+
+# The floor is one rounding step of the dtype at the reference's largest value (as the
+# flash-attention tests' atol, which adds 0.3 and subtracts it again in the dtype); for fp32 a
+# fixed 1e-5, since a GPU's fp32 sums in another order differ from PyTorch's by about that.
+ERROR_FLOOR = {"float32": 1e-5, "float16": 2.0**-10, "bfloat16": 2.0**-7}  # times max(1, max|ref|)
+
+
+def allowed_error(ref, same_dtype) -> float:
+    """The flash-attention test rule: twice the max error of PyTorch in the same dtype, plus a floor.
+
+    ``ref`` is the float64 reference, ``same_dtype`` PyTorch's result computed in the inputs'
+    dtype; the floor is ``ERROR_FLOOR[dtype] * max(1, max|ref|)``.
+    """
+    scale = max(1.0, ref.abs().max().item())
+    floor = ERROR_FLOOR[str(same_dtype.dtype).removeprefix("torch.")] * scale
+    return 2.0 * (same_dtype.double() - ref.double()).abs().max().item() + floor
+
+
+def max_error(out, ref) -> float:
+    """max |out - ref| in float64; NaN (an unwritten or poisoned element) gives inf."""
+    err = (out.double() - ref.double()).abs()
+    return float("inf") if err.isnan().any() else err.max().item()
+
+
+def best_forward(q, k, v, causal: bool, scale: float):
+    """(o, lse) from the best rung for these inputs: v4_hopper where it applies, else v3_autotuned."""
+    from . import ladder
+
+    name = ladder.best_rung(q, k, v, causal)
+    return ladder.RUNGS[name](q, k, v, causal, scale)
+
+
+def _autograd_function():
+    import torch
+
+    from . import flash_bwd
+
+    class FlashAttentionFunction(torch.autograd.Function):
+        """Triton forward (saves o, lse) and Triton backward (recomputes P from lse)."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale):
+            o, lse = best_forward(q, k, v, causal, scale)  # (B, H, Nq, d), (B, H, Nq)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.scale = causal, scale
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
+            return dq, dk, dv, None, None
+
+    return FlashAttentionFunction
+
+
+_FUNCTION = None
+
+
+def flash_attention(q, k, v, causal: bool = False, scale: float | None = None):
+    """FlashAttention: softmax(q k^T * scale) v without materialising the (Nq, Nk) scores.
+
+    q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d) with H a multiple of Hkv (query head h reads kv head
+    h // (H // Hkv): grouped-query and multi-query attention). fp16, bf16 or fp32; any Nq, Nk >= 1;
+    16 <= d <= 256; strided (non-contiguous) inputs are fine. ``causal``: query i sees keys j <= i
+    (top-left, as torch SDPA). ``scale`` defaults to 1/sqrt(d). Returns (B, H, Nq, d) in q's dtype;
+    differentiable with respect to q, k and v.
+
+    Runs compiled on CUDA tensors, or in Triton's CPU interpreter on CPU tensors when
+    ``TRITON_INTERPRET=1`` (set automatically on a machine with no GPU; see ``kernels._mode``).
+    """
+    global _FUNCTION
+    scale = check_inputs(q, k, v, causal, scale)
+    if _FUNCTION is None:
+        _FUNCTION = _autograd_function()
+    return _FUNCTION.apply(q, k, v, causal, scale)

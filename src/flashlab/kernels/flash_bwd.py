@@ -1,0 +1,305 @@
+"""FlashAttention backward in Triton (FlashAttention-2, Algorithm 2), recomputing P from the saved lse.
+
+Three kernels, as in the structure of Triton's fused-attention tutorial (written here from the
+paper, with the NumPy names of ``flashlab.tiled.tiled_attention_backward``):
+
+1. ``_bwd_preprocess``: ``D_i = rowsum(dO_i * O_i)`` (Algorithm 2, line 4), one fp32 per query row.
+2. ``_bwd_dkdv``: one program per key/value block ``K_j, V_j`` (line 6) accumulates ``dK_j`` and
+   ``dV_j`` over every query block (lines 8-20). With grouped-query attention the program also
+   loops over the GROUP query heads that share this kv head, so their gradients are summed in
+   registers, never in HBM.
+3. ``_bwd_dq``: one program per query block accumulates ``dQ_i`` over the key blocks (line 21 of
+   FA2's dQ update, done without atomics by a second pass, as FA2's Triton ports do).
+
+Every kernel works in log2 units: ``P = exp2(S * scale * log2(e) - lse * log2(e))``. Causal loops
+have two stages: the blocks that cross the diagonal with the mask, the rest without a score mask
+(loads are still row-masked, so any Nq, Nk >= 1 works). Tiles wholly above the diagonal are skipped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _mode
+from .flash_fwd import _dot, _dot_acc, dot_precision, head_dim_padded, new_output
+
+triton = _mode.triton()
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """Tile sizes of the backward kernels (exposed so they can be tuned)."""
+
+    block_m1: int = 32  # query rows per step of the dK/dV kernel
+    block_n1: int = 128  # key rows per dK/dV program
+    block_m2: int = 128  # query rows per dQ program
+    block_n2: int = 32  # key rows per step of the dQ kernel
+    num_warps: int = 4
+    num_stages: int = 3
+    block_pre: int = 128  # query rows per preprocessing program
+
+
+INTERPRETER_BWD_CONFIG = BwdConfig(16, 16, 16, 16, 1, 1, 16)
+
+
+def default_bwd_config(head_dim: int, dtype: torch.dtype) -> BwdConfig:
+    """Block sizes per padded head dim (and dtype width) that fit an H100/H200's shared memory."""
+    if _mode.is_interpreter():
+        return INTERPRETER_BWD_CONFIG
+    if dtype == torch.float32:
+        return BwdConfig(16, 64, 64, 16, 4, 2) if head_dim > 64 else BwdConfig(32, 64, 64, 32, 4, 2)
+    if head_dim <= 64:
+        return BwdConfig(32, 128, 128, 32, 4, 3)
+    if head_dim <= 128:
+        return BwdConfig(32, 128, 128, 32, 8, 2)
+    return BwdConfig(16, 64, 64, 16, 8, 1)
+
+
+def fallback_bwd_configs(config: BwdConfig) -> list[BwdConfig]:
+    """``config`` then smaller ones, tried in turn when the GPU runs out of shared memory."""
+    configs = [config]
+    c = config
+    while c.num_stages > 1 or c.block_n1 > 16 or c.block_m2 > 16:
+        if c.num_stages > 1:
+            c = BwdConfig(c.block_m1, c.block_n1, c.block_m2, c.block_n2, c.num_warps, c.num_stages - 1, c.block_pre)
+        else:
+            c = BwdConfig(16, max(16, c.block_n1 // 2), max(16, c.block_m2 // 2), 16, c.num_warps, 1, c.block_pre)
+        configs.append(c)
+    return configs
+
+
+@triton.jit(do_not_specialize=["H", "N_Q"])
+def _bwd_preprocess(
+    O, DO, Delta,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    H, N_Q,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    # -- D_i = rowsum(dO_i * O_i) (line 4)
+    start_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD)
+    o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
+                mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dok, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Delta + off_hz * N_Q + offs_m, tl.sum(o * do, axis=1), mask=offs_m < N_Q)
+
+
+@triton.jit
+def _bwd_dkdv_inner(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_qk, stride_dom, stride_dok,
+    offs_n, offs_d, lo, hi, qk_scale, N_Q,
+    D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    for start_m in range(lo, hi, BLOCK_M):  # line 7: for each query block i
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < N_Q
+        # -- load Q_i, dO_i, lse_i, D_i (line 8)
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
+                    mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)
+        do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dok,
+                     mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)
+        lse2 = tl.load(lse_base + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+        Di = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+        # -- P_ij^T = exp2(S_ij^T - lse_i), S_ij^T = K_j Q_i^T (lines 9-10); rows past N_Q have
+        #    q = dO = 0, so they add nothing
+        qkT = _dot(k, tl.trans(q), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
+        pT = tl.math.exp2(qkT - lse2[None, :])
+        if MASK:
+            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        # -- dV_j += P_ij^T dO_i (line 11)
+        dv = _dot_acc(pT.to(do.dtype), do, dv, DOT_F32, DOT_PRECISION)
+        # -- dP_ij^T = V_j dO_i^T (line 12); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 13)
+        dpT = _dot(v, tl.trans(do), DOT_F32, DOT_PRECISION)
+        dsT = pT * (dpT - Di[None, :])
+        # -- dK_j += dS_ij^T Q_i (line 16; the scale is applied once at the end)
+        dk = _dot_acc(dsT.to(q.dtype), q, dk, DOT_F32, DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+def _bwd_dkdv(
+    Q, K, V, DO, LSE, Delta, DK, DV, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dkz, stride_dkh, stride_dkn, stride_dkk,
+    stride_dvz, stride_dvh, stride_dvn, stride_dvk,
+    H, GROUP, N_Q, N_K,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- key/value block j and (batch, kv head) of this program (line 5)
+    start_n = tl.program_id(0) * BLOCK_N
+    off_hkvz = tl.program_id(1)
+    H_KV = H // GROUP
+    off_z = (off_hkvz // H_KV).to(tl.int64)
+    off_hkv = (off_hkvz % H_KV).to(tl.int64)
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD)
+    # -- load K_j, V_j (line 6); initialise dK_j = dV_j = 0 (line 7)
+    k = tl.load(K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
+                + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
+    v = tl.load(V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
+                + offs_d[None, :] * stride_vk, mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    # -- causal: query blocks ending before this key block see none of it (skipped); the blocks
+    #    from `lo` to `mid` cross the diagonal (masked); from `mid` on every row sees every key
+    lo = 0
+    mid = 0
+    if CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M
+        mid = lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M
+    for g in range(0, GROUP):  # grouped-query attention: sum over the query heads of this kv head
+        off_hz = off_z * H + off_hkv * GROUP + g
+        off_h = off_hkv * GROUP + g
+        q_base = Q + off_z * stride_qz + off_h * stride_qh
+        do_base = DO + off_z * stride_doz + off_h * stride_doh
+        lse_base = LSE + off_hz * N_Q
+        delta_base = Delta + off_hz * N_Q
+        if CAUSAL:
+            dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                     stride_qm, stride_qk, stride_dom, stride_dok,
+                                     offs_n, offs_d, lo, mid, qk_scale, N_Q,
+                                     D_HEAD, BLOCK_M, True, DOT_F32, DOT_PRECISION)
+        dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
+                                 stride_qm, stride_qk, stride_dom, stride_dok,
+                                 offs_n, offs_d, mid, N_Q, qk_scale, N_Q,
+                                 D_HEAD, BLOCK_M, False, DOT_F32, DOT_PRECISION)
+    # -- write dK_j, dV_j to HBM (line 20)
+    dk = dk * sm_scale
+    tl.store(DK + off_z * stride_dkz + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
+             + offs_d[None, :] * stride_dkk, dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + off_z * stride_dvz + off_hkv * stride_dvh + offs_n[:, None] * stride_dvn
+             + offs_d[None, :] * stride_dvk, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _bwd_dq_inner(
+    dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+    offs_m, offs_d, lo, hi, qk_scale, N_K,
+    D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    for start_n in range(lo, hi, BLOCK_N):  # for each key block j
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD)
+        # -- load K_j^T, V_j^T (line 6)
+        kT = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk, mask=kv_mask, other=0.0)
+        vT = tl.load(v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vk, mask=kv_mask, other=0.0)
+        # -- P_ij = exp2(S_ij - lse_i) (lines 9-10)
+        qk = _dot(q, kT, DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+        p = tl.math.exp2(qk - lse2[:, None])
+        if MASK:
+            mask = offs_n[None, :] < N_K
+            if CAUSAL:
+                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(mask, p, 0.0)
+        # -- dP_ij = dO_i V_j^T (line 12); dS_ij = P_ij * (dP_ij - D_i) (line 13)
+        dp = _dot(do, vT, DOT_F32, DOT_PRECISION)
+        ds = p * (dp - Di[:, None])
+        # -- dQ_i += dS_ij K_j (line 15; the scale is applied once at the end)
+        dq = _dot_acc(ds.to(kT.dtype), tl.trans(kT), dq, DOT_F32, DOT_PRECISION)
+    return dq
+
+
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+def _bwd_dq(
+    Q, K, V, DO, LSE, Delta, DQ, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_doz, stride_doh, stride_dom, stride_dok,
+    stride_dqz, stride_dqh, stride_dqm, stride_dqk,
+    H, GROUP, N_Q, N_K,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- query block i and (batch, head) of this program
+    start_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD)
+    # -- load Q_i, dO_i, lse_i, D_i; dQ_i = 0
+    q = tl.load(Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm
+                + offs_d[None, :] * stride_qk, mask=row_mask, other=0.0)
+    do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
+                 + offs_d[None, :] * stride_dok, mask=row_mask, other=0.0)
+    lse2 = tl.load(LSE + off_hz * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
+    Di = tl.load(Delta + off_hz * N_Q + offs_m, mask=offs_m < N_Q, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    # -- the same two stages as the forward (v2): full blocks below the diagonal, then masked ones
+    hi = N_K
+    unmasked_hi = (N_K // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+        unmasked_hi = tl.minimum(unmasked_hi, (start_m * BLOCK_M) // BLOCK_N * BLOCK_N)
+    dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                       offs_m, offs_d, 0, unmasked_hi, qk_scale, N_K,
+                       D_HEAD, BLOCK_N, False, CAUSAL, DOT_F32, DOT_PRECISION)
+    dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                       offs_m, offs_d, unmasked_hi, hi, qk_scale, N_K,
+                       D_HEAD, BLOCK_N, True, CAUSAL, DOT_F32, DOT_PRECISION)
+    # -- write dQ_i (line 21)
+    dq = dq * sm_scale
+    tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + offs_m[:, None] * stride_dqm
+             + offs_d[None, :] * stride_dqk, dq.to(DQ.dtype.element_ty), mask=row_mask)
+
+
+def backward(q, k, v, o, lse, do, causal: bool, scale: float, config: BwdConfig | None = None):
+    """Gradients of attention from the saved forward output and log-sum-exp.
+
+    q, o, do: (B, H, Nq, d); k, v: (B, Hkv, Nk, d); lse: (B, H, Nq) float32, natural log.
+    Returns dq (B, H, Nq, d), dk and dv (B, Hkv, Nk, d), in the dtypes of q, k and v; with
+    grouped-query attention dk and dv are summed over the H // Hkv query heads of each kv head.
+    """
+    from triton.runtime.errors import OutOfResources
+
+    B, H, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    group = H // Hkv
+    head_dim = head_dim_padded(d)
+    consts = dict(HEAD_DIM=head_dim, D_HEAD=d)
+    flags = dict(CAUSAL=bool(causal), DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
+    lse = lse.contiguous()
+    delta = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
+    dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
+    dk = new_output((B, Hkv, Nk, d), k.dtype, k.device)  # (B, Hkv, Nk, d)
+    dv = new_output((B, Hkv, Nk, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
+    config = config or default_bwd_config(head_dim, q.dtype)
+    for cfg in fallback_bwd_configs(config):
+        try:
+            _bwd_preprocess[(triton.cdiv(Nq, cfg.block_pre), B * H)](
+                o, do, delta, *o.stride(), *do.stride(), H, Nq, **consts, BLOCK_M=cfg.block_pre)
+            common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+            _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
+                q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
+                H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
+                q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
+                H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return dq, dk, dv
+        except OutOfResources:
+            continue
+    raise RuntimeError(f"no backward config down from {config} fits this GPU")

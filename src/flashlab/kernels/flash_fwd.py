@@ -1,0 +1,477 @@
+"""FlashAttention forward in Triton: the course's ladder of rungs (FlashAttention-2, Algorithm 1).
+
+Read each kernel beside ``flashlab.tiled.tiled_attention``: the same state ``m_i`` (running row
+maximum), ``l_i`` (running row sum), ``acc`` (unnormalised output), ``alpha`` (rescale factor),
+``lse`` (log-sum-exp), and the same loop: one program owns a query block ``Q_i`` (``BLOCK_M`` rows)
+and walks over key/value blocks ``K_j, V_j`` (``BLOCK_N`` rows). Comments ``(line n)`` point to
+FlashAttention-2 Algorithm 1 (Dao, 2023, arXiv:2307.08691).
+
+Rungs (every one returns ``(o, lse)``: o ``(B, H, Nq, d)`` in q's dtype, lse ``(B, H, Nq)`` float32,
+natural log):
+
+* ``forward_v0`` — grid over (batch, head) only; each program loops over ALL query blocks.
+* ``forward_v1`` — grid over (query block, batch*head) as FA2; natural ``exp``; masks everywhere.
+* ``forward_v2`` — ``exp2`` with log2(e) folded into the scale; causal two-stage loop (blocks
+  below the diagonal without masks, then the diagonal blocks with the mask).
+* ``forward_v3`` — v2 with ``triton.autotune`` over block sizes, warps and stages.
+
+Shapes are general: any Nq, Nk >= 1 (ragged last tiles are masked); head dims that are not powers
+of two are padded to ``HEAD_DIM`` (the next power of two) with masked loads, ``D_HEAD`` being the
+real one; grouped-query attention reads kv head ``h // GROUP`` for query head ``h``. Causal is
+top-left aligned (query i sees keys j <= i), and tiles wholly above the diagonal are never loaded.
+
+Sequence lengths, head counts and the group size are not specialised on (``do_not_specialize``):
+one compiled kernel serves every length, so a sweep over lengths does not recompile per length.
+
+Inputs are assumed validated (``flashlab.kernels.attention.check_inputs``).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from . import _mode
+
+triton = _mode.triton()
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # ln(2): log(x) == log2(x) * LN2
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration as data
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FwdConfig:
+    """Launch configuration of a forward kernel: tile sizes and GPU scheduling knobs."""
+
+    block_m: int = 128  # query rows per program (Br in the paper)
+    block_n: int = 64  # key/value rows per inner step (Bc in the paper)
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+INTERPRETER_FWD_CONFIG = FwdConfig(block_m=16, block_n=16, num_warps=1, num_stages=1)
+
+
+def head_dim_padded(d: int) -> int:
+    """HEAD_DIM: the power of two (>= 16) that a head dim ``d`` is padded to inside the kernels."""
+    return max(16, triton.next_power_of_2(d))
+
+
+def default_fwd_config(head_dim: int, dtype: torch.dtype) -> FwdConfig:
+    """A config that compiles on an H100/H200 for this padded head dim and dtype (no tuning)."""
+    if _mode.is_interpreter():
+        return INTERPRETER_FWD_CONFIG
+    wide = dtype == torch.float32  # 4-byte tiles need half the rows for the same shared memory
+    if head_dim <= 64:
+        return FwdConfig(128, 32 if wide else 64, 4, 3)
+    if head_dim <= 128:
+        return FwdConfig(128, 32 if wide else 64, 8, 3)
+    return FwdConfig(64, 16 if wide else 32, 4, 2)
+
+
+def fallback_fwd_configs(config: FwdConfig) -> list[FwdConfig]:
+    """``config`` then smaller ones, tried in turn when the GPU runs out of shared memory."""
+    configs = [config]
+    block_m, block_n, stages = config.block_m, config.block_n, config.num_stages
+    while block_n > 16 or stages > 1 or block_m > 16:
+        if stages > 1:
+            stages -= 1
+        elif block_n > 16:
+            block_n //= 2
+        else:
+            block_m //= 2
+        configs.append(FwdConfig(block_m, block_n, config.num_warps, stages))
+    return configs
+
+
+def new_output(shape, dtype, device):
+    """An output buffer for a kernel to fill. ``FLASHLAB_POISON=1`` fills it with NaN first, so an
+    element the kernel forgot to write shows up in the tests (otherwise: ``torch.empty``)."""
+    if os.environ.get("FLASHLAB_POISON") == "1":
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 dots in full precision ("ieee"), as PyTorch's default matmul; fp16/bf16 use tensor cores."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+# --------------------------------------------------------------------------------------------
+# Shared device helpers
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _dot(a, b, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # bf16 tl.dot is wrong in the interpreter: there DOT_F32 upcasts both operands
+    if DOT_F32:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _dot_acc(a, b, acc, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # acc + a @ b, with the accumulator fed to the matrix instruction (no separate add)
+    if DOT_F32:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+
+
+# --------------------------------------------------------------------------------------------
+# v0: one program per (batch, head), looping over every query block
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+def _fwd_v0_grid_bh(
+    Q, K, V, Out, LSE, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H, GROUP, N_Q, N_K,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- this program owns one (batch, head): the grid has B*H programs and no query-block axis
+    off_hz = tl.program_id(0)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_base = Q + off_z * stride_qz + off_h * stride_qh
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    o_base = Out + off_z * stride_oz + off_h * stride_oh
+    for start_m in range(0, tl.cdiv(N_Q, BLOCK_M)):  # the outer loop of Algorithm 1 (line 3), serial here
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
+                    mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        hi = N_K
+        if CAUSAL:
+            hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
+                        mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
+            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+                        mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
+            qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale
+            mask = offs_n[None, :] < N_K
+            if CAUSAL:
+                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            qk = tl.where(mask, qk, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.exp(qk - m_ij[:, None])
+            alpha = tl.exp(m_i - m_ij)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+            m_i = m_ij
+        acc = acc / l_i[:, None]
+        tl.store(LSE + off_hz * N_Q + offs_m, m_i + tl.log(l_i), mask=offs_m < N_Q)
+        tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
+                 acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD))
+
+
+# --------------------------------------------------------------------------------------------
+# v1: FlashAttention-2 grid, mirrors the NumPy loop line for line
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+def _fwd_v1_minimal(
+    Q, K, V, Out, LSE, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H, GROUP, N_Q, N_K,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- which query block i and which (batch, head) this program owns (line 3: parallel over i)
+    start_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one kv head
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    # -- load Q_i from HBM to SRAM (line 4)
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)
+    # -- initialise O_i = 0, l_i = 0, m_i = -inf (line 5)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # -- causal: key blocks starting past the block's last query row are skipped, never loaded
+    hi = N_K
+    if CAUSAL:
+        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+    for start_n in range(0, hi, BLOCK_N):  # line 6
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        # -- load K_j (as K_j^T) and V_j from HBM to SRAM (line 7)
+        k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
+                    mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+                    mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
+        # -- S_ij = Q_i K_j^T (line 8), masked where j is past N_K or (causal) past the row
+        qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale
+        mask = offs_n[None, :] < N_K
+        if CAUSAL:
+            mask = mask & (offs_n[None, :] <= offs_m[:, None])
+        qk = tl.where(mask, qk, float("-inf"))
+        # -- m_ij = max(m_i, rowmax(S_ij)); P_ij = exp(S_ij - m_ij); l_i = e^(m_i - m_ij) l_i + rowsum(P_ij) (line 9)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.exp(qk - m_ij[:, None])
+        alpha = tl.exp(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- O_i = diag(alpha) O_i + P_ij V_j (line 10)
+        acc = acc * alpha[:, None]
+        acc = acc + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+        m_i = m_ij
+    # -- O_i = diag(l_i)^-1 O_i (line 12); L_i = m_i + log(l_i) (line 13)
+    acc = acc / l_i[:, None]
+    lse = m_i + tl.log(l_i)
+    # -- write O_i and L_i to HBM (lines 14-15)
+    tl.store(LSE + off_hz * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD))
+
+
+# --------------------------------------------------------------------------------------------
+# v2: exp2 and the causal two-stage loop
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_v2_inner(
+    acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+    offs_m, offs_d, lo, hi, qk_scale, N_K,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    for start_n in range(lo, hi, BLOCK_N):  # line 6
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk
+        # -- load K_j^T, V_j (line 7): full blocks below the diagonal need no row mask
+        if MASK:
+            k = tl.load(k_ptrs, mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
+            v = tl.load(v_ptrs, mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
+        elif HEAD_DIM == D_HEAD:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[:, None] < D_HEAD, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_d[None, :] < D_HEAD, other=0.0)
+        # -- S_ij in log2 units: Q_i K_j^T * scale * log2(e) (line 8)
+        qk = _dot(q, k, DOT_F32, DOT_PRECISION) * qk_scale
+        if MASK:
+            mask = offs_n[None, :] < N_K
+            if CAUSAL:
+                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            qk = tl.where(mask, qk, float("-inf"))
+        # -- m_ij, P_ij = 2^(S_ij - m_ij), l_i (line 9)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- O_i = diag(alpha) O_i + P_ij V_j (line 10)
+        acc = acc * alpha[:, None]
+        acc = _dot_acc(p.to(v.dtype), v, acc, DOT_F32, DOT_PRECISION)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "N_Q_BUCKET", "N_K_BUCKET"])
+def _fwd_v2_exp2_causal(
+    Q, K, V, Out, LSE, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H, GROUP, N_Q, N_K, N_Q_BUCKET, N_K_BUCKET,  # the buckets are only autotuning keys (v3)
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- query block i and (batch, head) of this program (line 3)
+    start_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    # -- load Q_i (line 4); initialise m_i, l_i, O_i (line 5)
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) in: exp(x) = exp2(x * log2(e))
+    # -- the key range splits in two: full blocks that need no mask, then masked blocks
+    #    (the ragged last block; with causal, the blocks that cross the diagonal)
+    hi = N_K
+    unmasked_hi = (N_K // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)  # blocks past the last row: never loaded
+        unmasked_hi = tl.minimum(unmasked_hi, (start_m * BLOCK_M) // BLOCK_N * BLOCK_N)
+    # -- stage 1: blocks wholly below the diagonal, no masks
+    acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                                  offs_m, offs_d, 0, unmasked_hi, qk_scale, N_K,
+                                  HEAD_DIM, D_HEAD, BLOCK_N, False, CAUSAL, DOT_F32, DOT_PRECISION)
+    # -- stage 2: diagonal and ragged blocks, with the mask
+    acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                                  offs_m, offs_d, unmasked_hi, hi, qk_scale, N_K,
+                                  HEAD_DIM, D_HEAD, BLOCK_N, True, CAUSAL, DOT_F32, DOT_PRECISION)
+    # -- O_i = O_i / l_i (line 12); L_i = m_i + log(l_i), back in natural-log units (line 13)
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + off_hz * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD))
+
+
+# --------------------------------------------------------------------------------------------
+# v3: v2 autotuned
+# --------------------------------------------------------------------------------------------
+def _v3_configs() -> list:
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [
+            (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 3),
+            (64, 64, 4, 3), (64, 32, 4, 2), (128, 64, 8, 4), (64, 64, 4, 4),
+        ]
+    ]
+
+
+SMEM_BYTES = 227 * 1024  # shared memory one Hopper program may use (H100/H200: 227 KiB per block)
+
+
+def _prune_v3(configs, named_args, **kwargs):
+    """Drop configs whose tiles cannot fit the GPU, or whose query block dwarfs the query length."""
+    args = {**named_args, **kwargs}
+    head_dim = args["HEAD_DIM"]
+    itemsize = args["Q"].element_size()
+    n_q = args["N_Q_BUCKET"]
+    kept = []
+    for c in configs:
+        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
+        smem = (bm * head_dim + c.num_stages * 2 * bn * head_dim) * itemsize
+        if smem > SMEM_BYTES or (head_dim >= 256 and (bm > 64 or bn > 64)) or (itemsize == 4 and bn > 64):
+            continue
+        if bm > 64 and n_q <= 64:
+            continue
+        kept.append(c)
+    return kept or [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+
+
+_fwd_v3_autotuned = triton.autotune(
+    configs=_v3_configs(),
+    key=["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", "CAUSAL", "DOT_PRECISION", "DOT_F32"],
+    prune_configs_by={"early_config_prune": _prune_v3},
+)(_fwd_v2_exp2_causal) if not _mode.is_interpreter() else None
+
+
+def autotune_enabled() -> bool:
+    """v3 autotunes unless ``FLASHLAB_AUTOTUNE=0`` (then it runs ``default_fwd_config``)."""
+    return os.environ.get("FLASHLAB_AUTOTUNE", "1") != "0" and not _mode.is_interpreter()
+
+
+def _bucket(n: int) -> int:
+    return min(16384, max(16, triton.next_power_of_2(n)))
+
+
+# --------------------------------------------------------------------------------------------
+# Python wrappers: one calling convention, forward(q, k, v, causal, scale) -> (o, lse)
+# --------------------------------------------------------------------------------------------
+def _out_and_args(q, k, v, scale):
+    B, H, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
+    lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
+    args = (
+        q, k, v, o, lse, scale,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        H, H // Hkv, Nq, Nk,
+    )
+    return o, lse, args
+
+
+def _constexprs(q, causal):
+    return dict(
+        HEAD_DIM=head_dim_padded(q.shape[-1]), D_HEAD=q.shape[-1], CAUSAL=bool(causal),
+        DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
+    )
+
+
+def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
+    """Launch with ``config``; on a shared-memory overflow retry with smaller tiles."""
+    from triton.runtime.errors import OutOfResources
+
+    for cfg in fallback_fwd_configs(config):
+        try:
+            kernel[grid(cfg)](*args, **consts, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                              num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            return cfg
+        except OutOfResources:
+            continue
+    raise RuntimeError(f"no forward config down from {config} fits this GPU")
+
+
+def forward_v0(q, k, v, causal: bool, scale: float, config: FwdConfig | None = None):
+    """Rung v0: grid over (batch, head) only. Returns (o (B, H, Nq, d), lse (B, H, Nq) fp32, natural log)."""
+    o, lse, args = _out_and_args(q, k, v, scale)
+    consts = _constexprs(q, causal)
+    config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
+    B, H = q.shape[:2]
+    _launch(_fwd_v0_grid_bh, lambda c: (B * H,), args, consts, config)
+    return o, lse
+
+
+def forward_v1(q, k, v, causal: bool, scale: float, config: FwdConfig | None = None):
+    """Rung v1: FA2 grid (query block, batch*head), natural exp, masks everywhere."""
+    o, lse, args = _out_and_args(q, k, v, scale)
+    consts = _constexprs(q, causal)
+    config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
+    B, H, Nq = q.shape[:3]
+    _launch(_fwd_v1_minimal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config)
+    return o, lse
+
+
+def forward_v2(q, k, v, causal: bool, scale: float, config: FwdConfig | None = None):
+    """Rung v2: exp2 with log2(e) folded into the scale; causal two-stage loop."""
+    o, lse, args = _out_and_args(q, k, v, scale)
+    args = (*args, _bucket(q.shape[2]), _bucket(k.shape[2]))
+    consts = _constexprs(q, causal)
+    config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
+    B, H, Nq = q.shape[:3]
+    _launch(_fwd_v2_exp2_causal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config)
+    return o, lse
+
+
+def forward_v3(q, k, v, causal: bool, scale: float):
+    """Rung v3: v2 autotuned over BLOCK_M/BLOCK_N/num_warps/num_stages, keyed on length buckets,
+    head dim, causal and dtype. In the interpreter, or with ``FLASHLAB_AUTOTUNE=0``, it runs v2
+    with ``default_fwd_config`` instead (one small config; no timing runs)."""
+    if not autotune_enabled():
+        return forward_v2(q, k, v, causal, scale)
+    o, lse, args = _out_and_args(q, k, v, scale)
+    args = (*args, _bucket(q.shape[2]), _bucket(k.shape[2]))
+    B, H, Nq = q.shape[:3]
+    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **_constexprs(q, causal))
+    return o, lse
+
+
+def default_scale(d: int) -> float:
+    """The softmax scale 1/sqrt(d)."""
+    return 1.0 / math.sqrt(d)

@@ -1,0 +1,255 @@
+"""The Hopper rung (``v4_hopper``): FlashAttention-2 forward fed by tensor descriptors (TMA).
+
+Same algorithm as the other rungs (FlashAttention-2, Algorithm 1, forward pass; exp2 and the
+causal two-stage loop of ``flash_fwd.py``), with three changes aimed at Hopper (sm90):
+
+* Q, K and V tiles are loaded through **tensor descriptors** (``triton.tools.tensor_descriptor.
+  TensorDescriptor`` built on the host, passed by value). On sm90 Triton lowers a descriptor load
+  to the bulk tensor copy engine (TMA, ``cp.async.bulk.tensor``): one thread issues a whole tile
+  copy into shared memory, the warps keep their registers for the softmax, and the software
+  pipeline (``num_stages``) keeps K/V tiles in flight while the tensor cores (``wgmma``) work.
+* **Warp specialisation** can be switched on per config (``tl.range(..., warp_specialize=True)``,
+  Triton's automatic partitioning into producer and consumer warps). Whether it pays on Hopper
+  with triton 3.6 is measured, not assumed: see ``benchmarks/NOTES.md``.
+* **Configuration as data**: block sizes, warps and stages come from :class:`HopperConfig`
+  tables chosen by (head dim, causal), measured on an H200 (``benchmarks/NOTES.md``), instead of
+  autotuning at every new shape.
+
+Layout: q, k, v are viewed as 2-D tensors of rows ``(B*H*N, d)``. A tile that runs past the end of
+one head reads rows of the next head (or zeros past the end of the tensor, from the copy engine);
+those key columns are masked to a large negative score and those query rows are never stored, so
+ragged N (not a multiple of the block sizes) is handled by masking, not by padding.
+
+Causal convention: top-left aligned (``docs/ARCHITECTURE.md``): query row i sees key column j <= i.
+Outputs: ``o`` (B, H, Nq, d) in the input dtype and ``lse`` (B, H, Nq) float32, natural log.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flashlab.kernels import _mode
+
+triton = _mode.triton()
+import triton.language as tl  # noqa: E402  (after _mode.triton() picked the mode)
+
+LN2 = math.log(2.0)
+LOG2E = 1.0 / LN2
+
+
+@dataclass(frozen=True)
+class HopperConfig:
+    """Launch configuration of the Hopper forward kernel."""
+
+    block_q: int = 128  # BLOCK_M: query rows per program
+    block_k: int = 64  # BLOCK_N: key rows per inner-loop step
+    num_warps: int = 4
+    num_stages: int = 3  # software-pipeline depth of the K/V loads
+    warp_specialize: bool = False
+
+    def __post_init__(self):
+        for name in ("block_q", "block_k"):
+            size = getattr(self, name)
+            if size < 16 or size & (size - 1):
+                raise ValueError(f"{name}={size} must be a power of two >= 16")
+        if self.block_q % self.block_k:
+            raise ValueError(f"block_q={self.block_q} must be a multiple of block_k={self.block_k} "
+                             "(the causal band loop starts at a block_q boundary)")
+        if self.num_warps not in (4, 8):
+            raise ValueError(f"num_warps={self.num_warps} must be 4 or 8 (one or two warpgroups)")
+        if self.num_stages < 1:
+            raise ValueError(f"num_stages={self.num_stages} must be >= 1")
+
+
+# Chosen from the config sweep on an H200, bf16, B*N = 16384, N = 8192 (benchmarks/NOTES.md,
+# benchmarks/results/hopper_sweep.json): the fastest config without a failed compile.
+DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
+    (64, False): HopperConfig(block_q=128, block_k=64, num_warps=4, num_stages=4),  # 434 TFLOP/s
+    (64, True): HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3),  # 425 TFLOP/s
+    (128, False): HopperConfig(block_q=128, block_k=64, num_warps=4, num_stages=2),  # 532 TFLOP/s
+    (128, True): HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3),  # 473 TFLOP/s
+}
+
+# Configs the benchmark sweeps to refill DEFAULT_CONFIGS (benchmarks/bench_attention.py --sweep).
+SWEEP_CONFIGS: tuple[HopperConfig, ...] = (
+    HopperConfig(128, 64, 4, 2), HopperConfig(128, 64, 4, 3), HopperConfig(128, 64, 4, 4),
+    HopperConfig(128, 128, 8, 2), HopperConfig(128, 128, 8, 3), HopperConfig(128, 64, 8, 3),
+    HopperConfig(64, 64, 4, 3),
+    HopperConfig(128, 64, 4, 3, warp_specialize=True), HopperConfig(128, 128, 8, 2, warp_specialize=True),
+)
+
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, qk_scale, N_KV,
+                    DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                    CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        # -- S_ij = Q_i K_j^T (paper line 8), fp32 accumulate on the tensor cores
+        k = desc_k.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
+        qk = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
+        # -- m_ij = max(m_i, rowmax(S_ij)), in log2 units (scores pre-multiplied by log2(e))
+        if MASKED:
+            cols = start_n + offs_n
+            keep = cols[None, :] < N_KV  # (1, BLOCK_N): ragged tail of K/V
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= cols[None, :])  # (BLOCK_M, BLOCK_N)
+            qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_ij[:, None]
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        # -- P_ij = exp2(S_ij - m_ij); alpha rescales the old state (paper lines 9-10)
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_ij = tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        # -- acc += P_ij V_j
+        v = desc_v.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
+        acc = tl.dot(p.to(DTYPE), v, acc)
+        # -- update m_i and l_i last: shorter live ranges
+        l_i = l_i * alpha + l_ij
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV,
+                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    DTYPE: tl.constexpr = Out.dtype.element_ty
+    off_hz = tl.program_id(1)
+    if CAUSAL:
+        # heaviest query blocks (most key blocks) launch first: a shorter tail at the end
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    q_row0 = off_hz * N_Q + start_m * BLOCK_M  # first row of Q_i in the (B*H*Nq, d) view
+    kv_row0 = off_hz * N_KV  # first row of this head's K and V
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows of this block
+
+    # -- online-softmax state (paper line 6)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    q = desc_q.load([q_row0, 0])  # (BLOCK_M, HEAD_DIM), stays on chip for the whole loop
+
+    # -- stage 1: key blocks no mask touches; stage 2: the diagonal band and the ragged tail
+    n_full = (N_KV // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        hi_full = tl.minimum(start_m * BLOCK_M, n_full)
+        hi_band = tl.minimum((start_m + 1) * BLOCK_M, N_KV)
+    else:
+        hi_full = n_full
+        hi_band = N_KV
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, 0, hi_full,
+                                    offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, False, CAUSAL,
+                                    WARP_SPECIALIZE)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, hi_full, hi_band,
+                                    offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, True, CAUSAL,
+                                    WARP_SPECIALIZE)
+
+    # -- epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    row_ok = offs_m < N_Q
+    tl.store(Lse + off_hz * N_Q + offs_m, lse, mask=row_ok)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = (off_hz * N_Q + offs_m).to(tl.int64)
+    tl.store(Out + rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(DTYPE), mask=row_ok[:, None])
+
+
+def _check_inputs(q, k, v, causal, scale):
+    import torch
+
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.ndim != 4:
+            raise ValueError(f"{name}.shape={tuple(x.shape)} must be 4-D (B, H, N, d)")
+        _mode.check_device(name, x)
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q, k, v must share one dtype, float16 or bfloat16; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"(B, H) must match: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[3] != q.shape[3] or v.shape != k.shape:
+        raise ValueError(f"k must be (B, H, Nk, d) with q's d and v the same shape as k: "
+                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.shape[3] not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head dim d={q.shape[3]} is not supported by the Hopper rung; "
+                         f"expected one of {SUPPORTED_HEAD_DIMS}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
+        raise ValueError(f"scale={scale!r} must be a positive number or None (1/sqrt(d))")
+
+
+def default_config(head_dim: int, causal: bool) -> HopperConfig:
+    """The measured best config for (head_dim, causal); a safe default for other head dims."""
+    return DEFAULT_CONFIGS.get((head_dim, causal), HopperConfig())
+
+
+def launch(q, k, v, causal: bool = False, scale: float | None = None,
+           config: HopperConfig | None = None):
+    """Run the kernel; return ``(o, lse, compiled)`` where ``compiled`` is Triton's compiled kernel.
+
+    ``compiled`` carries the resource report (``n_regs``, ``n_spills``, ``metadata.shared``) and
+    the code (``asm['ptx']``, ``asm['cubin']``) that the benchmark records.
+    """
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    _check_inputs(q, k, v, causal, scale)
+    B, H, n_q, d = q.shape  # (B, H, Nq, d)
+    n_kv = k.shape[2]
+    cfg = config or default_config(d, causal)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    q2 = q.contiguous().view(B * H * n_q, d)  # (B*H*Nq, d)
+    k2 = k.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
+    v2 = v.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
+    o = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)  # (B, H, Nq, d)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)  # (B, H, Nq)
+    desc_q = TensorDescriptor.from_tensor(q2, [cfg.block_q, d])
+    desc_k = TensorDescriptor.from_tensor(k2, [cfg.block_k, d])
+    desc_v = TensorDescriptor.from_tensor(v2, [cfg.block_k, d])
+    grid = (triton.cdiv(n_q, cfg.block_q), B * H)
+    compiled = _flash_fwd_hopper_kernel[grid](
+        desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv,
+        HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, CAUSAL=causal,
+        WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return o, lse, compiled
+
+
+def forward(q, k, v, causal: bool = False, scale: float | None = None,
+            config: HopperConfig | None = None):
+    """FlashAttention-2 forward on Hopper.
+
+    q (B, H, Nq, d), k and v (B, H, Nk, d): torch float16/bfloat16 tensors; d in (64, 128).
+    Returns ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32 (natural log).
+    ``scale`` defaults to 1/sqrt(d). Call :func:`supports` first to know whether this rung runs
+    (and has been verified) for the inputs; other rungs cover the rest.
+    """
+    o, lse, _ = launch(q, k, v, causal, scale, config)
+    return o, lse
+
+
+def supports(q, k, v, causal: bool = False) -> bool:
+    """True where this rung is correct and tested: CUDA sm90 (or the CPU interpreter), fp16/bf16,
+    d in (64, 128), v shaped like k. In the interpreter only fp16 is accepted (its bf16 dot is wrong).
+    """
+    import torch
+
+    try:
+        _check_inputs(q, k, v, causal, None)
+    except (TypeError, ValueError):
+        return False
+    if _mode.is_interpreter():
+        return q.dtype == torch.float16
+    if q.device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(q.device)[0] == 9

@@ -1,0 +1,84 @@
+"""The forward rungs, by name, with one calling convention: ``forward(q, k, v, causal, scale) -> (o, lse)``.
+
+o (B, H, Nq, d) in q's dtype; lse (B, H, Nq) float32, natural log. Every entry validates its
+inputs (``attention.check_inputs``), so the benchmarks and tests can call any rung alike.
+
+| name | what it adds |
+| --- | --- |
+| ``v0_grid_bh`` | one program per (batch, head), looping over all query blocks |
+| ``v1_minimal`` | FA2 grid over (query block, batch*head); the NumPy loop line for line |
+| ``v2_exp2_causal`` | exp2 with log2(e) folded into the scale; causal two-stage loop |
+| ``v3_autotuned`` | v2 with triton.autotune (in the interpreter: one small config) |
+| ``v4_hopper`` | ``flashlab.kernels.flash_fwd_hopper`` (tensor descriptors, warp specialisation); |
+|  | where that module is missing or its ``supports`` says no, this entry runs v3 instead |
+
+``resolve(name, q, k, v, causal)`` says which rung an entry really runs for given inputs.
+"""
+from __future__ import annotations
+
+import importlib
+
+from .attention import check_inputs
+
+
+def _hopper_module():
+    """``flashlab.kernels.flash_fwd_hopper`` or None when it does not exist (yet)."""
+    try:
+        return importlib.import_module("flashlab.kernels.flash_fwd_hopper")
+    except ModuleNotFoundError as err:
+        if err.name != "flashlab.kernels.flash_fwd_hopper":
+            raise
+        return None
+
+
+def hopper_applies(q, k, v, causal: bool) -> bool:
+    """True when the Hopper rung exists, the tensors are on CUDA and it supports these inputs."""
+    if q.device.type != "cuda":
+        return False
+    module = _hopper_module()
+    return module is not None and bool(module.supports(q, k, v, causal))
+
+
+def resolve(name: str, q, k, v, causal: bool) -> str:
+    """The rung that entry ``name`` actually runs for these inputs (``v4_hopper`` may fall back to v3)."""
+    if name not in RUNGS:
+        raise ValueError(f"rung name={name!r} is unknown; expected one of {sorted(RUNGS)}")
+    if name == "v4_hopper" and not hopper_applies(q, k, v, causal):
+        return "v3_autotuned"
+    return name
+
+
+def best_rung(q, k, v, causal: bool) -> str:
+    """The rung ``flash_attention`` uses: v4_hopper where it applies, else v3_autotuned."""
+    return resolve("v4_hopper", q, k, v, causal)
+
+
+def _entry(forward_name: str):
+    def forward(q, k, v, causal: bool = False, scale: float | None = None):
+        from . import flash_fwd
+
+        scale = check_inputs(q, k, v, causal, scale)
+        return getattr(flash_fwd, forward_name)(q, k, v, causal, scale)
+
+    forward.__name__ = forward_name
+    forward.__doc__ = f"Validated ``flash_fwd.{forward_name}``: (q, k, v, causal, scale) -> (o, lse)."
+    return forward
+
+
+def v4_hopper(q, k, v, causal: bool = False, scale: float | None = None):
+    """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``)."""
+    scale = check_inputs(q, k, v, causal, scale)
+    if hopper_applies(q, k, v, causal):
+        return _hopper_module().forward(q, k, v, causal, scale)
+    from . import flash_fwd
+
+    return flash_fwd.forward_v3(q, k, v, causal, scale)
+
+
+RUNGS = {
+    "v0_grid_bh": _entry("forward_v0"),
+    "v1_minimal": _entry("forward_v1"),
+    "v2_exp2_causal": _entry("forward_v2"),
+    "v3_autotuned": _entry("forward_v3"),
+    "v4_hopper": v4_hopper,
+}

@@ -1,0 +1,212 @@
+"""Closed-form HBM traffic of naive and tiled attention, and the paper's view as a function of SRAM size.
+
+Byte counts (:class:`Traffic`) follow the "Traffic accounting rules" of docs/ARCHITECTURE.md,
+transfer for transfer: a traced run of :mod:`flashlab.tiled` with the same shapes, block sizes,
+``itemsize`` and ``stat_itemsize`` records exactly these bytes (tested). Every count is for the
+whole batch: the per-head count times ``batch``. ``itemsize`` is bytes per element of Q, K, V, O,
+S, P and the gradients (2 for fp16/bf16); ``stat_itemsize`` is bytes per row statistic (lse, m, l,
+D; defaults to ``itemsize``; real kernels use 4). Causal counts sum over query (or key) blocks
+with the tile-skipping rule of :func:`flashlab.tiled.causal_tile_skipped`, so they are exact for
+ragged tiles; they cost O(number of blocks), never O(N^2).
+
+- naive forward (FlashAttention paper, Algorithm 0): S and P are written to HBM and read back.
+- naive backward (FlashAttention paper, Appendix B, Algorithm 3, "standard attention backward"),
+  with P kept from the forward pass: read P, dO, write dV; read dO, V, write dP; read P, dP, write
+  dS; read dS, K, write dQ; read dS, Q, write dK. So P is read twice, dS twice, dO twice.
+- FA1 / FA2 forward and the FA2 backward: see :mod:`flashlab.tiled`.
+
+Paper view (Dao et al. 2022, Section 3.2): SRAM holds M ELEMENTS (not bytes); FlashAttention uses
+block_k = Bc = ceil(M / (4d)) and block_q = Br = min(Bc, d) and makes Theta(N^2 d^2 / M) HBM
+accesses (Theorem 2) against Theta(N d + N^2) for standard attention; Proposition 3: no exact
+attention algorithm makes o(N^2 d^2 / M) accesses for all M in [d, N d].
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._checks import check_bool, check_positive_int
+from .tiled import first_q_block, kv_blocks_visited, num_blocks
+from .tracer import READ, WRITE
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """HBM bytes read and written; ``by_tensor`` maps (tensor, "read"|"write") to bytes."""
+
+    read_bytes: int
+    write_bytes: int
+    by_tensor: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def total(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+
+class _Tally:
+    """Adds up transfers per (tensor, direction), in elements times bytes per element."""
+
+    def __init__(self, itemsize: int, stat_itemsize: int, batch: int):
+        self.sizes = {"stat": stat_itemsize, "elem": itemsize}
+        self.batch = batch
+        self.bytes: dict[tuple[str, str], int] = {}
+
+    def add(self, tensor: str, direction: str, elements: int) -> None:
+        size = self.sizes["stat"] if tensor in ("lse", "m", "l", "D") else self.sizes["elem"]
+        key = (tensor, direction)
+        self.bytes[key] = self.bytes.get(key, 0) + elements * size * self.batch
+
+    def traffic(self) -> Traffic:
+        by = {key: n for key, n in self.bytes.items() if n}
+        reads = sum(n for (_, direction), n in by.items() if direction == READ)
+        writes = sum(n for (_, direction), n in by.items() if direction == WRITE)
+        return Traffic(reads, writes, by)
+
+
+def _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q=1, block_k=1, causal=False):
+    nq, nk, d = (check_positive_int(n, x) for n, x in (("nq", nq), ("nk", nk), ("d", d)))
+    dv = d if dv is None else check_positive_int("dv", dv)
+    itemsize = check_positive_int("itemsize", itemsize)
+    stat_itemsize = itemsize if stat_itemsize is None else check_positive_int("stat_itemsize", stat_itemsize)
+    batch = check_positive_int("batch", batch)
+    block_q, block_k = check_positive_int("block_q", block_q), check_positive_int("block_k", block_k)
+    return nq, nk, d, dv, _Tally(itemsize, stat_itemsize, batch), block_q, block_k, check_bool("causal", causal)
+
+
+def naive_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2, batch: int = 1,
+                  causal: bool = False) -> Traffic:
+    """Standard attention forward: read Q, K; write S; read S; write P; read P, V; write O.
+
+    S and P (Nq x Nk) are materialised in full even when causal (``causal`` changes nothing).
+    """
+    nq, nk, d, dv, t, _, _, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
+    t.add("Q", READ, nq * d)
+    t.add("K", READ, nk * d)
+    t.add("S", WRITE, nq * nk)
+    t.add("S", READ, nq * nk)
+    t.add("P", WRITE, nq * nk)
+    t.add("P", READ, nq * nk)
+    t.add("V", READ, nk * dv)
+    t.add("O", WRITE, nq * dv)
+    return t.traffic()
+
+
+def naive_backward_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2,
+                           batch: int = 1, causal: bool = False) -> Traffic:
+    """Standard attention backward (FlashAttention paper, Algorithm 3), P stored by the forward."""
+    nq, nk, d, dv, t, _, _, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
+    # dV = P^T dO
+    t.add("P", READ, nq * nk)
+    t.add("dO", READ, nq * dv)
+    t.add("dV", WRITE, nk * dv)
+    # dP = dO V^T
+    t.add("dO", READ, nq * dv)
+    t.add("V", READ, nk * dv)
+    t.add("dP", WRITE, nq * nk)
+    # dS = P * (dP - rowsum(P * dP))
+    t.add("P", READ, nq * nk)
+    t.add("dP", READ, nq * nk)
+    t.add("dS", WRITE, nq * nk)
+    # dQ = dS K ; dK = dS^T Q
+    t.add("dS", READ, 2 * nq * nk)
+    t.add("K", READ, nk * d)
+    t.add("Q", READ, nq * d)
+    t.add("dQ", WRITE, nq * d)
+    t.add("dK", WRITE, nk * d)
+    return t.traffic()
+
+
+def fa2_forward_traffic(nq: int, nk: int, d: int, dv: int | None = None, block_q: int = 64, block_k: int = 64,
+                        causal: bool = False, itemsize: int = 2, stat_itemsize: int | None = None,
+                        batch: int = 1) -> Traffic:
+    """FlashAttention-2 forward: Q_i read once; K_j, V_j read once per computed tile; O, lse written once."""
+    nq, nk, d, dv, t, bq, bk, causal = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal)
+    t.add("Q", READ, nq * d)
+    for i in range(num_blocks(nq, bq)):
+        kv_rows = min(kv_blocks_visited(i, nq, nk, bq, bk, causal) * bk, nk)  # keys seen by query block i
+        t.add("K", READ, kv_rows * d)
+        t.add("V", READ, kv_rows * dv)
+    t.add("O", WRITE, nq * dv)
+    t.add("lse", WRITE, nq)
+    return t.traffic()
+
+
+def fa1_forward_traffic(nq: int, nk: int, d: int, dv: int | None = None, block_q: int = 64, block_k: int = 64,
+                        causal: bool = False, itemsize: int = 2, stat_itemsize: int | None = None,
+                        batch: int = 1) -> Traffic:
+    """FlashAttention-1 forward: O, l, m initialised in HBM, then read and written back per tile."""
+    nq, nk, d, dv, t, bq, bk, causal = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal)
+    t.add("O", WRITE, nq * dv)
+    t.add("l", WRITE, nq)
+    t.add("m", WRITE, nq)
+    for j in range(num_blocks(nk, bk)):
+        i0 = first_q_block(j, nq, bq, bk, causal)
+        if i0 == num_blocks(nq, bq):
+            continue  # no query sees key block j: K_j, V_j are not loaded
+        ck = min((j + 1) * bk, nk) - j * bk
+        q_rows = nq - i0 * bq  # rows of the query blocks i0 .. end
+        t.add("K", READ, ck * d)
+        t.add("V", READ, ck * dv)
+        for name, width in (("Q", d), ("O", dv), ("l", 1), ("m", 1)):
+            t.add(name, READ, q_rows * width)
+        for name, width in (("O", dv), ("l", 1), ("m", 1)):
+            t.add(name, WRITE, q_rows * width)
+    return t.traffic()
+
+
+def backward_traffic(nq: int, nk: int, d: int, dv: int | None = None, block_q: int = 64, block_k: int = 64,
+                     causal: bool = False, itemsize: int = 2, stat_itemsize: int | None = None,
+                     batch: int = 1) -> Traffic:
+    """FlashAttention-2 backward (Algorithm 2): D preprocessing, then per computed tile Q_i, dO_i,
+    lse_i, D_i, dQ_i read and dQ_i written; K_j, V_j read and dK_j, dV_j written once per key block."""
+    nq, nk, d, dv, t, bq, bk, causal = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal)
+    t.add("dO", READ, nq * dv)
+    t.add("O", READ, nq * dv)
+    t.add("D", WRITE, nq)
+    t.add("dQ", WRITE, nq * d)
+    for j in range(num_blocks(nk, bk)):
+        ck = min((j + 1) * bk, nk) - j * bk
+        i0 = first_q_block(j, nq, bq, bk, causal)
+        if i0 < num_blocks(nq, bq):
+            q_rows = nq - i0 * bq
+            t.add("K", READ, ck * d)
+            t.add("V", READ, ck * dv)
+            for name, width in (("Q", d), ("dO", dv), ("lse", 1), ("D", 1), ("dQ", d)):
+                t.add(name, READ, q_rows * width)
+            t.add("dQ", WRITE, q_rows * d)
+        t.add("dK", WRITE, ck * d)
+        t.add("dV", WRITE, ck * dv)
+    return t.traffic()
+
+
+# -- the paper's view: M = SRAM size in elements -------------------------------------------------
+def paper_block_sizes(sram_elements: int, d: int) -> tuple[int, int]:
+    """(block_r, block_c) = (min(Bc, d), ceil(M / (4 d))) for an SRAM of M = sram_elements ELEMENTS."""
+    m = check_positive_int("sram_elements", sram_elements)
+    d = check_positive_int("d", d)
+    block_c = -(-m // (4 * d))
+    return min(block_c, d), block_c
+
+
+def flash_hbm_accesses(n: int, d: int, sram_elements: int) -> int:
+    """HBM accesses (ELEMENTS read + written) of FlashAttention-1 forward, Nq = Nk = n, dv = d,
+    non-causal, with the paper's block sizes for an SRAM of M = sram_elements elements.
+    Theta(N^2 d^2 / M) (Theorem 2)."""
+    block_r, block_c = paper_block_sizes(sram_elements, d)
+    return fa1_forward_traffic(n, n, d, block_q=block_r, block_k=block_c, itemsize=1, stat_itemsize=1).total
+
+
+def standard_hbm_accesses(n: int, d: int) -> int:
+    """HBM accesses (ELEMENTS) of standard attention forward (Algorithm 0): 4 N d + 4 N^2, Theta(N d + N^2)."""
+    return naive_traffic(n, n, d, itemsize=1).total
+
+
+def io_lower_bound(n: int, d: int, sram_elements: int) -> int:
+    """A lower bound on HBM accesses (ELEMENTS) of exact attention, Nq = Nk = n, dv = d.
+
+    max(ceil(N^2 d^2 / M), 4 N d): the second term is reading Q, K, V and writing O once each;
+    the first is the Omega(N^2 d^2 / M) of Proposition 3 taken with constant 1 (the paper states
+    it for M in [d, N d] and gives no constant, so it shows the scaling, not an exact floor).
+    """
+    n, d = check_positive_int("n", n), check_positive_int("d", d)
+    m = check_positive_int("sram_elements", sram_elements)
+    return max(-(-(n * n * d * d) // m), 4 * n * d)

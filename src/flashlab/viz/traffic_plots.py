@@ -1,0 +1,302 @@
+"""HBM traffic figures (issue 4, views 3, 4 and 6), from the formulas and from traced runs.
+
+- :func:`plot_traffic_vs_n`: bytes between HBM and SRAM against sequence length N (log-log):
+  naive vs flash formula curves, traced runs as points on them, and the paper's
+  Theta(N^2 d^2 / M) line (FlashAttention, Dao et al. 2022, Theorem 2).
+- :func:`plot_traffic_vs_sram`: flash traffic against SRAM size M at fixed N and d, falling about
+  as 1/M until it meets the compulsory traffic (read Q, K, V and write O once); real shared-memory
+  sizes marked, per SM and summed over all SMs (:mod:`flashlab.hardware`).
+- :func:`plot_moved_vs_touched`: bytes moved between HBM and SRAM next to bytes read and written
+  inside SRAM by the compute, per algorithm.
+
+Block sizes from an SRAM size M (in elements) follow the paper: ``paper_block_sizes(M, d)``
+(block_k = ceil(M / 4d), block_q = min(block_k, d)). Every data function returns plain numbers so
+that tests can tie each plotted value to a formula or a trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import hardware
+from . import style
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive int")
+    return int(value)
+
+
+def traced_forward(n: int, d: int, block_q: int, block_k: int, causal: bool = False, itemsize: int = 2,
+                   algorithm: str = "fa2", seed: int = 0):
+    """Run a tiled forward (or backward) on random inputs with a tracer; returns the tracer.
+
+    ``algorithm``: "fa2" (:func:`flashlab.tiled.tiled_attention`), "fa1" or "backward".
+    Bytes are counted at ``itemsize`` bytes per element and 4 bytes per row statistic.
+    """
+    from ..tiled import tiled_attention, tiled_attention_backward, tiled_attention_fa1
+    from ..tracer import TrafficTracer
+
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))  # (N, d) each
+    tracer = TrafficTracer(itemsize=itemsize, stat_itemsize=4)
+    kw = dict(causal=causal, block_q=block_q, block_k=block_k)
+    if algorithm == "fa2":
+        tiled_attention(q, k, v, tracer=tracer, **kw)
+    elif algorithm == "fa1":
+        tiled_attention_fa1(q, k, v, tracer=tracer, **kw)
+    elif algorithm == "backward":
+        o, lse = tiled_attention(q, k, v, return_lse=True, **kw)  # (N, d), (N,)
+        do = rng.standard_normal((n, d)).astype(np.float32)  # (N, d)
+        tiled_attention_backward(q, k, v, o, lse, do, tracer=tracer, **kw)
+    else:
+        raise ValueError(f"algorithm={algorithm!r} must be 'fa2', 'fa1' or 'backward'")
+    return tracer
+
+
+# -- view 3: traffic vs N ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrafficVsN:
+    ns: np.ndarray  # (len(ns),) sequence lengths N (Nq = Nk = N)
+    naive: np.ndarray  # bytes, naive_traffic
+    fa2: np.ndarray  # bytes, fa2_forward_traffic with the paper's blocks for M
+    fa1: np.ndarray  # bytes, fa1_forward_traffic with the same blocks
+    theta: np.ndarray  # bytes: N^2 d^2 / M elements x itemsize (Theorem 2's scaling, constant 1)
+    traced_ns: tuple[int, ...]
+    traced_fa2: tuple[int, ...]  # tracer.hbm_bytes of tiled_attention at traced_ns
+    d: int
+    sram_bytes: int
+    itemsize: int
+    causal: bool
+    block_q: int
+    block_k: int
+
+
+def traffic_vs_n_data(d: int = 64, sram_bytes: int = 128 * 1024, itemsize: int = 2, causal: bool = False,
+                      ns=None, traced_ns=(128, 256, 512)) -> TrafficVsN:
+    """The curves and traced points of :func:`plot_traffic_vs_n` (one head, Nq = Nk = N)."""
+    from .. import traffic as tr
+
+    d, sram_bytes, itemsize = (_positive_int(k, v) for k, v in
+                               (("d", d), ("sram_bytes", sram_bytes), ("itemsize", itemsize)))
+    sram_elements = sram_bytes // itemsize
+    if sram_elements < 4 * d:
+        raise ValueError(f"sram_bytes={sram_bytes} holds {sram_elements} elements; the paper's blocks need "
+                         f"at least 4*d = {4 * d} (raise sram_bytes or lower d)")
+    block_q, block_k = tr.paper_block_sizes(sram_elements, d)
+    ns = np.unique(np.geomspace(128, 65536, 25).astype(int)) if ns is None else np.asarray(ns, dtype=int)
+    kw = dict(block_q=block_q, block_k=block_k, causal=causal, itemsize=itemsize, stat_itemsize=4)
+    naive = np.array([tr.naive_traffic(n, n, d, itemsize=itemsize).total for n in ns])
+    fa2 = np.array([tr.fa2_forward_traffic(n, n, d, **kw).total for n in ns])
+    fa1 = np.array([tr.fa1_forward_traffic(n, n, d, **kw).total for n in ns])
+    theta = ns.astype(float) ** 2 * d**2 / sram_elements * itemsize
+    traced = tuple(traced_forward(int(n), d, block_q, block_k, causal, itemsize).hbm_bytes for n in traced_ns)
+    return TrafficVsN(ns, naive, fa2, fa1, theta, tuple(int(n) for n in traced_ns), traced, d, sram_bytes,
+                      itemsize, causal, block_q, block_k)
+
+
+class TrafficVsNView:
+    """Figure of :class:`TrafficVsN`; :meth:`update` swaps in new data without rebuilding it."""
+
+    def __init__(self, data: TrafficVsN, figsize=(8, 5.2), dpi: int = 100) -> None:
+        self.fig, self.ax = ax_fig = style.new_figure(figsize=figsize, dpi=dpi)
+        ax = self.ax
+        self.naive, = ax.loglog([], [], color=style.NAIVE, linewidth=2, label="naive (formula)")
+        self.fa1, = ax.loglog([], [], color=style.FLASH_FA1, linewidth=1.5, linestyle="--",
+                              label="FlashAttention-1 loop order (formula)")
+        self.fa2, = ax.loglog([], [], color=style.FLASH, linewidth=2, label="FlashAttention-2 (formula)")
+        self.theta, = ax.loglog([], [], color=style.BOUND, linestyle=":", linewidth=1.5,
+                                label="N²d²/M × itemsize: the Θ(N²d²/M) scaling (paper, Thm 2)")
+        self.traced, = ax.loglog([], [], "o", color=style.FLASH, markeredgecolor="black", markersize=7,
+                                 label="traced tiled_attention runs")
+        style.bytes_axis(ax.yaxis)
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+        ax.xaxis.set_major_locator(LogLocator(base=2, subs=(1.0,), numticks=10))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("sequence length N (Nq = Nk = N), log scale")
+        ax.set_ylabel("HBM ↔ SRAM bytes, one head (log scale)")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+        self.update(data)
+
+    def update(self, data: TrafficVsN) -> None:
+        self.data = data
+        self.naive.set_data(data.ns, data.naive)
+        self.fa1.set_data(data.ns, data.fa1)
+        self.fa2.set_data(data.ns, data.fa2)
+        self.theta.set_data(data.ns, data.theta)
+        self.traced.set_data(data.traced_ns, data.traced_fa2)
+        every = np.concatenate([data.naive, data.fa2, data.fa1, data.theta])
+        self.ax.set_xlim(data.ns.min() * 0.8, data.ns.max() * 1.25)
+        self.ax.set_ylim(every[every > 0].min() / 2, every.max() * 2)
+        causal = ", causal" if data.causal else ""
+        self.ax.set_title(f"HBM traffic vs N: d={data.d}, M={style.format_bytes(data.sram_bytes)} "
+                          f"({data.sram_bytes // data.itemsize} elements of {data.itemsize} B){causal}\n"
+                          f"paper blocks for M: block_q={data.block_q}, block_k={data.block_k}", fontsize=10)
+
+
+def plot_traffic_vs_n(data: TrafficVsN | None = None, **kwargs):
+    """View 3: traffic vs N. Returns the Figure (``fig.view.update(new_data)`` redraws)."""
+    view = TrafficVsNView(data or traffic_vs_n_data(**kwargs))
+    view.fig.view = view
+    return view.fig
+
+
+# -- view 4: traffic vs SRAM size M --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrafficVsSram:
+    sram_bytes: np.ndarray  # (K,) SRAM sizes M in bytes
+    fa1: np.ndarray  # bytes, FA1 loop order with the paper's blocks for M (the Theorem 2 algorithm)
+    fa2: np.ndarray  # bytes, FA2 loop order with the same blocks
+    theta: np.ndarray  # bytes: N^2 d^2 / M elements x itemsize
+    lower_bound: np.ndarray  # bytes: io_lower_bound(N, d, M) x itemsize = max(theta, compulsory)
+    compulsory: int  # bytes: read Q, K, V once and write O once
+    naive: int  # bytes: naive_traffic (does not depend on M)
+    n: int
+    d: int
+    itemsize: int
+    marks: tuple[tuple[str, int], ...] = field(default=())  # (label, bytes) of real SRAM sizes
+
+
+def traffic_vs_sram_data(n: int = 16384, d: int = 64, itemsize: int = 2, sram_bytes=None) -> TrafficVsSram:
+    """The curves of :func:`plot_traffic_vs_sram` (one head, Nq = Nk = n, not causal)."""
+    from .. import traffic as tr
+
+    n, d, itemsize = (_positive_int(k, v) for k, v in (("n", n), ("d", d), ("itemsize", itemsize)))
+    if sram_bytes is None:
+        sram_bytes = np.unique(np.geomspace(4 * d * itemsize * 2, 64 * 2**20, 40).astype(np.int64))
+    sram_bytes = np.asarray(sram_bytes, dtype=np.int64)
+    fa1, fa2, theta, bound = [], [], [], []
+    for m_bytes in sram_bytes:
+        m = int(m_bytes) // itemsize
+        bq, bk = tr.paper_block_sizes(m, d)
+        kw = dict(block_q=bq, block_k=bk, itemsize=itemsize, stat_itemsize=4)
+        fa1.append(tr.fa1_forward_traffic(n, n, d, **kw).total)
+        fa2.append(tr.fa2_forward_traffic(n, n, d, **kw).total)
+        theta.append(n * n * d * d / m * itemsize)
+        bound.append(tr.io_lower_bound(n, d, m) * itemsize)
+    marks = []
+    for spec in (hardware.A100, hardware.H100):
+        short = "H100/H200" if spec is hardware.H100 else spec.name.split()[0]
+        marks.append((f"{short} per SM", spec.smem_per_sm))
+        marks.append((f"{short} all {spec.sms} SMs", spec.smem_aggregate))
+    return TrafficVsSram(sram_bytes, np.array(fa1), np.array(fa2), np.array(theta, dtype=float),
+                         np.array(bound, dtype=float), 4 * n * d * itemsize,
+                         tr.naive_traffic(n, n, d, itemsize=itemsize).total, n, d, itemsize, tuple(marks))
+
+
+def plot_traffic_vs_sram(data: TrafficVsSram | None = None, figsize=(9, 6.2), dpi: int = 100, **kwargs):
+    """View 4: flash traffic vs SRAM size M, with real shared-memory sizes marked."""
+    data = data or traffic_vs_sram_data(**kwargs)
+    fig, ax = style.new_figure(figsize=figsize, dpi=dpi)
+    m = data.sram_bytes
+    ax.loglog(m, np.full(len(m), data.naive), color=style.NAIVE, linewidth=2, label="naive (does not depend on M)")
+    ax.loglog(m, data.fa1, color=style.FLASH_FA1, linewidth=2, label="FlashAttention-1 loop order, paper blocks")
+    ax.loglog(m, data.fa2, color=style.FLASH, linewidth=2,
+              label="FlashAttention-2 loop order, paper blocks (block_q = min(block_k, d) stops growing)")
+    ax.loglog(m, data.theta, color=style.BOUND, linestyle=":", linewidth=1.5, label="N²d²/M × itemsize (falls as 1/M)")
+    bottom = data.compulsory / 3
+    ax.fill_between(m, bottom, data.lower_bound, color=style.BOUND, alpha=0.12, linewidth=0,
+                    label="below io_lower_bound = max(N²d²/M, 4Nd) × itemsize")
+    ax.text(m[-1] / 1.2, data.compulsory / 1.25, f"read Q, K, V + write O once: {style.format_bytes(data.compulsory)}",
+            fontsize=8, ha="right", va="top")
+    top = max(data.naive, data.fa1.max(), data.theta.max()) * 3
+    for k, (label, size) in enumerate(data.marks):
+        per_sm = "per SM" in label
+        ax.axvline(size, color=style.SRAM, linestyle="-" if per_sm else ":", linewidth=1.2)
+        first = k < 2  # A100: label left of its line; H100/H200: right of it
+        ax.text(size * (0.94 if first else 1.06), top / 1.6, f"{label}: {style.format_bytes(size)}",
+                color=style.SRAM, fontsize=7.5, rotation=90, va="top", ha="right" if first else "left")
+    style.bytes_axis(ax.xaxis)
+    style.bytes_axis(ax.yaxis)
+    ax.set_ylim(bottom, top)
+    ax.set_xlabel("SRAM size M (bytes, log scale); solid blue: shared memory per SM, dotted: summed over all SMs")
+    ax.set_ylabel("HBM ↔ SRAM bytes, one head (log scale)")
+    ax.set_title(f"Traffic vs SRAM size: N={data.n}, d={data.d}, {data.itemsize}-byte elements\n"
+                 "one thread block sees only its own SM's shared memory; the sum is not one pool",
+                 fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncols=2, fontsize=8)
+    ax.grid(True, which="major", alpha=0.3)
+    return fig
+
+
+# -- view 6: bytes moved vs bytes touched ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class MovedVsTouched:
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]  # "naive", "fa2", "fa1", "backward": picks the colour
+    hbm_bytes: tuple[int, ...]  # moved between HBM and SRAM
+    sram_bytes: tuple[int, ...]  # read + written inside SRAM by the compute
+    n: int
+    d: int
+    itemsize: int
+    block_q: int
+    block_k: int
+    causal: bool
+
+
+def naive_sram_bytes(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2) -> int:
+    """Bytes naive attention reads and writes inside SRAM, counted as tiled.py counts Step.sram_bytes.
+
+    S = Q K^T reads Q, K and writes S; P = softmax(S) reads S and writes P; O = P V reads P, V and
+    writes O: (Nq d + Nk d + Nq Nk) + 2 Nq Nk + (Nq Nk + Nk dv + Nq dv) elements. Each kernel
+    streams its operands through SRAM once, so this equals naive's HBM traffic: every byte naive
+    touches on chip it also moves to or from HBM.
+    """
+    dv = d if dv is None else dv
+    return (nq * d + nk * d + 4 * nq * nk + nk * dv + nq * dv) * itemsize
+
+
+def moved_vs_touched_data(n: int = 1024, d: int = 64, block_q: int = 64, block_k: int = 64,
+                          itemsize: int = 2, causal: bool = False) -> MovedVsTouched:
+    """Naive (formulas) and the three traced tiled algorithms at one shape (one head)."""
+    from .. import traffic as tr
+
+    n, d, block_q, block_k, itemsize = (_positive_int(k, v) for k, v in (
+        ("n", n), ("d", d), ("block_q", block_q), ("block_k", block_k), ("itemsize", itemsize)))
+    names, kinds, moved, touched = ["naive forward"], ["naive"], [tr.naive_traffic(n, n, d, itemsize=itemsize).total], \
+        [naive_sram_bytes(n, n, d, itemsize=itemsize)]
+    for name, kind in (("FA2 forward", "fa2"), ("FA1 forward", "fa1"), ("FA2 backward", "backward")):
+        tracer = traced_forward(n, d, block_q, block_k, causal, itemsize, algorithm=kind)
+        names.append(name)
+        kinds.append(kind)
+        moved.append(tracer.hbm_bytes)
+        touched.append(tracer.sram_bytes)
+    return MovedVsTouched(tuple(names), tuple(kinds), tuple(moved), tuple(touched), n, d, itemsize,
+                          block_q, block_k, causal)
+
+
+def plot_moved_vs_touched(data: MovedVsTouched | None = None, figsize=(9, 5), dpi: int = 100, **kwargs):
+    """View 6: per algorithm, bytes moved HBM <-> SRAM (red) beside bytes touched inside SRAM (blue)."""
+    data = data or moved_vs_touched_data(**kwargs)
+    fig, ax = style.new_figure(figsize=figsize, dpi=dpi)
+    x = np.arange(len(data.names))
+    width = 0.38
+    hbm = ax.bar(x - width / 2, data.hbm_bytes, width, color=style.HBM, label="moved between HBM and SRAM")
+    sram = ax.bar(x + width / 2, data.sram_bytes, width, color=style.SRAM, label="read + written inside SRAM")
+    for bars in (hbm, sram):
+        for bar in bars:
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() * 1.08, style.format_bytes(bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_yscale("log")
+    style.bytes_axis(ax.yaxis)
+    ax.set_xticks(x, data.names)
+    for label, kind in zip(ax.get_xticklabels(), data.kinds):
+        label.set_color(style.ALGORITHM_COLOURS[kind])
+        label.set_fontweight("bold")
+    ax.set_ylim(min(min(data.hbm_bytes), min(data.sram_bytes)) / 3, max(max(data.hbm_bytes), max(data.sram_bytes)) * 4)
+    ax.set_ylabel("bytes, one head (log scale)")
+    causal = ", causal" if data.causal else ""
+    ax.set_title(f"Bytes moved vs bytes touched: N={data.n}, d={data.d}, block_q={data.block_q}, "
+                 f"block_k={data.block_k}, {data.itemsize}-byte elements{causal}\n"
+                 "naive from the formulas; flash from traced tiled runs", fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    return fig

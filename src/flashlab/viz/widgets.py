@@ -1,0 +1,105 @@
+"""ipywidgets around the figures: a step slider with a play button, and sliders for d, M, itemsize, causal.
+
+The figures are ordinary matplotlib figures rendered to PNG into an ``ipywidgets.Image``; a
+change of a control updates the figure's artists in place (no new figure) and re-renders the
+PNG. This needs no extra Jupyter extension (ipympl is not required) and works the same headless,
+which is how the tests drive the callbacks: ``widget.on_step({"new": 5})``.
+"""
+from __future__ import annotations
+
+import io
+
+from ..tracer import TrafficTracer
+from . import style
+from .tiles import TileSchedule, TileScheduleView
+from .traffic_plots import TrafficVsNView, traffic_vs_n_data
+
+
+def figure_png(fig, dpi: int | None = None) -> bytes:
+    """The figure as PNG bytes (what the Image widget shows)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi or fig.dpi)
+    return buffer.getvalue()
+
+
+class TileScheduleWidget:
+    """View 1 with a step slider and a play button. ``.widget`` is what a notebook displays.
+
+    The run is traced once (the tracer you pass); moving the slider only redraws.
+    """
+
+    def __init__(self, tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = None,
+                 interval_ms: int = 400, dpi: int = 72) -> None:
+        import ipywidgets as widgets
+
+        schedule = tracer if isinstance(tracer, TileSchedule) else TileSchedule(tracer, sram_capacity)
+        self.view = TileScheduleView(schedule, 0, dpi=dpi)
+        last = schedule.n_steps - 1
+        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step",
+                                        continuous_update=True, layout=widgets.Layout(width="60%"))
+        self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play")
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.image = widgets.Image(value=self.view.render_png(), format="png")
+        self.slider.observe(self.on_step, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.play, self.slider]), self.image])
+        style.pyplot().close(self.view.fig)  # the Image shows it; keep pyplot's figure list short
+
+    def on_step(self, change) -> None:
+        """Slider callback: redraw step ``change['new']``."""
+        self.view.update(int(change["new"]))
+        self.image.value = self.view.render_png()
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+
+class TrafficVsNWidget:
+    """View 3 with sliders for head dimension d, SRAM size M, element size and a causal checkbox."""
+
+    D_CHOICES = (32, 64, 128, 256)
+    SRAM_KIB_CHOICES = (16, 32, 48, 64, 100, 128, 164, 192, 228)
+    ITEMSIZE_CHOICES = (("fp32 (4 B)", 4), ("fp16/bf16 (2 B)", 2), ("fp8 (1 B)", 1))
+
+    def __init__(self, d: int = 64, sram_kib: int = 128, itemsize: int = 2, causal: bool = False,
+                 traced_ns=(128, 256, 512), dpi: int = 80) -> None:
+        import ipywidgets as widgets
+
+        self.traced_ns = traced_ns
+        self.d = widgets.SelectionSlider(options=self.D_CHOICES, value=d, description="d")
+        self.sram = widgets.SelectionSlider(options=[(f"{m} KiB", m) for m in self.SRAM_KIB_CHOICES],
+                                            value=sram_kib, description="SRAM M")
+        self.itemsize = widgets.Dropdown(options=self.ITEMSIZE_CHOICES, value=itemsize, description="element")
+        self.causal = widgets.Checkbox(value=causal, description="causal")
+        self.view = TrafficVsNView(self._data(), dpi=dpi)
+        self.image = widgets.Image(value=figure_png(self.view.fig), format="png")
+        for control in (self.d, self.sram, self.itemsize, self.causal):
+            control.observe(self.on_change, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.d, self.sram]), widgets.HBox([self.itemsize, self.causal]),
+                                    self.image])
+        style.pyplot().close(self.view.fig)
+
+    def _data(self):
+        return traffic_vs_n_data(d=self.d.value, sram_bytes=self.sram.value * 1024, itemsize=self.itemsize.value,
+                                 causal=self.causal.value, traced_ns=self.traced_ns)
+
+    def on_change(self, change=None) -> None:
+        """Any control's callback: recompute the curves (formulas + small traced runs) and redraw."""
+        self.view.update(self._data())
+        self.image.value = figure_png(self.view.fig)
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def tile_schedule_widget(tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = None, **kwargs):
+    """View 1 as a widget (step slider + play button); display the returned object in a notebook."""
+    return TileScheduleWidget(tracer, sram_capacity, **kwargs)
+
+
+def traffic_vs_n_widget(**kwargs):
+    """View 3 as a widget (sliders for d, M, element size, causal)."""
+    return TrafficVsNWidget(**kwargs)

@@ -1,0 +1,50 @@
+"""Hypothesis strategies and settings shared by the NumPy-core tests.
+
+Shapes are small on purpose (the whole core suite must run in about 90 s on 2 cores) but cover
+the edge cases that break tiling: N = 1, N not a multiple of the block, Nq != Nk, d = 1,
+blocks larger than N, causal. Inputs are drawn fresh from a seeded NumPy generator.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+settings.register_profile("flashlab-core", max_examples=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+CORE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def attention_shapes(draw, max_n: int = 24, max_d: int = 6, max_block: int = 32, batch: bool = True):
+    """A dict: batch_shape, nq, nk, d, dv, block_q, block_k, causal."""
+    batch_shape = tuple(draw(st.lists(st.integers(1, 2), max_size=2))) if batch else ()
+    return dict(
+        batch_shape=batch_shape,
+        nq=draw(st.integers(1, max_n)),
+        nk=draw(st.integers(1, max_n)),
+        d=draw(st.integers(1, max_d)),
+        dv=draw(st.integers(1, max_d)),
+        block_q=draw(st.integers(1, max_block)),
+        block_k=draw(st.integers(1, max_block)),
+        causal=draw(st.booleans()),
+    )
+
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+def random_qkv(shape: dict, seed: int, dtype=np.float64, scale: float = 1.0):
+    """Fresh standard-normal q, k, v (times `scale`) for a shape dict from :func:`attention_shapes`."""
+    rng = np.random.default_rng(seed)
+    b = shape["batch_shape"]
+    q = (scale * rng.standard_normal((*b, shape["nq"], shape["d"]))).astype(dtype)
+    k = (scale * rng.standard_normal((*b, shape["nk"], shape["d"]))).astype(dtype)
+    v = rng.standard_normal((*b, shape["nk"], shape["dv"])).astype(dtype)
+    return q, k, v
+
+
+def random_do(shape: dict, seed: int, dtype=np.float64):
+    rng = np.random.default_rng(seed + 1)
+    return rng.standard_normal((*shape["batch_shape"], shape["nq"], shape["dv"])).astype(dtype)

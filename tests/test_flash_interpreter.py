@@ -1,0 +1,160 @@
+"""FlashAttention kernels against the float64 PyTorch reference, on fresh random inputs.
+
+Without a GPU these run in Triton's CPU interpreter (tests/conftest.py sets TRITON_INTERPRET=1),
+so the shapes are small. Passing here shows the kernels compute the right function; it says
+nothing about compiled GPU code (dot shapes, shared memory, tf32, races): tests/test_flash_gpu.py
+and benchmarks/gpu_sweep.py cover that on a GPU.
+"""
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from flashlab.kernels import ladder  # noqa: E402
+from flashlab.kernels.attention import (  # noqa: E402
+    allowed_error, attention_reference, check_inputs, flash_attention, max_error,
+)
+
+pytestmark = pytest.mark.interpreter
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _inputs(B, H, Hkv, Nq, Nk, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Nq, d, generator=g).to(DEVICE, dtype)  # (B, H, Nq, d)
+    k = torch.randn(B, Hkv, Nk, d, generator=g).to(DEVICE, dtype)  # (B, Hkv, Nk, d)
+    v = torch.randn(B, Hkv, Nk, d, generator=g).to(DEVICE, dtype)  # (B, Hkv, Nk, d)
+    return q, k, v
+
+
+def _check_forward_and_backward(q, k, v, causal, seed):
+    """flash_attention's output and gradients within the flash-attention rule of PyTorch's."""
+    dtype = q.dtype
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, causal=causal)
+    assert out.shape == q.shape and out.dtype == dtype, f"output {out.shape} {out.dtype}, expected {q.shape} {dtype}"
+    do = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE, dtype)
+    out.backward(do)
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = attention_reference(*ref_leaves, causal=causal)
+    ref.backward(do.double())
+    pt_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    pt = attention_reference(*pt_leaves, causal=causal, upcast=False)
+    pt.backward(do)
+    where = f"(seed={seed}, q {tuple(q.shape)}, k {tuple(k.shape)}, {dtype}, causal={causal})"
+    err, allowed = max_error(out, ref), allowed_error(ref, pt)
+    assert err <= allowed, f"forward error {err:.3g} > allowed {allowed:.3g} {where}"
+    for name, mine, r, p in zip("qkv", leaves, ref_leaves, pt_leaves):
+        assert mine.grad.shape == r.grad.shape, f"d{name} shape {mine.grad.shape}, expected {r.grad.shape}"
+        err, allowed = max_error(mine.grad, r.grad), allowed_error(r.grad, p.grad)
+        assert err <= allowed, f"d{name} error {err:.3g} > allowed {allowed:.3g} {where}"
+
+
+CASES = [
+    # B, H, Hkv, Nq, Nk, d, dtype, causal: each a situation the kernels must get right
+    pytest.param(1, 2, 2, 37, 29, 40, torch.float32, False, id="ragged-Nq>Nk-d40-padded-fp32"),
+    pytest.param(2, 4, 2, 45, 20, 32, torch.float16, True, id="causal-Nq>Nk-gqa-fp16"),
+    pytest.param(1, 3, 1, 20, 45, 16, torch.bfloat16, True, id="causal-Nq<Nk-mqa-bf16"),
+    pytest.param(1, 2, 1, 33, 33, 80, torch.bfloat16, False, id="d80-padded-bf16"),
+    pytest.param(1, 1, 1, 1, 1, 16, torch.float32, True, id="single-query-single-key"),
+    pytest.param(1, 2, 2, 17, 1, 24, torch.float16, False, id="one-key-many-queries"),
+]
+
+
+@pytest.mark.parametrize("B, H, Hkv, Nq, Nk, d, dtype, causal", CASES)
+def test_flash_attention_forward_and_backward_match_float64_reference(B, H, Hkv, Nq, Nk, d, dtype, causal):
+    seed = random.randrange(2**31)
+    q, k, v = _inputs(B, H, Hkv, Nq, Nk, d, dtype, seed)
+    _check_forward_and_backward(q, k, v, causal, seed)
+
+
+def test_every_output_element_is_written_even_keys_no_query_sees(monkeypatch):
+    # outputs start as NaN; causal with Nk > Nq leaves keys past Nq unseen: their dK, dV must be 0
+    monkeypatch.setenv("FLASHLAB_POISON", "1")
+    seed = random.randrange(2**31)
+    q, k, v = _inputs(1, 2, 1, 18, 53, 16, torch.float32, seed)
+    _check_forward_and_backward(q, k, v, True, seed)
+
+
+def test_flash_attention_reads_strided_inputs_without_copying():
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    B, H, Hkv, Nq, Nk, d = 2, 4, 2, 19, 26, 32
+    # (B, N, H, d) storage viewed as (B, H, N, d): the layout of a fused projection
+    q = torch.randn(B, Nq, H, d, generator=g).to(DEVICE).transpose(1, 2)  # (B, H, Nq, d), strided
+    k = torch.randn(B, Nk, Hkv, d, generator=g).to(DEVICE).transpose(1, 2)  # (B, Hkv, Nk, d), strided
+    v = torch.randn(B, Hkv, d, Nk, generator=g).to(DEVICE).transpose(2, 3)  # (B, Hkv, Nk, d), last dim strided
+    assert not q.is_contiguous() and not k.is_contiguous() and v.stride(-1) != 1
+    _check_forward_and_backward(q, k, v, True, seed)
+
+
+@pytest.mark.parametrize("rung", sorted(ladder.RUNGS))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_every_rung_returns_reference_output_and_natural_log_lse(rung, causal):
+    seed = random.randrange(2**31)
+    q, k, v = _inputs(1, 2, 1, 41, 35, 48, torch.float16, seed)
+    o, lse = ladder.RUNGS[rung](q, k, v, causal, None)
+    ref = attention_reference(q, k, v, causal=causal)
+    pt = attention_reference(q, k, v, causal=causal, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, pt)
+    assert err <= allowed, f"{rung}: output error {err:.3g} > allowed {allowed:.3g} (seed={seed})"
+    qd, kd = q.double(), k.double().repeat_interleave(2, dim=1)
+    s = qd @ kd.transpose(-2, -1) / 48**0.5  # (1, 2, Nq, Nk)
+    if causal:
+        s = s.masked_fill(~torch.ones(41, 35, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    lse_ref = torch.logsumexp(s, dim=-1)  # (1, 2, Nq)
+    assert lse.shape == (1, 2, 41) and lse.dtype == torch.float32, f"{rung}: lse {lse.shape} {lse.dtype}"
+    lse_err = max_error(lse, lse_ref)
+    assert lse_err < 1e-3, f"{rung}: lse differs from logsumexp(S) by {lse_err:.3g} (seed={seed})"
+
+
+def test_head_dim_256_is_supported():
+    seed = random.randrange(2**31)
+    q, k, v = _inputs(1, 1, 1, 18, 17, 256, torch.float16, seed)
+    o, _ = ladder.RUNGS["v3_autotuned"](q, k, v, True, None)
+    ref, pt = attention_reference(q, k, v, causal=True), attention_reference(q, k, v, causal=True, upcast=False)
+    assert max_error(o, ref) <= allowed_error(ref, pt), f"d=256 forward wrong (seed={seed})"
+
+
+def _bad(**changes):
+    base = dict(q=torch.randn(1, 4, 8, 16), k=torch.randn(1, 2, 8, 16), v=torch.randn(1, 2, 8, 16))
+    base.update(changes)
+    return base
+
+
+@pytest.mark.parametrize("args, error, names", [
+    (_bad(k=torch.randn(1, 2, 8, 16, dtype=torch.float16)), TypeError, "k.dtype"),
+    (_bad(k=torch.randn(1, 3, 8, 16), v=torch.randn(1, 3, 8, 16)), ValueError, "multiple of Hkv"),
+    (_bad(q=torch.randn(1, 4, 8, 8), k=torch.randn(1, 2, 8, 8), v=torch.randn(1, 2, 8, 8)), ValueError, "d=8"),
+    (_bad(q=torch.randn(1, 4, 8, 320), k=torch.randn(1, 2, 8, 320), v=torch.randn(1, 2, 8, 320)), ValueError, "d=320"),
+    (_bad(q=torch.randn(4, 8, 16)), ValueError, "q must have rank 4"),
+    (_bad(q=torch.randint(0, 3, (1, 4, 8, 16))), TypeError, "q.dtype"),
+    (_bad(v=torch.randn(1, 2, 9, 16)), ValueError, "v.shape"),
+    (_bad(q=[[1.0]]), TypeError, "q must be a torch.Tensor"),
+], ids=["dtype-mismatch", "heads-not-multiple", "d-too-small", "d-too-large", "rank", "int-dtype",
+        "k-v-shapes", "not-a-tensor"])
+def test_bad_inputs_raise_errors_that_name_the_argument(args, error, names):
+    with pytest.raises(error, match=names):
+        flash_attention(**args)
+
+
+def test_bad_scale_and_causal_are_rejected():
+    q, k, v = _bad()["q"], _bad()["k"], _bad()["v"]
+    with pytest.raises(ValueError, match="scale"):
+        check_inputs(q, k, v, False, -1.0)
+    with pytest.raises(TypeError, match="causal"):
+        check_inputs(q, k, v, "yes", None)
+
+
+def test_tensors_on_different_devices_are_rejected():
+    if not torch.cuda.is_available():
+        q = torch.randn(1, 2, 8, 16)
+        k = torch.randn(1, 2, 8, 16, device="meta")
+        with pytest.raises(ValueError, match="k is on meta"):
+            check_inputs(q, k, k)
+    else:
+        q = torch.randn(1, 2, 8, 16, device="cuda")
+        with pytest.raises(ValueError, match="k is on cpu"):
+            check_inputs(q, torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))

@@ -1,0 +1,113 @@
+"""The course notebooks: committed clean, equal to their sources, and executing top to bottom on CPU.
+
+Each notebook runs in the ``flashlab`` kernel with ``TRITON_INTERPRET=1`` and the graded cells
+pointed at ``solutions/`` (``FLASHLAB_EXERCISES_DIR``), so every check passes; any error fails
+the test. Execution times are written to ``artifacts/notebook_times.json``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+ARTIFACTS = REPO / "artifacts"
+PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+COURSE_BUDGET_S = 15 * 60  # issue 6: the whole course executes in under 15 minutes on 2 cores
+NOTEBOOK_BUDGET_S = 150  # one notebook; most take well under a minute on CPU
+TIMES: dict[str, float] = {}
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("notebook_build", NOTEBOOKS / "_build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_arc_step_has_one_notebook():
+    numbers = [p.name[:2] for p in PATHS]
+    assert numbers == [f"{i:02d}" for i in range(10)], f"expected notebooks 00..09, found {numbers}"
+
+
+def test_committed_notebooks_equal_a_fresh_build_of_their_sources():
+    builder = _load_builder()
+    built = {s.stem for s in builder.sources()}
+    committed = {p.stem for p in PATHS}
+    assert built == committed, f"sources without notebook or notebooks without source: {built ^ committed}"
+    for source in builder.sources():
+        target = NOTEBOOKS / f"{source.stem}.ipynb"
+        assert target.read_text(encoding="utf-8") == builder.render(source), (
+            f"{target.name} differs from notebooks/_src/{source.name}; run python notebooks/_build.py")
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_notebook_is_committed_without_outputs_in_the_flashlab_kernel(path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4
+    assert nb.metadata.kernelspec.name == "flashlab", f"{path.name}: kernel {nb.metadata.kernelspec.name!r}"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name} cell {cell.id} has outputs"
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Self-test" in text and "Summary" in text, f"{path.name} lacks its self-test questions or summary"
+
+
+def _untracked_files() -> set[str]:
+    try:
+        out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return set()
+    return set(out.splitlines())
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_notebook_executes_top_to_bottom_on_cpu(path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLASHLAB_DEVICE", "cpu")
+    monkeypatch.setenv("FLASHLAB_EXERCISES_DIR", str(REPO / "solutions"))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    before = _untracked_files()
+    mtime = path.stat().st_mtime
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, kernel_name="flashlab", timeout=NOTEBOOK_BUDGET_S,
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    start = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        pytest.fail(f"{path.name} raised while executing:\n{error}")
+    finally:
+        elapsed = time.perf_counter() - start
+        TIMES[path.stem] = elapsed
+        ARTIFACTS.mkdir(exist_ok=True)
+        with open(ARTIFACTS / "notebook_times.json", "w") as f:
+            json.dump({"seconds": TIMES, "total_s": sum(TIMES.values())}, f, indent=1)
+        print(f"{path.name}: {elapsed:.1f} s")
+    created = _untracked_files() - before
+    assert not created, f"{path.name} wrote files into the repository: {sorted(created)} (use artifacts/)"
+    assert path.stat().st_mtime == mtime, f"executing {path.name} modified the committed notebook"
+    assert elapsed < NOTEBOOK_BUDGET_S
+
+
+@pytest.mark.notebooks
+def test_whole_course_executes_within_fifteen_minutes():
+    if len(TIMES) < len(PATHS):
+        pytest.skip("needs every notebook executed in this session (run the whole file)")
+    total = sum(TIMES.values())
+    assert total < COURSE_BUDGET_S, f"the course took {total:.0f} s on this machine, budget {COURSE_BUDGET_S} s"
