@@ -291,47 +291,68 @@ def hopper_resources(compiled) -> dict:
     return rep
 
 
+def parse_configs(text: str | None):
+    """'BQ,BK,WARPS,STAGES[,ws];...' -> HopperConfigs (None: the module's SWEEP_CONFIGS)."""
+    from flashlab.kernels import flash_fwd_hopper as hopper
+
+    if not text:
+        return hopper.SWEEP_CONFIGS
+    configs = []
+    for item in text.split(";"):
+        parts = item.split(",")
+        ws = len(parts) > 4 and parts[4].strip() == "ws"
+        configs.append(hopper.HopperConfig(*(int(x) for x in parts[:4]), warp_specialize=ws))
+    return tuple(configs)
+
+
 def sweep(args) -> dict:
-    """Every SWEEP_CONFIGS entry at each (d, causal): correctness, fwd TFLOP/s, resources."""
+    """Every sweep config at each (d, N, causal): correctness, fwd TFLOP/s, resources."""
     import torch
     from flashlab.kernels import flash_fwd_hopper as hopper
 
-    n = args.sweep_n
     dtype = getattr(torch, (args.dtypes or ("bfloat16",))[0])
-    out = {"n": n, "dtype": str(dtype), "entries": []}
-    for d in args.head_dims or HEAD_DIMS:
-        batch, heads, scale = TOKENS // n, MODEL_DIM // d, 1.0 / math.sqrt(d)
-        for causal in (False, True):
-            flops = fwd_flops(batch, heads, n, d, causal)
-            ref_ms = {}
-            q, k, v = make_inputs(batch, heads, n, d, dtype)
-            for name in ("sdpa_flash", "sdpa_cudnn"):
-                f = _common.sdpa(SDPA_BACKENDS[name])
-                ref_ms[name] = bench_ms(lambda: f(q, k, v, causal, scale))
-            for cfg in hopper.SWEEP_CONFIGS:
-                e = {"d": d, "causal": causal, "config": cfg.__dict__.copy()}
-                try:
-                    qc, kc, vc = make_inputs(batch, heads, n, d, dtype)
-                    o, lse, compiled = hopper.launch(qc, kc, vc, causal, scale, cfg)
-                    sl = (slice(0, 1), slice(0, 2))
-                    ref = _common.reference(qc[sl], kc[sl], vc[sl], causal, scale)
-                    e["fwd_err"] = _common.rel_err(o[sl], ref)
-                    e.update(hopper_resources(compiled))
-                    ms = bench_ms(lambda: hopper.launch(q, k, v, causal, scale, cfg))
-                    e["fwd_ms"], e["fwd_tflops"] = ms, flops / ms / 1e9
-                    for name, rms in ref_ms.items():
-                        e[f"ratio_{name}"] = round(rms / ms, 3)
-                except Exception as exc:  # noqa: BLE001
-                    e["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                out["entries"].append(e)
-                print(f"[sweep] d{d} c{int(causal)} {cfg} -> "
-                      f"{e.get('fwd_tflops', 0):.0f} TFLOP/s err={e.get('fwd_err')} "
-                      f"regs={e.get('n_regs')} spills={e.get('n_spills')} hgmma={e.get('sass_HGMMA')} "
-                      f"{e.get('error', '')}", flush=True)
-            out.setdefault("sdpa_ms", []).append({"d": d, "causal": causal, **ref_ms,
-                                                  "sdpa_flash_tflops": flops / ref_ms["sdpa_flash"] / 1e9,
-                                                  "sdpa_cudnn_tflops": flops / ref_ms["sdpa_cudnn"] / 1e9})
+    configs = parse_configs(args.configs)
+    out = {"dtype": str(dtype), "entries": [], "sdpa_ms": []}
+    for n in args.seq_lens or (args.sweep_n,):
+        for d in args.head_dims or HEAD_DIMS:
+            batch, heads, scale = TOKENS // n, MODEL_DIM // d, 1.0 / math.sqrt(d)
+            for causal in (False, True):
+                out["sdpa_ms"].append(sweep_one(hopper, configs, out["entries"], n, d, causal,
+                                                batch, heads, scale, dtype))
     return out
+
+
+def sweep_one(hopper, configs, entries, n, d, causal, batch, heads, scale, dtype) -> dict:
+    flops = fwd_flops(batch, heads, n, d, causal)
+    ref_ms = {}
+    q, k, v = make_inputs(batch, heads, n, d, dtype)
+    for name in ("sdpa_flash", "sdpa_cudnn"):
+        f = _common.sdpa(SDPA_BACKENDS[name])
+        ref_ms[name] = bench_ms(lambda: f(q, k, v, causal, scale))
+    for cfg in configs:
+        e = {"n": n, "d": d, "causal": causal, "config": cfg.__dict__.copy()}
+        try:
+            qc, kc, vc = make_inputs(batch, heads, n, d, dtype)
+            o, lse, compiled = hopper.launch(qc, kc, vc, causal, scale, cfg)
+            sl = (slice(0, 1), slice(0, 2))
+            ref = _common.reference(qc[sl], kc[sl], vc[sl], causal, scale)
+            e["fwd_err"] = _common.rel_err(o[sl], ref)
+            e.update(hopper_resources(compiled))
+            ms = bench_ms(lambda: hopper.launch(q, k, v, causal, scale, cfg))
+            e["fwd_ms"], e["fwd_tflops"] = ms, flops / ms / 1e9
+            for name, rms in ref_ms.items():
+                e[f"ratio_{name}"] = round(rms / ms, 3)
+        except Exception as exc:  # noqa: BLE001
+            e["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        entries.append(e)
+        c = cfg
+        print(f"[sweep] N{n} d{d} c{int(causal)} {c.block_q}x{c.block_k} w{c.num_warps} s{c.num_stages}"
+              f"{' ws' if c.warp_specialize else ''} -> {e.get('fwd_tflops', 0):.0f} TFLOP/s "
+              f"(/cuDNN {e.get('ratio_sdpa_cudnn')}) err={e.get('fwd_err', 0):.1e} regs={e.get('n_regs')} "
+              f"spills={e.get('n_spills')} smem={e.get('shared_bytes')} {e.get('error', '')[:80]}", flush=True)
+    return {"n": n, "d": d, "causal": causal, **ref_ms,
+            "sdpa_flash_tflops": flops / ref_ms["sdpa_flash"] / 1e9,
+            "sdpa_cudnn_tflops": flops / ref_ms["sdpa_cudnn"] / 1e9}
 
 
 def ceilings() -> dict:
@@ -356,7 +377,8 @@ def parse(argv):
     p.add_argument("--quick", action="store_true", help="d=128, N in {1024, 8192}, bf16")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     p.add_argument("--sweep", action="store_true", help="sweep the Hopper rung's configs instead")
-    p.add_argument("--sweep-n", type=int, default=8192)
+    p.add_argument("--sweep-n", type=int, default=8192, help="N of the sweep unless --seq-lens is given")
+    p.add_argument("--configs", help="sweep these: 'BQ,BK,WARPS,STAGES[,ws];...' (default SWEEP_CONFIGS)")
     p.add_argument("--dtypes", nargs="*", choices=DTYPES)
     p.add_argument("--head-dims", nargs="*", type=int)
     p.add_argument("--seq-lens", nargs="*", type=int)

@@ -2,7 +2,6 @@
 
 FlashAttention-2 Algorithm 2: D = rowsum(dO * O) (line 4) and dS = P * (dP - D) (line 16).
 """
-import numpy as np
 
 
 def rowsum_do_o(do, o):

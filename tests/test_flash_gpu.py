@@ -53,6 +53,7 @@ def _run(B, H, Hkv, Nq, Nk, d, dtype, causal, forward=None):
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch):
     monkeypatch.setenv("FLASHLAB_POISON", "1")
+    monkeypatch.setenv("FLASHLAB_AUTOTUNE", "0")  # default configs: autotuning every shape is slow
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=list(DTYPES))
@@ -68,7 +69,7 @@ def test_compiled_flash_attention_matches_reference(dtype, causal, d, Nq, Nk):
 def test_every_compiled_rung_matches_reference(rung, causal, monkeypatch):
     from flashlab.kernels import ladder
 
-    monkeypatch.setenv("FLASHLAB_AUTOTUNE", "1")  # v3 really autotunes here
+    monkeypatch.setenv("FLASHLAB_AUTOTUNE", "1")  # v3 (and flash_attention) really autotune here
     _run(1, 8, 2, 1000, 1000, 128, torch.bfloat16, causal, forward=ladder.RUNGS[rung])
 
 
@@ -81,3 +82,9 @@ def test_compiled_kernels_reject_cpu_tensors_only_when_not_interpreting():
     q = torch.randn(1, 2, 16, 16)
     with pytest.raises(ValueError, match="q is on device cpu"):
         flash_attention(q, q, q)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_autotuned_flash_attention_matches_reference_forward_and_backward(dtype, monkeypatch):
+    monkeypatch.setenv("FLASHLAB_AUTOTUNE", "1")
+    _run(2, 8, 8, 2048, 2048, 128, DTYPES[dtype], True)

@@ -257,7 +257,7 @@ def test_tile_widget_slider_callback_redraws_the_step():
     assert (w.slider.max, w.play.max) == (len(tracer.steps) - 1, len(tracer.steps) - 1)
     w.slider.value = 6  # what the play button does through its link
     assert w.view.frame.step == 6
-    assert w.image.value != first and w.image.value.startswith(PNG_MAGIC)
+    assert bytes(w.image.value) != bytes(first) and bytes(w.image.value).startswith(PNG_MAGIC)
     w.on_step({"new": 2})
     assert w.view.frame.step == 2
 

@@ -11,8 +11,6 @@
 # the schedule step by step.
 
 # %%
-import inspect
-
 import numpy as np
 
 import flashlab
@@ -31,8 +29,7 @@ rng = np.random.default_rng(0)
 # Read the library's loop (the tracer calls are the bookkeeping; the arithmetic is four lines):
 
 # %%
-source = inspect.getsource(flashlab.tiled_attention)
-print(source[source.index("    for b in range"):source.index("    return _outputs")])
+print(course.source(flashlab.tiled_attention, start="for b in range", stop="return _outputs"))
 
 # %% [markdown]
 # ## Exact, for any block size

@@ -161,3 +161,29 @@ def show(fig) -> None:
         raise TypeError(f"fig={type(fig).__name__} is not a matplotlib Figure")
     display(fig)
     plt.close(fig)
+
+
+def source(obj, start: str | None = None, stop: str | None = None) -> str:
+    """The source code of a library function or Triton kernel, to read beside the prose.
+
+    ``start`` / ``stop``: optional marker strings; the text from the line holding ``start`` up to
+    (not including) the line holding ``stop``. Notebooks print library code this way instead of
+    pasting it, so what the learner reads is what runs.
+    """
+    import inspect
+
+    fn = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
+    text = inspect.getsource(fn)
+    lines = text.splitlines()
+    first, last = 0, len(lines)
+    if start is not None:
+        hits = [i for i, line in enumerate(lines) if start in line]
+        if not hits:
+            raise ValueError(f"start={start!r} does not occur in the source of {fn.__qualname__}")
+        first = hits[0]
+    if stop is not None:
+        hits = [i for i, line in enumerate(lines) if stop in line and i > first]
+        if not hits:
+            raise ValueError(f"stop={stop!r} does not occur after start in the source of {fn.__qualname__}")
+        last = hits[0]
+    return "\n".join(lines[first:last])

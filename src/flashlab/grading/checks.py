@@ -157,7 +157,11 @@ def run_case(part: Part, func, case: Case, device: str | None, counters: dict) -
         if counter.launches == 0:
             return dict(kind="launch", message=f"never launched the Triton kernel {name}: the result must "
                         f"come from {name}[grid](...)"), notes, call
-    failure = compare(part, call["value"], expected, on_cuda=device == "cuda")
+    try:
+        failure = compare(part, call["value"], expected, on_cuda=device == "cuda")
+    except Exception as exc:  # e.g. an object array, or a value whose == raises
+        failure = dict(kind="type", message=f"could not compare the returned {_describe(call['value'])} with "
+                       f"the expected {_describe(expected)}: {type(exc).__name__}: {exc}")
     if failure is None and case.max_peak_bytes is not None and call["peak_bytes"] > case.max_peak_bytes:
         q = case.kwargs["q"]
         full = q.shape[-2] * case.kwargs["k"].shape[-2] * q.dtype.itemsize

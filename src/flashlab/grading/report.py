@@ -93,7 +93,7 @@ class Report:
         if not f:
             return []
         where = f" ({f['group']} check)" if f.get("group") else ""
-        lines = [f"failed on: {f['case']}{where}" if f.get("case") else "failed", f"problem: {f['message']}"]
+        lines = ([f"failed on: {f['case']}{where}"] if f.get("case") else []) + [f"problem: {f['message']}"]
         if f.get("why"):
             lines.append(f"this check: {f['why']}")
         if f.get("inputs"):

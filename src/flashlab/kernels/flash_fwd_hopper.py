@@ -25,6 +25,7 @@ Outputs: ``o`` (B, H, Nq, d) in the input dtype and ``lse`` (B, H, Nq) float32, 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -252,4 +253,12 @@ def supports(q, k, v, causal: bool = False) -> bool:
         return q.dtype == torch.float16
     if q.device.type != "cuda":
         return False
-    return torch.cuda.get_device_capability(q.device)[0] == 9
+    return _capability(q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    """(major, minor) of CUDA device ``index``, asked once: supports() runs on every call."""
+    import torch
+
+    return torch.cuda.get_device_capability(index)

@@ -81,6 +81,10 @@ def traffic_main(argv=()) -> int:
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    if args.sram // args.itemsize < 4 * args.d:
+        print(f"flashlab traffic: error: argument --sram: {args.sram} bytes hold {args.sram // args.itemsize} "
+              f"elements of {args.itemsize} B; the paper's blocks need at least 4*d = {4 * args.d}", file=sys.stderr)
+        return 2
     from . import roofline, traffic_plots
 
     written: list[Path] = []
@@ -113,8 +117,9 @@ def tiles_main(argv=()) -> int:
     parser.add_argument("--nk", type=_positive, default=None, help="key rows (default: --n)")
     parser.add_argument("--pass", dest="pass_", choices=sorted(PASSES), default="forward",
                         help="forward (FlashAttention-2), forward-fa1 (FlashAttention-1) or backward")
-    parser.add_argument("--sram", type=parse_bytes, default=None,
-                        help="SRAM capacity the occupancy is compared with, bytes or KiB (e.g. 228KiB)")
+    parser.add_argument("--sram", type=parse_bytes, default=228 * 1024,
+                        help="SRAM capacity the occupancy is compared with, bytes or KiB "
+                             "(default 228KiB: shared memory per SM on H100/H200)")
     parser.add_argument("--step", type=int, default=None, help="step drawn in the PNG (default: the middle one)")
     parser.add_argument("--frames", type=_positive, default=40, help="most frames in the GIF (default 40)")
     parser.add_argument("--fps", type=_positive, default=4, help="GIF frames per second (default 4)")

@@ -96,7 +96,7 @@ def roofline_data(n: int = 4096, d: int = 64, itemsize: int = 2, causal: bool = 
                   tr.fa2_forward_traffic(1, n, d, block_q=block_q, block_k=block_k, itemsize=itemsize).total))
     if (n, d, itemsize, causal) == (4096, 64, 2, False):  # the shape measured with ncu on the H200
         for m in (hardware.NCU_NAIVE, hardware.NCU_FLASH):
-            costs.append((f"measured: {m.name.split(' (')[0]} forward, DRAM bytes (ncu)", m.matmul_flops,
+            costs.append((f"ncu DRAM bytes: {m.name.split(' (')[0]} forward", m.matmul_flops,
                           m.total_bytes))
     points = []
     for name, flop_count, nbytes in costs:
@@ -118,22 +118,22 @@ def plot_roofline(data: RooflineData | None = None, figsize=(9, 6.8), dpi: int =
     hi = max(max(p.intensity for p in data.points), data.ceilings.ridge_point) * 8
     x = np.geomspace(lo, hi, 200)
     ax.loglog(x, data.ceilings.attainable(x) / 1e12, color="black", linewidth=2,
-              label=f"roof: {data.ceilings.source.split(':')[0]} ({data.ceilings.flops_per_s / 1e12:.0f} TFLOP/s, "
-                    f"{data.ceilings.hbm_bytes_per_s / 1e12:.1f} TB/s)")
+              label=f"roof, {data.ceilings.name}: {data.ceilings.flops_per_s / 1e12:.0f} TFLOP/s, "
+                    f"{data.ceilings.hbm_bytes_per_s / 1e12:.1f} TB/s")
     sheet = hardware.H200_DATASHEET
     if sheet is not data.ceilings:
         ax.loglog(x, sheet.attainable(x) / 1e12, color="black", linestyle="--", linewidth=0.8,
-                  label=f"H200 datasheet ({sheet.flops_per_s / 1e12:.0f} TFLOP/s, {sheet.hbm_bytes_per_s / 1e12:.1f} TB/s)")
+                  label=f"roof, {sheet.name}: {sheet.flops_per_s / 1e12:.0f} TFLOP/s, {sheet.hbm_bytes_per_s / 1e12:.1f} TB/s")
     ridge = data.ceilings.ridge_point
     ax.axvline(ridge, color=style.BOUND, linestyle=":", linewidth=1)
-    ax.text(ridge * 1.08, data.ceilings.flops_per_s / 1e12 / 30, f"ridge point\n{ridge:.0f} FLOP/B",
+    ax.text(ridge * 1.08, data.ceilings.flops_per_s / 1e12 / 30, f"ridge point\n{ridge:.0f} FLOP/B\n{data.ceilings.name}",
             color=style.BOUND, fontsize=8)
     ax.fill_betweenx([1e-3, 1e5], lo, ridge, color=style.HBM, alpha=0.05)
     ax.text(lo * 1.3, data.ceilings.flops_per_s / 1e12 * 1.5, "memory-bound", color=style.HBM, fontsize=9)
     ax.text(ridge * 1.5, data.ceilings.flops_per_s / 1e12 * 1.5, "compute-bound", color=style.BOUND, fontsize=9)
     markers = {"naive": "s", "fa2": "o", "backward": "D", "decode": "P"}
     for p in data.points:
-        measured = p.name.startswith("measured")
+        measured = p.name.startswith("ncu")
         colour = style.ALGORITHM_COLOURS[p.kind]
         ax.loglog(p.intensity, p.attainable / 1e12, markers[p.kind], markersize=10 if measured else 9,
                   markerfacecolor="none" if measured else colour, markeredgecolor=colour if measured else "black",
@@ -146,8 +146,9 @@ def plot_roofline(data: RooflineData | None = None, figsize=(9, 6.8), dpi: int =
     causal = ", causal" if data.causal else ""
     ax.set_title(f"Roofline: N={data.n}, d={data.d}, {data.itemsize}-byte elements{causal}; "
                  f"flash tiles block_q={data.block_q}, block_k={data.block_k}\n"
-                 "model: HBM↔SRAM bytes of the tiled algorithms (no L2 reuse); hollow: DRAM bytes measured",
+                 "filled: HBM↔SRAM bytes of the model (no L2 reuse); hollow: DRAM bytes measured by ncu;\n"
+                 "roofs: H200 measured (8192³ bf16 matmul, device copy; shared/anchors) and datasheet",
                  fontsize=10)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, fontsize=8)
+    fig.legend(loc="outside lower center", ncols=2, fontsize=8)
     ax.grid(True, which="major", alpha=0.3)
     return fig

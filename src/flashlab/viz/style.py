@@ -84,9 +84,22 @@ def pyplot():
     return plt
 
 
-def new_figure(*args, **kwargs):
-    """``plt.subplots`` with the course's defaults (constrained layout, readable font sizes)."""
-    plt = pyplot()
+def new_figure(*args, managed: bool = True, **kwargs):
+    """``plt.subplots`` with the course's defaults (constrained layout, readable font sizes).
+
+    ``managed=False`` makes a figure pyplot does not track (an Agg canvas of its own): widgets
+    use it, so that the notebook does not also show the figure and pyplot's list stays short.
+    """
+    import matplotlib
+
     kwargs.setdefault("layout", "constrained")
-    with plt.rc_context({"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10}):
-        return plt.subplots(*args, **kwargs)
+    with matplotlib.rc_context({"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10}):
+        if managed:
+            return pyplot().subplots(*args, **kwargs)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig_kw = {k: kwargs.pop(k) for k in ("figsize", "dpi", "layout") if k in kwargs}
+        fig = Figure(**fig_kw)
+        FigureCanvasAgg(fig)
+        return fig, fig.subplots(*args, **kwargs)

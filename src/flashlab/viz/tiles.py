@@ -6,7 +6,9 @@ function filled (``tiled_attention``, ``tiled_attention_fa1`` or ``tiled_attenti
 tiles of Q, K, V, O (and statistics, gradients) are resident in SRAM, which were loaded and stored
 in this step, which S/P tiles are done, current or skipped (causal), the SRAM occupancy and the
 HBM bytes moved so far next to naive attention's total. :class:`TileScheduleView` draws a frame
-and redraws the next one by updating its artists (``set_data``), never rebuilding the figure.
+and redraws the next one by updating its artists (``set_data``), never rebuilding the figure;
+:meth:`TileScheduleView.render_png` blits (static axes drawn once, only changed artists redrawn),
+which keeps a slider step near 0.1 s for N = 4096.
 
 A "tile" of a (rows x d) tensor is one block of ``block_q`` query rows or ``block_k`` key rows,
 the whole head dimension wide; statistics (``lse``, ``m``, ``l``, ``D``) are tiled with the query rows.
@@ -246,7 +248,8 @@ def _tile_grid(ax_q, ax_k, ax_s) -> list:
 class TileScheduleView:
     """The tile-schedule figure; :meth:`update` redraws another step by updating artists in place."""
 
-    def __init__(self, schedule: TileSchedule, step: int = 0, figsize=(12, 6.5), dpi: int = 80) -> None:
+    def __init__(self, schedule: TileSchedule, step: int = 0, figsize=(12.5, 7), dpi: int = 80,
+                 managed: bool = True) -> None:
         from matplotlib.colors import ListedColormap
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
@@ -254,9 +257,9 @@ class TileScheduleView:
         self.schedule = schedule
         geo = schedule.geometry
         self.fig, axes = style.new_figure(
-            2, 3, figsize=figsize, dpi=dpi,
-            gridspec_kw={"width_ratios": [max(1, len(geo.query_tensors)) * 0.9, max(4, geo.n_k_tiles), 3.2],
-                         "height_ratios": [max(1.8, len(geo.key_tensors) * 0.6), max(6, geo.n_q_tiles)]})
+            2, 3, figsize=figsize, dpi=dpi, managed=managed,
+            gridspec_kw={"width_ratios": [0.45 * min(max(1, len(geo.query_tensors)), 7), 6, 3.6],
+                         "height_ratios": [0.45 * max(3, len(geo.key_tensors)), 6]})
         self.fig.suptitle(_title(geo), fontsize=12)
         axes[0, 0].axis("off")
         self.ax_q, self.ax_k, self.ax_s = axes[1, 0], axes[0, 1], axes[1, 1]
@@ -349,7 +352,7 @@ class TileScheduleView:
         if frame.sram_capacity:
             self.capacity_line = ax.axvline(frame.sram_capacity, color=style.SRAM, linestyle="--", linewidth=1)
             ax.text(frame.sram_capacity, -0.55, f"SRAM capacity {style.format_bytes(frame.sram_capacity)}",
-                    color=style.SRAM, fontsize=7, va="bottom", ha="center")
+                    color=style.SRAM, fontsize=8, va="bottom", ha="center")
         self.bar_texts = [ax.text(0, k, "", va="center", fontsize=8) for k in range(5)]
 
     def update(self, step: int) -> TileFrame:
@@ -380,10 +383,10 @@ class TileScheduleView:
             bar.set_width(max(value, lo))
             text.set_position((max(value, lo) * 1.1, text.get_position()[1]))
             text.set_text(style.format_bytes(value))
-        if frame.sram_capacity and frame.sram_bytes > frame.sram_capacity:
-            self.bars[0].set_color(style.HBM)  # over capacity: this block size would not fit
-        else:
-            self.bars[0].set_color(style.SRAM)
+        over = bool(frame.sram_capacity) and frame.sram_bytes > frame.sram_capacity
+        self.bars[0].set_hatch("///" if over else None)  # over capacity: these tiles would not fit
+        if over:
+            self.bar_texts[0].set_text(style.format_bytes(frame.sram_bytes) + " > capacity")
         moved = ", ".join(f"{t}[{lo}:{hi}]" if hi - lo > 1 else f"{t}[{lo}]" for t, lo, hi, _ in frame.reads)
         stored = ", ".join(f"{t}[{lo}:{hi}]" if hi - lo > 1 else f"{t}[{lo}]" for t, lo, hi, _ in frame.writes)
         batch = f"  batch {frame.batch}" if self.schedule.n_batch > 1 else ""
@@ -425,8 +428,10 @@ def plot_reuse_heatmap(tracer: TrafficTracer, figsize=(10, 4), dpi: int = 100):
         ax.set_xlabel(f"{side} block ({block} rows each)")
         if n <= 32:
             for (r, c), value in np.ndenumerate(grid):
-                ax.text(c, r, str(value), ha="center", va="center", fontsize=8,
+                ax.text(c, r, str(value), ha="center", va="center", fontsize=9,
                         color="white" if value > top * 0.6 else "black")
-    fig.colorbar(image, ax=axes[:, 0], label="loads from HBM per tile")
+    colorbar = fig.colorbar(image, ax=axes[:, 0], label="loads from HBM per tile")
+    colorbar.locator = MaxNLocator(integer=True)
+    colorbar.update_ticks()
     fig.suptitle(f"Tile reuse: {_title(geo)}", fontsize=11)
     return fig

@@ -101,8 +101,8 @@ def traffic_vs_n_data(d: int = 64, sram_bytes: int = 128 * 1024, itemsize: int =
 class TrafficVsNView:
     """Figure of :class:`TrafficVsN`; :meth:`update` swaps in new data without rebuilding it."""
 
-    def __init__(self, data: TrafficVsN, figsize=(8, 5.2), dpi: int = 100) -> None:
-        self.fig, self.ax = ax_fig = style.new_figure(figsize=figsize, dpi=dpi)
+    def __init__(self, data: TrafficVsN, figsize=(8, 5.2), dpi: int = 100, managed: bool = True) -> None:
+        self.fig, self.ax = style.new_figure(figsize=figsize, dpi=dpi, managed=managed)
         ax = self.ax
         self.naive, = ax.loglog([], [], color=style.NAIVE, linewidth=2, label="naive (formula)")
         self.fa1, = ax.loglog([], [], color=style.FLASH_FA1, linewidth=1.5, linestyle="--",

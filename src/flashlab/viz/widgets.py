@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import io
 
+from ..hardware import H200
 from ..tracer import TrafficTracer
-from . import style
 from .tiles import TileSchedule, TileScheduleView
 from .traffic_plots import TrafficVsNView, traffic_vs_n_data
 
@@ -28,12 +28,12 @@ class TileScheduleWidget:
     The run is traced once (the tracer you pass); moving the slider only redraws.
     """
 
-    def __init__(self, tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = None,
-                 interval_ms: int = 400, dpi: int = 72) -> None:
+    def __init__(self, tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = H200.smem_per_sm,
+                 interval_ms: int = 400, dpi: int = 80) -> None:
         import ipywidgets as widgets
 
         schedule = tracer if isinstance(tracer, TileSchedule) else TileSchedule(tracer, sram_capacity)
-        self.view = TileScheduleView(schedule, 0, dpi=dpi)
+        self.view = TileScheduleView(schedule, 0, dpi=dpi, managed=False)
         last = schedule.n_steps - 1
         self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step",
                                         continuous_update=True, layout=widgets.Layout(width="60%"))
@@ -42,7 +42,6 @@ class TileScheduleWidget:
         self.image = widgets.Image(value=self.view.render_png(), format="png")
         self.slider.observe(self.on_step, names="value")
         self.widget = widgets.VBox([widgets.HBox([self.play, self.slider]), self.image])
-        style.pyplot().close(self.view.fig)  # the Image shows it; keep pyplot's figure list short
 
     def on_step(self, change) -> None:
         """Slider callback: redraw step ``change['new']``."""
@@ -72,13 +71,12 @@ class TrafficVsNWidget:
                                             value=sram_kib, description="SRAM M")
         self.itemsize = widgets.Dropdown(options=self.ITEMSIZE_CHOICES, value=itemsize, description="element")
         self.causal = widgets.Checkbox(value=causal, description="causal")
-        self.view = TrafficVsNView(self._data(), dpi=dpi)
+        self.view = TrafficVsNView(self._data(), dpi=dpi, managed=False)
         self.image = widgets.Image(value=figure_png(self.view.fig), format="png")
         for control in (self.d, self.sram, self.itemsize, self.causal):
             control.observe(self.on_change, names="value")
         self.widget = widgets.VBox([widgets.HBox([self.d, self.sram]), widgets.HBox([self.itemsize, self.causal]),
                                     self.image])
-        style.pyplot().close(self.view.fig)
 
     def _data(self):
         return traffic_vs_n_data(d=self.d.value, sram_bytes=self.sram.value * 1024, itemsize=self.itemsize.value,
@@ -95,8 +93,12 @@ class TrafficVsNWidget:
         display(self.widget)
 
 
-def tile_schedule_widget(tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = None, **kwargs):
-    """View 1 as a widget (step slider + play button); display the returned object in a notebook."""
+def tile_schedule_widget(tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = H200.smem_per_sm,
+                         **kwargs):
+    """View 1 as a widget (step slider + play button); display the returned object in a notebook.
+
+    ``sram_capacity`` (bytes) defaults to the H200's shared memory per SM (228 KiB); a
+    :class:`TileSchedule` passed in keeps its own capacity."""
     return TileScheduleWidget(tracer, sram_capacity, **kwargs)
 
 

@@ -1,0 +1,140 @@
+# %% [markdown]
+# # 05 Triton primer: programs, blocks, masks and `tl.dot`
+#
+# **Study time:** about 40 minutes. **Needs:** torch and triton (Linux). Without a GPU the
+# kernels run in Triton's CPU interpreter, which `course.setup()` switches on before triton is
+# imported.
+#
+# Triton (Tillet et al. 2019) is a Python language for GPU kernels in which you write what *one
+# program* does to *one block* of data; the compiler decides how the threads of that program
+# share the work. Three kernels in `flashlab.kernels.primer` teach everything the FlashAttention
+# kernel needs: a vector add (programs, masks), a row softmax (reductions), a tiled matmul
+# (`tl.dot`, accumulation over tiles).
+
+# %%
+from flashlab import course
+
+env = course.setup()
+
+import torch
+import triton
+
+from flashlab.kernels import primer
+
+device = env.device  # "cuda" with a GPU, else "cpu" (the interpreter runs on CPU tensors)
+
+
+# %% [markdown]
+# ## 1. Vector add: one program per block, a mask for the ragged end
+#
+# The launch `kernel[grid](...)` starts `grid` programs. Program `pid` (from `tl.program_id(0)`)
+# handles elements `pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)`. `BLOCK_SIZE` is a
+# `tl.constexpr`: known when the kernel is compiled, so blocks have static shapes. The last block
+# usually runs past the end of the vector; the mask turns those loads and stores off.
+
+# %%
+print(course.source(primer._add_kernel))
+
+# %%
+n, block = 1000, 256
+x, y = torch.randn(n, device=device), torch.randn(n, device=device)
+out = primer.add(x, y, block_size=block)
+print(f"n = {n}, BLOCK_SIZE = {block}: {triton.cdiv(n, block)} programs, "
+      f"the last covers {n - (triton.cdiv(n, block) - 1) * block} real elements")
+print("max |triton - torch| =", (out - (x + y)).abs().max().item())
+
+# %% [markdown]
+# ## 2. Row softmax: a reduction inside a program
+#
+# One program per row; the whole row (padded to a power of two, `BLOCK_N`) is loaded at once.
+# Padding lanes load $-\infty$, so they get weight $e^{-\infty} = 0$. `tl.max` and `tl.sum`
+# reduce along the block: this is the safe softmax of notebook 02, in one program.
+
+# %%
+print(course.source(primer._softmax_kernel))
+
+# %%
+scores = torch.randn(37, 100, device=device) * 20  # (rows, cols): wide range, would overflow exp
+out = primer.softmax(scores)
+print("max |triton - torch| =", (out - torch.softmax(scores, dim=-1)).abs().max().item())
+
+# %% [markdown]
+# A whole row must fit in one program's registers and shared memory, so this kernel stops
+# working for long rows: exactly the limit the online softmax removes.
+#
+# ## 3. Tiled matmul: `tl.dot` and accumulation
+#
+# One program computes one `(BLOCK_M, BLOCK_N)` tile of $C = AB$ by walking over the inner
+# dimension `BLOCK_K` at a time, accumulating in fp32. `tl.dot` of two tiles runs on the tensor
+# cores of a GPU; its tiles must be at least 16 x 16 on a GPU. FlashAttention's inner loop is
+# this loop, with a softmax between two `tl.dot`s.
+
+# %%
+print(course.source(primer._matmul_kernel))
+
+# %%
+a = torch.randn(100, 72, device=device)  # (M, K) ragged against 32-wide tiles
+b = torch.randn(72, 50, device=device)  # (K, N)
+c = primer.matmul(a, b, block_m=32, block_n=32, block_k=32)  # (M, N)
+grid = (triton.cdiv(100, 32), triton.cdiv(50, 32))
+print(f"grid {grid} = {grid[0] * grid[1]} programs; max |triton - torch| = {(c - a @ b).abs().max().item():.2e}")
+
+# %% [markdown]
+# ## The interpreter is not a GPU
+#
+# `TRITON_INTERPRET=1` runs each program one after another with NumPy. It is exact and lets you
+# `print` inside a kernel, but it differs from a GPU in ways that matter
+# (measured with triton 3.6.0; see `flashlab doctor` and `flashlab/kernels/_mode.py`):
+#
+# | | interpreter (CPU) | GPU |
+# | --- | --- | --- |
+# | program order | one after another: races never show | concurrent |
+# | fp32 `tl.dot` | exact fp32 | tf32 by default (10-bit mantissa inputs) |
+# | bf16 `tl.dot` | wrong results (flashlab upcasts operands to fp32) | correct |
+# | `tl.dot` tiles < 16 | accepted | rejected at compile time |
+# | time | CPU time of NumPy; says nothing about GPU speed | what you measure |
+#
+# The tf32 row, measured: round the inputs to tf32's 10-bit mantissa, as a GPU's tensor cores do
+# by default for fp32, and compare with the exact product.
+
+# %%
+def to_tf32(t):
+    """Round fp32 to tf32 precision (zero the low 13 mantissa bits)."""
+    return (t.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+exact = (a.double() @ b.double())
+print(f"fp32 matmul max error: {(c.double() - exact).abs().max().item():.1e}  "
+      f"(interpreter: {env.triton_mode == 'interpreter'})")
+print(f"tf32-rounded inputs:   {((to_tf32(a) @ to_tf32(b)).double() - exact).abs().max().item():.1e}  "
+      "(what a GPU's default fp32 tl.dot sees)")
+
+# %% [markdown]
+# Tests of a kernel therefore use tolerances that hold on a GPU, not the interpreter's exact
+# agreement; the course's rule (from the flash-attention tests) is: the kernel's error may be at
+# most twice that of PyTorch's own attention in the same dtype, plus a small floor.
+#
+# ### Exercise 6: your own vector add and row softmax
+#
+# Complete the two kernels and their wrappers in `exercises/ex06_triton_primer.py`.
+
+# %%
+from flashlab.grading import check
+
+check("ex06_triton_primer")
+
+# %% [markdown]
+# ## Self-test
+#
+# 1. What is a Triton *program*, and how many does `add` launch for n = 1000, `BLOCK_SIZE` = 256?
+# 2. Why must `BLOCK_SIZE` be a `tl.constexpr`?
+# 3. What does the mask do in the last program, and what would go wrong on a GPU without it?
+# 4. Why does the row softmax load padding lanes as $-\infty$ rather than 0?
+# 5. Name two ways the interpreter can pass a kernel that a GPU would reject or run wrongly.
+#
+# ## Summary
+#
+# - A Triton kernel describes one program acting on blocks; the grid says how many programs run.
+# - Masks make ragged blocks safe; `tl.constexpr` sizes make block shapes static.
+# - `tl.dot` multiplies tiles (tensor cores on a GPU); a tiled matmul accumulates tile products in
+#   fp32. The interpreter is exact and sequential; a GPU uses tf32 and runs programs concurrently.
+# - Next: notebook 06 writes the FlashAttention forward kernel from these pieces.

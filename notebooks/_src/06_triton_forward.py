@@ -1,0 +1,164 @@
+# %% [markdown]
+# # 06 The FlashAttention forward kernel in Triton
+#
+# **Study time:** about 45 minutes. **Needs:** torch and triton (the CPU interpreter without a GPU).
+#
+# The kernel is the NumPy loop of notebook 03 with one change of viewpoint: the *outer* loop over
+# query blocks becomes the grid (one Triton program per query block, batch and head), and the
+# inner loop over key/value blocks stays a loop inside the program. The state `m_i`, `l_i`, `acc`
+# lives in registers. The library builds it as a ladder of named, tested rungs
+# (`flashlab.kernels.ladder.RUNGS`); we read the minimal one line by line, check every rung
+# against the reference, and then use `flashlab.flash_attention`.
+
+# %%
+from flashlab import course
+
+env = course.setup()
+
+import torch
+
+import flashlab
+from flashlab.kernels import attention, flash_fwd, ladder
+
+device = env.device
+dtype = env.pick(cpu=torch.float32, gpu=torch.float16)
+
+def rand(*shape, dtype=dtype):
+    return torch.randn(*shape, device=device, dtype=dtype)
+
+# %% [markdown]
+# ## Rung 1: the minimal kernel, beside the NumPy loop
+#
+# Comments `(line n)` point to FlashAttention-2, Algorithm 1 (Dao 2023). Compare with the NumPy
+# loop printed in notebook 03: `tl.load` of $K_j$, $V_j$ replaces the traced read, `tl.dot`
+# replaces `@`, and the online-softmax update is the same four lines.
+
+# %%
+print(course.source(flash_fwd._fwd_v1_minimal))
+
+# %% [markdown]
+# Three details the NumPy code did not need:
+#
+# - **Masks.** Rows past $N_q$, key columns past $N_k$ and head-dim lanes past $d$ (the block is
+#   padded to a power of two, `HEAD_DIM`) are loaded as 0 and their scores set to $-\infty$, so
+#   any length works with no "multiple of 128" rule.
+# - **Strides.** The kernel gets pointers and strides, not arrays, so non-contiguous inputs work.
+# - **Grouped-query attention.** Query head `h` reads key/value head `h // GROUP`.
+#
+# ## Every rung equals the reference
+#
+# The rungs, from `flashlab.kernels.ladder`:
+#
+# | rung | what it adds |
+# | --- | --- |
+# | `v0_grid_bh` | one program per (batch, head) looping over all query blocks (FA1's parallelism) |
+# | `v1_minimal` | FA2's grid over (query block, batch x head): the NumPy loop line for line |
+# | `v2_exp2_causal` | `exp2` with $\log_2 e$ folded into the scale; a causal two-stage loop |
+# | `v3_autotuned` | `triton.autotune` over block sizes, warps and stages |
+# | `v4_hopper` | Hopper features (tensor descriptors, warp specialisation); elsewhere it runs v3 |
+#
+# Check each against the float64 reference on random inputs with ragged lengths, using the
+# flash-attention test rule: error at most twice that of PyTorch's own attention in the same dtype,
+# plus a small floor (`attention.allowed_error`).
+
+# %%
+B, H, n_q, n_k, d = 1, 2, env.pick(cpu=40, gpu=1000), env.pick(cpu=56, gpu=1500), 32
+q, k, v = rand(B, H, n_q, d), rand(B, H, n_k, d), rand(B, H, n_k, d)
+for causal in (False, True):
+    ref = attention.attention_reference(q, k, v, causal)  # float64, then cast back
+    same = attention.attention_reference(q, k, v, causal, upcast=False)  # PyTorch in q's dtype
+    bound = attention.allowed_error(attention.attention_reference(q, k, v, causal).double(), same)
+    for name, forward in ladder.RUNGS.items():
+        o, lse = forward(q, k, v, causal)
+        err = attention.max_error(o, ref)
+        print(f"causal={causal!s:<5} {name:<15} (runs {ladder.resolve(name, q, k, v, causal)}) "
+              f"max error {err:.1e}  allowed {bound:.1e}  {'ok' if err <= bound else 'TOO LARGE'}")
+
+# %% [markdown]
+# ### Exercise 7: the inner loop
+#
+# `exercises/ex07_kernel_inner_loop.py` holds a forward kernel with its inner loop missing: load
+# $K_j$ and $V_j$, compute the scores, update `m_i`, `l_i` and `acc`.
+
+# %%
+from flashlab.grading import check
+
+check("ex07_kernel_inner_loop")
+
+# %% [markdown]
+# ## Causal in the kernel
+#
+# A program owns query rows `[start_m * BLOCK_M, (start_m + 1) * BLOCK_M)`. Key blocks that start
+# past its last row are never loaded (the loop bound `hi` stops before them); blocks that cross
+# the diagonal apply the mask `offs_n <= offs_m`. Rung 2 splits the loop into the blocks fully
+# below the diagonal (no mask needed) and the diagonal blocks (mask), saving the mask arithmetic
+# on most blocks.
+#
+# ### Exercise 8: causal masking in the kernel
+
+# %%
+check("ex08_kernel_causal")
+
+# %% [markdown]
+# ## The public function: `flashlab.flash_attention`
+#
+# `flash_attention(q, k, v, causal=False, scale=None)` takes `(B, H, N, d)` tensors, with
+# `k`, `v` of shape `(B, H_kv, N_k, d)` where `H` is a multiple of `H_kv` (grouped-query
+# attention; `H_kv = 1` is multi-query attention). It picks the best rung and is differentiable
+# (notebook 07).
+
+# %%
+for name, h_kv in (("MHA", 4), ("GQA", 2), ("MQA", 1)):
+    q, k, v = rand(1, 4, n_q, d), rand(1, h_kv, n_k, d), rand(1, h_kv, n_k, d)
+    o = flashlab.flash_attention(q, k, v, causal=True)
+    err = attention.max_error(o, attention.attention_reference(q, k, v, causal=True))
+    print(f"{name}: q {tuple(q.shape)}, k/v {tuple(k.shape)} -> o {tuple(o.shape)}, max error {err:.1e}")
+
+# %% [markdown]
+# ## Misconception: "FlashAttention is approximate"
+#
+# Measure it in the precisions GPUs use. For each dtype, compare the kernel and PyTorch's plain
+# attention *in the same dtype* with the float64 reference. If FlashAttention approximated, its
+# error would be far larger than PyTorch's; it is of the same size, because both only round.
+# (bf16 in the interpreter: flashlab upcasts the dot operands, since the interpreter's bf16
+# `tl.dot` is wrong; notebook 05.)
+
+# %%
+for dt in (torch.float32, torch.float16, torch.bfloat16):
+    q, k, v = rand(1, 2, n_q, d, dtype=dt), rand(1, 2, n_k, d, dtype=dt), rand(1, 2, n_k, d, dtype=dt)
+    ref = attention.attention_reference(q, k, v).double()
+    ours = attention.max_error(flashlab.flash_attention(q, k, v), ref)
+    theirs = attention.max_error(attention.attention_reference(q, k, v, upcast=False), ref)
+    print(f"{str(dt):<15} flash_attention error {ours:.1e}   PyTorch same-dtype error {theirs:.1e}")
+
+# %% [markdown]
+# ## Bad input is refused at the boundary
+#
+# Errors name the argument, what was given and what is expected:
+
+# %%
+for bad in (lambda: flashlab.flash_attention(rand(1, 3, 8, 32), rand(1, 2, 8, 32), rand(1, 2, 8, 32)),
+            lambda: flashlab.flash_attention(rand(1, 2, 8, 8), rand(1, 2, 8, 8), rand(1, 2, 8, 8)),
+            lambda: flashlab.flash_attention(rand(2, 8, 32), rand(2, 8, 32), rand(2, 8, 32))):
+    try:
+        bad()
+    except (TypeError, ValueError) as error:
+        print(f"{type(error).__name__}: {error}")
+
+# %% [markdown]
+# ## Self-test
+#
+# 1. Which loop of the NumPy code became the grid, and why that one?
+# 2. Where do `m_i`, `l_i` and `acc` live while a program runs? Where does `O_i` go at the end?
+# 3. Which key blocks does a causal program never load?
+# 4. Why does rung 2 use `exp2`, and what must change in the scale?
+# 5. With `H = 8` query heads and `H_kv = 2`, which kv head does query head 5 read?
+#
+# ## Summary
+#
+# - The Triton forward is the FA2 NumPy loop: grid over query blocks, inner loop over K/V blocks,
+#   online softmax in registers, `O_i` and `lse_i` written once.
+# - Masks make any length and head dim work; strides make any layout work; `h // GROUP` gives
+#   grouped-query attention.
+# - Measured: the kernel's error equals PyTorch's own in the same dtype: exact up to rounding.
+# - Next: notebook 07 derives and runs the backward pass.

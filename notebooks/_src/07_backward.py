@@ -1,0 +1,163 @@
+# %% [markdown]
+# # 07 The backward pass: the math, recomputation, NumPy then Triton
+#
+# **Study time:** about 45 minutes. **Needs:** NumPy; torch and triton for the last part.
+#
+# Training needs $dQ, dK, dV$ given $dO = \partial L / \partial O$. Standard attention keeps $P$
+# ($N_q \times N_k$) from the forward pass for this. FlashAttention keeps only $O$ and the per-row
+# $\mathrm{lse}$, and *recomputes* $P$ tile by tile (FlashAttention paper, Section 3.1 and
+# Appendix B; FlashAttention-2, Algorithm 2).
+
+# %%
+from flashlab import course
+
+env = course.setup()
+
+import numpy as np
+
+import flashlab
+from flashlab import traffic as tr
+from flashlab.flops import attention_flops
+from flashlab.viz.style import format_bytes
+
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## The math
+#
+# With $S = \tau Q K^\top$, $P = \mathrm{softmax}(S)$, $O = P V$:
+#
+# $$dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS_{ij} = P_{ij}\,(dP_{ij} - D_i), \qquad dQ = \tau\, dS\, K, \qquad dK = \tau\, dS^\top Q,$$
+#
+# where $D_i = \sum_j P_{ij}\, dP_{ij}$ comes from the softmax Jacobian. The key identity:
+# $D_i = \sum_j P_{ij} (dO_i \cdot V_j) = dO_i \cdot \sum_j P_{ij} V_j = dO_i \cdot O_i$. So
+# $D = \mathrm{rowsum}(dO \circ O)$ needs only $O$ and $dO$ (one number per row), never $P$.
+# Check the identity numerically:
+
+# %%
+n, d = 50, 16
+q, k, v, do = (rng.standard_normal((n, d)) for _ in range(4))  # (N, d) each
+p = flashlab.safe_softmax(q @ k.T / np.sqrt(d))  # (N, N)
+o = p @ v  # (N, d)
+d_from_p = (p * (do @ v.T)).sum(axis=-1)  # (N,)  rowsum(P * dP)
+d_from_o = (do * o).sum(axis=-1)  # (N,)  rowsum(dO * O)
+print("max |rowsum(P*dP) - rowsum(dO*O)| =", np.abs(d_from_p - d_from_o).max())
+
+# %% [markdown]
+# And $P$ is recovered from the stored log-sum-exp: $P_{ij} = \exp(S_{ij} - \mathrm{lse}_i)$.
+
+# %%
+_, lse = flashlab.naive_attention(q, k, v, return_lse=True)  # (N,)
+print("max |exp(S - lse) - P| =", np.abs(np.exp(q @ k.T / np.sqrt(d) - lse[:, None]) - p).max())
+
+# %% [markdown]
+# ### Exercise 9: D and dS
+#
+# `exercises/ex09_backward_pieces.py`: `rowsum_do_o(do, o)` and `softmax_backward(p, dp, D)`.
+
+# %%
+from flashlab.grading import check
+
+check("ex09_backward_pieces")
+
+# %% [markdown]
+# ## NumPy: the reference backward, and the tiled one
+#
+# `flashlab.naive_attention_backward` materialises P; `flashlab.tiled_attention_backward` follows
+# FlashAttention-2's Algorithm 2: compute D, then an outer loop over key blocks $K_j, V_j$ that
+# accumulates $dK_j, dV_j$ on chip, an inner loop over query blocks that recomputes $P$ from lse
+# and adds into $dQ_i$ in HBM. Both against PyTorch's autograd in float64 (if torch is installed):
+
+# %%
+import torch
+
+n_q, n_k, d = 70, 45, 16
+q, do = rng.standard_normal((2, n_q, d)), rng.standard_normal((2, n_q, d))  # (B, Nq, d)
+k, v = rng.standard_normal((2, n_k, d)), rng.standard_normal((2, n_k, d))  # (B, Nk, d)
+for causal in (False, True):
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal).backward(torch.tensor(do))
+    auto = (tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
+    naive = flashlab.naive_attention_backward(q, k, v, do, causal=causal)
+    o, lse = flashlab.tiled_attention(q, k, v, causal=causal, block_q=16, block_k=32, return_lse=True)
+    tiled_grads = flashlab.tiled_attention_backward(q, k, v, o, lse, do, causal=causal, block_q=16, block_k=32)
+    for name, grads in (("naive", naive), ("tiled", tiled_grads)):
+        errs = [np.abs(g - a).max() for g, a in zip(grads, auto)]
+        print(f"causal={causal!s:<5} {name}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
+
+# %% [markdown]
+# ### Exercise 10: the tiled backward
+
+# %%
+check("ex10_tiled_backward")
+
+# %% [markdown]
+# ## What recomputation buys and costs
+#
+# Storing $P$ costs $N_q N_k$ elements per head; storing lse costs $N_q$. Recomputing $P$ costs
+# one more matmul per tile ($S = Q_i K_j^\top$ again): 5 matmuls instead of 4. So the flash
+# backward does *more* FLOPs than the standard one. It still wins on a GPU because it moves fewer
+# bytes (in this model, which counts K/V re-reads that a GPU's L2 mostly absorbs: notebook 04),
+# and above all because it never allocates the $N^2$ matrices. Counted for one head, d = 128,
+# fp16, 128 x 128 tiles:
+
+# %%
+d = 128
+print(f"{'N':>6} {'store P':>10} {'store lse':>10} {'naive bwd FLOPs':>16} {'flash bwd FLOPs':>16} "
+      f"{'naive bwd bytes':>16} {'flash bwd bytes':>16}")
+for n in (1024, 4096, 16384):
+    print(f"{n:>6} {format_bytes(n * n * 2):>10} {format_bytes(n * 4):>10} "
+          f"{attention_flops(n, n, d, pass_='backward'):>16.3e} "
+          f"{attention_flops(n, n, d, pass_='backward', block_q=128, block_k=128):>16.3e} "
+          f"{format_bytes(tr.naive_backward_traffic(n, n, d).total):>16} "
+          f"{format_bytes(tr.backward_traffic(n, n, d, block_q=128, block_k=128, stat_itemsize=4).total):>16}")
+
+# %% [markdown]
+# ## Triton: the backward kernels
+#
+# `flashlab.flash_attention` is a `torch.autograd.Function`. Its backward runs three Triton
+# kernels (`flashlab.kernels.flash_bwd`): a preprocessing kernel for $D$, a kernel with one
+# program per key block for $dK, dV$ (summing over the query heads of a group for grouped-query
+# attention), and one per query block for $dQ$. The $dK, dV$ kernel's inner loop:
+
+# %%
+from flashlab.kernels import attention, flash_bwd
+
+print(course.source(flash_bwd._bwd_dkdv_inner))
+
+# %% [markdown]
+# Gradient check against float64 autograd through the plain PyTorch attention, with grouped-query
+# attention (4 query heads sharing 2 kv heads) and ragged lengths:
+
+# %%
+device = env.device
+dtype = env.pick(cpu=torch.float32, gpu=torch.float16)
+shape_q, shape_kv = (1, 4, env.pick(cpu=33, gpu=1000), 32), (1, 2, env.pick(cpu=33, gpu=1000), 32)
+for causal in (False, True):
+    q, k, v = (torch.randn(s, device=device, dtype=dtype, requires_grad=True) for s in (shape_q, shape_kv, shape_kv))
+    do = torch.randn(shape_q, device=device, dtype=dtype)
+    flashlab.flash_attention(q, k, v, causal=causal).backward(do)
+    ours = [t.grad.clone() for t in (q, k, v)]
+    ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    attention.attention_reference(*ref_inputs, causal=causal).backward(do.double())
+    errs = [attention.max_error(g, r.grad) for g, r in zip(ours, ref_inputs)]
+    print(f"causal={causal!s:<5} {dtype}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
+
+# %% [markdown]
+# ## Self-test
+#
+# 1. Derive $D_i = dO_i \cdot O_i$ from $D_i = \sum_j P_{ij}\, dP_{ij}$.
+# 2. What does the forward pass save for the backward, and how large is it per head at N = 16384?
+# 3. How many matmuls per tile does the flash backward do, and which one is the recomputation?
+# 4. Why does the dK/dV kernel loop over query blocks while the dQ kernel loops over key blocks?
+# 5. With grouped-query attention, where are the gradients of the query heads that share a kv
+#    head summed?
+#
+# ## Summary
+#
+# - The backward needs $P$; FlashAttention recomputes it from lse instead of storing $N^2$ numbers,
+#   and $D = \mathrm{rowsum}(dO \circ O)$ replaces the softmax Jacobian's row sums.
+# - The flash backward does 25% more matmul FLOPs (5 instead of 4 per tile) and moves fewer
+#   bytes: another measurement against "FlashAttention saves FLOPs".
+# - NumPy and Triton gradients match float64 autograd.
+# - Next: notebook 08 measures all of this on an H200.

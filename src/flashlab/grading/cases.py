@@ -1,0 +1,420 @@
+"""Case generators and references for every exercise, used by :mod:`flashlab.grading.registry`.
+
+For each part: ``*_public(rng)`` -> the fixed public cases (the grader passes a generator with a
+constant seed), ``*_hidden(rng)`` -> randomised hidden cases (a fresh seed every run: ragged
+shapes, Nq != Nk, causal both ways, batch dims, large logits, poisoned keys, a memory case), and
+``*_reference(**kwargs)`` -> the expected output. References are flashlab's own functions
+(:mod:`flashlab.reference`, :mod:`flashlab.softmax`, :mod:`flashlab.tiled`, :mod:`flashlab.traffic`)
+imported where used; the backward pieces of exercise 09 are one-line NumPy formulas.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from flashlab.grading.spec import Case
+
+# ----------------------------------------------------------------------------- helpers
+def random_dtype(rng: np.random.Generator) -> np.dtype:
+    return np.dtype(rng.choice(["float32", "float64"]))
+
+
+def randn(rng, *shape, dtype="float64", scale=1.0) -> np.ndarray:
+    return (scale * rng.standard_normal(shape)).astype(dtype)
+
+
+def qkv(rng, nq, nk, d, dv=None, batch=(), dtype="float64", q_scale=1.0):
+    dv = d if dv is None else dv
+    return dict(q=randn(rng, *batch, nq, d, dtype=dtype, scale=q_scale),
+                k=randn(rng, *batch, nk, d, dtype=dtype), v=randn(rng, *batch, nk, dv, dtype=dtype))
+
+
+def attn_label(kw, causal=False, extra="") -> str:
+    q, k, v = kw["q"], kw["k"], kw["v"]
+    batch = f"batch={q.shape[:-2]} " if q.ndim > 2 else ""
+    return (f"{batch}Nq={q.shape[-2]} Nk={k.shape[-2]} d={q.shape[-1]} dv={v.shape[-1]} "
+            f"{q.dtype}{' causal' if causal else ''}{extra}")
+
+
+def poison_keys(kw: dict, first: int) -> tuple[dict, dict]:
+    """NaN in K and V rows >= first (never visible to a causal query when first >= Nq)."""
+    clean = dict(kw, k=kw["k"].copy(), v=kw["v"].copy())
+    clean["k"][..., first:, :] = 0.0
+    clean["v"][..., first:, :] = 0.0
+    poisoned = dict(kw, k=kw["k"].copy(), v=kw["v"].copy())
+    poisoned["k"][..., first:, :] = np.nan
+    poisoned["v"][..., first:, :] = np.nan
+    return poisoned, clean
+
+
+LARGE_LOGITS = "scores near 1e3 overflow exp() unless the row max is subtracted first"
+POISON_WHY = ("causal: every key from row {first} on is past the last query row, and those K/V rows "
+              "hold NaN; a causal tiled loop skips fully masked tiles, so it never reads them")
+
+
+# ----------------------------------------------------------------------------- ex01 naive
+def naive_reference(q, k, v, causal=False, scale=None, **blocks):
+    from flashlab.reference import naive_attention
+
+    return naive_attention(q, k, v, causal=causal, scale=scale)
+
+
+def naive_public(rng):
+    cases = []
+    for nq, nk, d, dv, dtype, causal in [(8, 8, 4, 4, "float64", False), (5, 9, 8, 6, "float32", False),
+                                         (6, 6, 4, 4, "float64", True)]:
+        kw = dict(qkv(rng, nq, nk, d, dv, dtype=dtype), causal=causal)
+        cases.append(Case(attn_label(kw, causal), kw))
+    return cases
+
+
+def naive_hidden(rng):
+    cases = []
+    for causal, (nq, nk) in [(False, (1, 1)), (False, (23, 7)), (True, (17, 5)), (True, (4, 19))]:
+        batch = tuple(rng.integers(1, 4, size=int(rng.integers(0, 3))))
+        kw = dict(qkv(rng, nq, nk, int(rng.choice([4, 8, 16])), int(rng.integers(1, 9)), batch,
+                       random_dtype(rng)), causal=causal)
+        cases.append(Case(attn_label(kw, causal), kw, why="ragged shapes, Nq != Nk, batch dims"))
+    kw = dict(qkv(rng, 12, 10, 16, dtype="float32", q_scale=300.0), causal=False)
+    cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS))
+    kw = dict(qkv(rng, 9, 11, 8), causal=bool(rng.integers(2)), scale=float(rng.uniform(0.05, 2.0)))
+    cases.append(Case(attn_label(kw, kw["causal"], f" scale={kw['scale']:.3f}"), kw,
+                      why="an explicit scale replaces 1/sqrt(d)"))
+    return cases
+
+
+def naive_bytes_reference(nq, nk, d, dv=None, itemsize=2):
+    from flashlab.traffic import naive_traffic
+
+    return int(naive_traffic(nq, nk, d, dv=dv, itemsize=itemsize).total)
+
+
+def naive_bytes_public(rng):
+    return [Case("nq=4 nk=4 d=2", dict(nq=4, nk=4, d=2)),
+            Case("nq=3 nk=5 d=4 dv=6 itemsize=4", dict(nq=3, nk=5, d=4, dv=6, itemsize=4))]
+
+
+def naive_bytes_hidden(rng):
+    return [Case(f"nq={a} nk={b} d={c} dv={e} itemsize={s}", dict(nq=a, nk=b, d=c, dv=e, itemsize=s))
+            for a, b, c, e, s in (map(int, row) for row in zip(rng.integers(1, 5000, 5), rng.integers(1, 5000, 5),
+                                     rng.choice([16, 64, 128], 5), rng.choice([16, 40, 128], 5),
+                                     rng.choice([1, 2, 4], 5)))]
+
+
+# ----------------------------------------------------------------------------- ex02 softmax
+def x_cases(rng, shapes, scale=1.0, dtype=None):
+    out = []
+    for shape in shapes:
+        dt = dtype or random_dtype(rng)
+        out.append(randn(rng, *shape, dtype=dt, scale=scale))
+    return out
+
+
+def softmax_reference(x, chunk=None):
+    from flashlab.softmax import safe_softmax
+
+    return safe_softmax(x)
+
+
+def softmax_public(rng):
+    return [Case(f"x{x.shape} {x.dtype}", dict(x=x)) for x in x_cases(rng, [(3, 7), (2, 3, 5)])]
+
+
+def softmax_hidden(rng):
+    cases = [Case(f"x{x.shape} {x.dtype}", dict(x=x), why="random shapes")
+             for x in x_cases(rng, [(int(rng.integers(1, 9)), int(rng.integers(1, 40))), (1, 1)])]
+    for dt in ("float32", "float64"):
+        x = x_cases(rng, [(4, 33)], scale=1000.0, dtype=dt)[0]
+        cases.append(Case(f"x{x.shape} {dt} large logits", dict(x=x), why=LARGE_LOGITS))
+    x = x_cases(rng, [(3, 12)])[0]
+    x[:, ::3] = -np.inf
+    cases.append(Case(f"x{x.shape} {x.dtype} with -inf entries", dict(x=x),
+                      why="masked entries (-inf) get probability 0; the rest still sum to 1"))
+    return cases
+
+
+def online_public(rng):
+    return [Case(f"x{x.shape} {x.dtype} chunk={c}", dict(x=x, chunk=c))
+            for x, c in zip(x_cases(rng, [(2, 12), (3, 10)]), (4, 3))]
+
+
+def online_hidden(rng):
+    cases = []
+    for n, chunk in [(int(rng.integers(5, 60)), 1), (int(rng.integers(5, 60)), int(rng.integers(2, 9))),
+                     (7, 20)]:
+        x = x_cases(rng, [(int(rng.integers(1, 5)), n)])[0]
+        cases.append(Case(f"x{x.shape} {x.dtype} chunk={chunk}", dict(x=x, chunk=chunk),
+                          why="ragged last chunk, chunk of 1, chunk longer than the row"))
+    x = x_cases(rng, [(3, 40)], scale=1000.0, dtype="float64")[0]
+    x[:, 30:] += 3000.0  # the max jumps in the last chunk: old sums must be rescaled
+    cases.append(Case("x(3, 40) float64 large logits, max in the last chunk", dict(x=x, chunk=8),
+                      why=LARGE_LOGITS + "; the running max changes late"))
+    return cases
+
+
+def state(rng, rows, cols, dv, dtype, shift=0.0, empty=False):
+    s = randn(rng, rows, cols, dtype=dtype, scale=3.0) + shift
+    v = randn(rng, cols, dv, dtype=dtype)
+    if empty:
+        return (np.full(rows, -np.inf, dtype), np.zeros(rows, dtype), np.zeros((rows, dv), dtype))
+    m = s.max(axis=-1)
+    p = np.exp(s - m[:, None])
+    return m, p.sum(axis=-1), p @ v
+
+
+def combine_kwargs(a, b):
+    return dict(m_a=a[0], l_a=a[1], acc_a=a[2], m_b=b[0], l_b=b[1], acc_b=b[2])
+
+
+def combine_reference(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    from flashlab.softmax import combine_states
+
+    return combine_states(m_a, l_a, acc_a, m_b, l_b, acc_b)
+
+
+def combine_public(rng):
+    return [Case("4 rows, dv=3, float64", combine_kwargs(state(rng, 4, 5, 3, "float64"),
+                                                          state(rng, 4, 6, 3, "float64")))]
+
+
+def combine_hidden(rng):
+    dt = str(random_dtype(rng))
+    return [
+        Case(f"6 rows dv=5 {dt}", combine_kwargs(state(rng, 6, 7, 5, dt), state(rng, 6, 3, 5, dt))),
+        Case("b's scores 500 above a's (float64)",
+             combine_kwargs(state(rng, 3, 4, 2, "float64"), state(rng, 3, 4, 2, "float64", 500.0)),
+             why="rescale each side by exp(m_side - m_new); never exp(m) alone"),
+        Case("a is empty (m_a = -inf, l_a = 0)",
+             combine_kwargs(state(rng, 3, 4, 2, "float64", empty=True), state(rng, 3, 4, 2, "float64")),
+             why="a state that has seen nothing must leave the other unchanged, without NaN"),
+    ]
+
+
+# ----------------------------------------------------------------------------- ex03/04 tiled
+def tiled_public(rng):
+    cases = []
+    for nq, nk, bq, bk, dtype, causal in [(32, 32, 16, 16, "float64", False), (37, 53, 16, 8, "float32", False),
+                                          (24, 24, 8, 8, "float64", True)]:
+        kw = dict(qkv(rng, nq, nk, 8, dtype=dtype), causal=causal, block_q=bq, block_k=bk)
+        cases.append(Case(attn_label(kw, causal, f" blocks {bq}x{bk}"), kw))
+    return cases
+
+
+def tiled_hidden(rng):
+    cases = []
+    for causal, (nq, nk) in [(False, (int(rng.integers(1, 70)), int(rng.integers(1, 70)))),
+                             (True, (int(rng.integers(30, 70)), int(rng.integers(5, 29)))),
+                             (True, (int(rng.integers(5, 29)), int(rng.integers(30, 70)))),
+                             (False, (5, 3))]:
+        bq, bk = (int(b) for b in rng.choice([4, 8, 16, 32, 128], 2))
+        batch = tuple(int(b) for b in rng.integers(1, 3, size=int(rng.integers(0, 2))))
+        kw = dict(qkv(rng, nq, nk, int(rng.choice([4, 8])), int(rng.integers(2, 9)), batch, random_dtype(rng)),
+                  causal=causal, block_q=bq, block_k=bk)
+        cases.append(Case(attn_label(kw, causal, f" blocks {bq}x{bk}"), kw,
+                          why="ragged last tiles, Nq != Nk, blocks larger than the sequence"))
+    kw = dict(qkv(rng, 40, 40, 16, dtype="float32", q_scale=300.0), causal=False, block_q=16, block_k=16)
+    cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS))
+    n = 1536
+    kw = dict(qkv(rng, n, n, 16, dtype="float32"), causal=False, block_q=128, block_k=128)
+    cases.append(Case(attn_label(kw, extra=" blocks 128x128 (memory)"), kw, max_peak_bytes=n * n * 4 // 3,
+                      why="IO-awareness: a tiled forward never materialises the Nq x Nk score matrix"))
+    nq, bk = 20, 8
+    kw = dict(qkv(rng, nq, 64, 8), causal=True, block_q=8, block_k=bk)
+    first = -(-nq // bk) * bk
+    poisoned, clean = poison_keys(kw, first)
+    cases.append(Case(attn_label(kw, True, " blocks 8x8, K/V poisoned past row 24"), poisoned, clean,
+                      why=POISON_WHY.format(first=first)))
+    return cases
+
+
+def tile_skip_reference(i, j, block_q, block_k, nq):
+    from flashlab.tiled import causal_tile_skipped
+
+    return bool(causal_tile_skipped(i, j, block_q, block_k, nq))
+
+
+def tile_skip_public(rng):
+    rows = [(0, 0, 4, 4, 16), (0, 1, 4, 4, 16), (2, 1, 4, 4, 16), (1, 3, 8, 4, 12)]
+    return [Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
+                 dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq)) for i, j, bq, bk, nq in rows]
+
+
+def tile_skip_hidden(rng):
+    cases = []
+    for _ in range(10):
+        bq, bk = (int(b) for b in rng.choice([1, 3, 4, 8, 16, 64], 2))
+        nq = int(rng.integers(1, 200))
+        i = int(rng.integers(0, -(-nq // bq)))
+        j = int(rng.integers(0, max(1, (i + 2) * bq // bk + 1)))
+        cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
+                          dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq),
+                          why="ragged last query block, block_q != block_k"))
+    return cases
+
+
+def count_tiles_reference(nq, nk, block_q, block_k, causal):
+    from flashlab.tiled import causal_tile_skipped, num_blocks
+
+    n_i, n_j = num_blocks(nq, block_q), num_blocks(nk, block_k)
+    return sum(not (causal and causal_tile_skipped(i, j, block_q, block_k, nq))
+               for i in range(n_i) for j in range(n_j))
+
+
+def count_tiles_cases(rows):
+    return [Case(f"nq={a} nk={b} block_q={c} block_k={d} causal={e}",
+                 dict(nq=a, nk=b, block_q=c, block_k=d, causal=e)) for a, b, c, d, e in rows]
+
+
+# ----------------------------------------------------------------------------- ex05 traffic
+def fa2_bytes_reference(nq, nk, d, dv=None, block_q=64, block_k=64, causal=False, itemsize=2,
+                         stat_itemsize=4):
+    from flashlab.traffic import fa2_forward_traffic
+
+    return int(fa2_forward_traffic(nq, nk, d, dv=dv, block_q=block_q, block_k=block_k, causal=causal,
+                                   itemsize=itemsize, stat_itemsize=stat_itemsize).total)
+
+
+def fa2_case(nq, nk, d, dv, bq, bk, causal, itemsize):
+    kw = dict(nq=nq, nk=nk, d=d, dv=dv, block_q=bq, block_k=bk, causal=causal, itemsize=itemsize,
+              stat_itemsize=4)
+    return Case(" ".join(f"{k}={v}" for k, v in kw.items() if k != "stat_itemsize"), kw)
+
+
+def fa2_bytes_public(rng):
+    return [fa2_case(128, 128, 64, 64, 64, 64, False, 2), fa2_case(100, 70, 32, 16, 32, 16, True, 2)]
+
+
+def fa2_bytes_hidden(rng):
+    return [fa2_case(int(rng.integers(1, 3000)), int(rng.integers(1, 3000)), int(rng.choice([16, 64, 128])),
+                      int(rng.choice([16, 40, 128])), int(rng.choice([16, 64, 128])),
+                      int(rng.choice([16, 32, 64])), bool(c), int(rng.choice([2, 4])))
+            for c in (0, 1, 0, 1, 1, 0)]
+
+
+# ----------------------------------------------------------------------------- ex06-08 Triton
+def add_reference(x, y):
+    return x + y
+
+
+def add_cases(rng, sizes, dtypes, why=""):
+    return [Case(f"n={n} {dt}", dict(x=randn(rng, n, dtype=dt), y=randn(rng, n, dtype=dt)), why=why)
+            for n, dt in zip(sizes, dtypes)]
+
+
+def row_softmax_reference(x):
+    from flashlab.softmax import safe_softmax
+
+    return safe_softmax(x.astype(np.float64)).astype(x.dtype)
+
+
+def row_softmax_cases(rng, shapes, dtypes, scale=1.0, why=""):
+    return [Case(f"x{shape} {dt}{' large logits' if scale > 1 else ''}",
+                 dict(x=randn(rng, *shape, dtype=dt, scale=scale)), why=why)
+            for shape, dt in zip(shapes, dtypes)]
+
+
+def flash_reference(q, k, v, causal=False):
+    from flashlab.reference import naive_attention
+
+    return naive_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                           causal=causal).astype(q.dtype)
+
+
+def flash_case(rng, z, nq, nk, d, dtype, causal=None, q_scale=1.0, why=""):
+    kw = qkv(rng, nq, nk, d, batch=(z,), dtype=dtype, q_scale=q_scale)
+    if causal is not None:
+        kw["causal"] = causal
+    return Case(attn_label(kw, bool(causal), " large logits" if q_scale > 1 else ""), kw, why=why)
+
+
+def flash_hidden(rng, causal):
+    cases = [flash_case(rng, 2, int(rng.integers(17, 50)), int(rng.integers(17, 50)), 16, "float32", causal,
+                         why="ragged tiles: masked loads and -inf for keys past N_K"),
+             flash_case(rng, 1, int(rng.integers(1, 16)), int(rng.integers(33, 60)), 32, "float16", causal,
+                         why="float16 inputs, Nq < BLOCK_M"),
+             flash_case(rng, 1, 32, 24, 16, "float32", causal, q_scale=40.0, why=LARGE_LOGITS)]
+    if causal:
+        cases.append(flash_case(rng, 1, int(rng.integers(40, 60)), int(rng.integers(17, 30)), 16, "float32",
+                                 True, why="causal with Nq > Nk: rows past Nk see every key"))
+        first = 64  # past the last query row for any BLOCK_M dividing 64
+        base = flash_case(rng, 1, 20, 160, 16, "float32", True)
+        poisoned, clean = poison_keys(base.kwargs, first)
+        cases.append(Case("Nq=20 Nk=160 d=16 float32 causal, K/V poisoned past row 64", poisoned, clean,
+                          why=POISON_WHY.format(first=first)))
+    return cases
+
+
+# ----------------------------------------------------------------------------- ex09/10 backward
+def rowsum_reference(do, o):
+    return (do * o).sum(axis=-1)  # D = rowsum(dO * O), FlashAttention-2 Algorithm 2 line 4
+
+
+def rowsum_cases(rng, shapes):
+    cases = []
+    for shape in shapes:
+        dt = random_dtype(rng)
+        cases.append(Case(f"do, o {shape} {dt}", dict(do=randn(rng, *shape, dtype=dt),
+                                                      o=randn(rng, *shape, dtype=dt))))
+    return cases
+
+
+def ds_reference(p, dp, D):
+    return p * (dp - D[..., None])  # dS = P * (dP - D), Algorithm 2 line 16
+
+
+def ds_cases(rng, shapes):
+    from flashlab.softmax import safe_softmax
+
+    cases = []
+    for nq, nk in shapes:
+        dt = random_dtype(rng)
+        p = safe_softmax(randn(rng, nq, nk, dtype=dt, scale=2.0))
+        dp = randn(rng, nq, nk, dtype=dt)
+        cases.append(Case(f"p, dp ({nq}, {nk}) {dt}", dict(p=p, dp=dp, D=(p * dp).sum(axis=-1))))
+    return cases
+
+
+def backward_reference(q, k, v, o, lse, do, causal=False, scale=None, block_q=64, block_k=64):
+    from flashlab.reference import naive_attention_backward
+
+    return naive_attention_backward(q, k, v, do, causal=causal, scale=scale)
+
+
+def backward_case(rng, nq, nk, d, dv, bq, bk, causal, dtype, batch=(), why="", max_peak=None, extra=""):
+    from flashlab.reference import naive_attention
+
+    kw = qkv(rng, nq, nk, d, dv, batch, dtype)
+    o, lse = naive_attention(kw["q"], kw["k"], kw["v"], causal=causal, return_lse=True)
+    kw.update(o=o, lse=lse, do=randn(rng, *o.shape, dtype=dtype), causal=causal, block_q=bq, block_k=bk)
+    return Case(attn_label(kw, causal, f" blocks {bq}x{bk}{extra}"), kw, why=why, max_peak_bytes=max_peak)
+
+
+def backward_public(rng):
+    return [backward_case(rng, 16, 16, 8, 8, 8, 8, False, "float64"),
+            backward_case(rng, 21, 13, 8, 4, 8, 4, True, "float64")]
+
+
+def backward_hidden(rng):
+    n = 1536
+    return [
+        backward_case(rng, int(rng.integers(1, 40)), int(rng.integers(1, 40)), 8, int(rng.integers(2, 9)),
+                       int(rng.choice([4, 8, 16])), int(rng.choice([4, 8, 16])), False, "float64", (2,),
+                       why="ragged tiles and batch dims"),
+        backward_case(rng, int(rng.integers(25, 40)), int(rng.integers(5, 20)), 4, 4, 8, 4, True, "float64",
+                       why="causal with Nq > Nk"),
+        backward_case(rng, int(rng.integers(5, 20)), int(rng.integers(25, 40)), 8, 8, 4, 8, True, "float32",
+                       why="causal with Nq < Nk, float32"),
+        backward_case(rng, n, n, 16, 16, 128, 128, False, "float32", max_peak=n * n * 4 // 3, extra=" (memory)",
+                       why="IO-awareness: the tiled backward recomputes P tile by tile, never Nq x Nk"),
+    ]
+
+
+
+
+def traffic_ratio(nq):
+    from flashlab.traffic import fa2_forward_traffic, naive_traffic
+
+    naive = naive_traffic(nq, 4096, 128, itemsize=2).total
+    flash = fa2_forward_traffic(nq, 4096, 128, block_q=128, block_k=128, itemsize=2, stat_itemsize=4).total
+    return naive / flash
+
+

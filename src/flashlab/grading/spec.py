@@ -1,0 +1,68 @@
+"""The data model of the grader: a case, a part (one function to write), an exercise.
+
+Also the tolerances by dtype and how quiz answers are stored (hashed, so that reading the
+grader's source does not give them away).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+# (atol, rtol) by output dtype: |out - ref| <= atol + rtol * |ref| elementwise.
+DEFAULT_TOLERANCE = {"float64": (1e-9, 1e-7), "float32": (2e-5, 2e-4), "float16": (5e-3, 5e-3)}
+GRAD_TOLERANCE = {"float64": (1e-8, 1e-6), "float32": (1e-4, 1e-3)}
+# A GPU computes fp32 dots in tf32 by default (10-bit mantissa): looser for kernels on CUDA.
+KERNEL_GPU_TOLERANCE = {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2)}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function: keyword arguments and what the case probes."""
+
+    label: str  # short description shown in reports, e.g. "ragged Nq=37 Nk=53 float32"
+    kwargs: dict
+    reference_kwargs: dict | None = None  # inputs for the reference when they differ (poison)
+    max_peak_bytes: int | None = None  # IO-awareness: peak allocation allowed during the call
+    why: str = ""  # shown when this case fails: what the case is there to catch
+
+
+@dataclass(frozen=True)
+class Part:
+    """One function (or quiz answer) of an exercise, with its checks."""
+
+    function: str  # name in the learner's module
+    title: str
+    points: int
+    reference: Callable[..., Any]
+    public: Callable[[np.random.Generator], list[Case]]
+    hidden: Callable[[np.random.Generator], list[Case]] = lambda rng: []
+    hints: tuple[str, ...] = ()
+    kind: str = "array"  # "array", "exact", "choice" (hashed letter), "number" (rel. tolerance)
+    outputs: tuple[str, ...] = ("output",)  # names of the returned values, for messages
+    tolerance: dict = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    gpu_tolerance: dict = field(default_factory=dict)  # overrides when tensors live on CUDA
+    tensors: bool = False  # convert array inputs to torch tensors (on CUDA if present)
+    must_launch: tuple[str, ...] = ()  # module-level Triton kernels the function must launch
+    time_limit_s: float = 10.0  # per case
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str  # module name in exercises/ and the id given to check()
+    title: str
+    parts: tuple[Part, ...]
+    needs_triton: bool = False
+
+    @property
+    def points(self) -> int:
+        return sum(p.points for p in self.parts)
+
+
+def answer_hash(question: str, answer: Any) -> str:
+    """Stored form of a multiple-choice answer (so answers are not readable in the source)."""
+    text = str(answer).strip().lower().strip("()").strip()
+    return hashlib.sha256(f"flashlab/{question}/{text}".encode()).hexdigest()[:20]
+
