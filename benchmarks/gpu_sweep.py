@@ -30,9 +30,9 @@ DTYPES = ["fp16", "bf16", "fp32"]
 LOPSIDED = [(1, 4096), (4096, 1), (17, 1000), (1000, 17), (128, 4096)]
 
 
-def cases(dtype: str, causal: bool) -> list[dict]:
+def cases(dtype: str, causal: bool, head_dims=HEAD_DIMS) -> list[dict]:
     out = []
-    for d in HEAD_DIMS:
+    for d in head_dims:
         if d <= 64:
             pairs = list(itertools.product(LENGTHS, LENGTHS))
         else:
@@ -77,7 +77,8 @@ def run_case(case: dict) -> dict:
     ok = True
     for name, mine, r, p in [("o", out, ref, pt)] + list(zip(["dq", "dk", "dv"], [t.grad for t in leaves],
                                                              [t.grad for t in ref_leaves], [t.grad for t in pt_leaves])):
-        err, allowed = max_error(mine, r), allowed_error(r, p)
+        magnitude = ref_leaves[2].grad if name == "dk" else None  # dK cancels to 0 when Nk = 1
+        err, allowed = max_error(mine, r), allowed_error(r, p, magnitude)
         record[f"err_{name}"], record[f"allowed_{name}"] = err, allowed
         ok = ok and err <= allowed
     record["ok"] = ok
@@ -85,11 +86,11 @@ def run_case(case: dict) -> dict:
 
 
 def worker(args) -> list[dict]:
-    dtype, causal, deadline = args
+    dtype, causal, head_dims, deadline = args
     os.environ["FLASHLAB_POISON"] = "1"
     os.environ["FLASHLAB_AUTOTUNE"] = "0"
     results = []
-    todo = cases(dtype, causal)
+    todo = cases(dtype, causal, head_dims)
     random.Random(0).shuffle(todo)  # a sweep cut short by the deadline still samples every d and length
     for case in todo:
         if time.time() > deadline:
@@ -126,12 +127,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--deadline-s", type=float, default=420.0)
     parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--split-d", action="store_true", help="one job per (dtype, causal, d), not per (dtype, causal)")
+    parser.add_argument("--merge", nargs="+", default=None, help="combine earlier JSON outputs instead of running")
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.json, args.md)
+        return
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("gpu_sweep.py checks compiled kernels: unset TRITON_INTERPRET and run on a GPU")
     start = time.time()
     deadline = start + args.deadline_s
-    jobs = [(dt, c, deadline) for dt in args.dtypes.split(",") for c in (False, True)]
+    dims = [[d] for d in HEAD_DIMS] if args.split_d else [HEAD_DIMS]
+    jobs = [(dt, c, ds, deadline) for dt in args.dtypes.split(",") for c in (False, True) for ds in dims]
     with mp.get_context("spawn").Pool(args.workers) as pool:
         results = [r for rs in pool.map(worker, jobs) for r in rs]
     import torch
@@ -140,14 +147,32 @@ def main() -> None:
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 wall_s=round(time.time() - start, 1), rule="err <= 2 * err(PyTorch, same dtype) + floor",
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    with open(args.json, "w") as f:
-        json.dump(dict(meta=meta, results=results), f, indent=0)
-    summary = summarise(results)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(f"# GPU correctness sweep of flash_attention\n\n{json.dumps(meta)}\n\n{summary}\n")
-    print(json.dumps(meta))
+    write(dict(meta=meta, results=results), args.json, args.md)
+
+
+def write(data: dict, json_path: str, md_path: str | None) -> None:
+    with open(json_path, "w") as f:
+        json.dump(data, f, indent=0)
+    summary = summarise(data["results"])
+    if md_path:
+        with open(md_path, "w") as f:
+            f.write(f"# GPU correctness sweep of flash_attention\n\n{json.dumps(data['meta'])}\n\n{summary}\n")
+    print(json.dumps(data["meta"]))
     print(summary)
+
+
+def merge(paths: list[str], json_path: str, md_path: str | None) -> None:
+    """Later files win for the cases they ran (keyed by dtype, causal, heads, d, Nq, Nk)."""
+    by_case, metas = {}, []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        metas.append(data["meta"])
+        for r in data["results"]:
+            key = (r["dtype"], r["causal"], r["heads"], r["d"], r["Nq"], r["Nk"])
+            if r["ok"] is not None or key not in by_case:
+                by_case[key] = r
+    write(dict(meta=dict(runs=metas), results=list(by_case.values())), json_path, md_path)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def _check_forward_and_backward(q, k, v, causal, seed):
     assert err <= allowed, f"forward error {err:.3g} > allowed {allowed:.3g} {where}"
     for name, mine, r, p in zip("qkv", leaves, ref_leaves, pt_leaves):
         assert mine.grad.shape == r.grad.shape, f"d{name} shape {mine.grad.shape}, expected {r.grad.shape}"
-        err, allowed = max_error(mine.grad, r.grad), allowed_error(r.grad, p.grad)
+        magnitude = ref_leaves[2].grad if name == "k" else None  # dK cancels to 0 when Nk = 1
+        err, allowed = max_error(mine.grad, r.grad), allowed_error(r.grad, p.grad, magnitude)
         assert err <= allowed, f"d{name} error {err:.3g} > allowed {allowed:.3g} {where}"
 
 
@@ -141,7 +142,7 @@ def test_bad_inputs_raise_errors_that_name_the_argument(args, error, names):
 
 
 def test_bad_scale_and_causal_are_rejected():
-    q, k, v = _bad()["q"], _bad()["k"], _bad()["v"]
+    q, k, v = (t.to(DEVICE) for t in (_bad()["q"], _bad()["k"], _bad()["v"]))
     with pytest.raises(ValueError, match="scale"):
         check_inputs(q, k, v, False, -1.0)
     with pytest.raises(TypeError, match="causal"):

@@ -63,12 +63,15 @@ def test_notebook_is_committed_without_outputs_in_the_flashlab_kernel(path):
 
 
 def _untracked_files() -> set[str]:
+    """Untracked, not ignored files where a notebook could write: notebooks/ (its working
+    directory) and the top level of the repository. (Not the whole tree, where other work may
+    create files while the test runs.)"""
     try:
         out = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return set()
-    return set(out.splitlines())
+    return {p for p in out.splitlines() if p.startswith("notebooks/") or "/" not in p}
 
 
 @pytest.mark.notebooks
@@ -111,3 +114,63 @@ def test_whole_course_executes_within_fifteen_minutes():
         pytest.skip("needs every notebook executed in this session (run the whole file)")
     total = sum(TIMES.values())
     assert total < COURSE_BUDGET_S, f"the course took {total:.0f} s on this machine, budget {COURSE_BUDGET_S} s"
+
+
+# -- flashlab.course: the helpers every notebook starts with ---------------------------------------
+
+def test_course_setup_switches_triton_to_the_interpreter_before_import_without_gpu(tmp_path):
+    import sys
+
+    code = ("import os, sys\n"
+            "os.environ.pop('TRITON_INTERPRET', None)\n"
+            "from flashlab import course\n"
+            "env = course.setup(seed=3, verbose=False)\n"
+            "assert 'triton' not in sys.modules or os.environ['TRITON_INTERPRET'] == '1'\n"
+            "print(env.device, env.triton_mode, os.environ.get('TRITON_INTERPRET'), env.pick(cpu='small', gpu='big'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["FLASHLAB_DEVICE"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    device, mode, interpret, size = out.stdout.split()
+    assert (device, interpret, size) == ("cpu", "1", "small"), out.stdout
+    assert mode in ("interpreter", "missing"), f"Triton mode {mode!r} on the CPU path"
+
+
+def test_course_setup_rejects_a_bad_seed():
+    from flashlab import course
+
+    with pytest.raises(ValueError, match="seed"):
+        course.setup(seed=-1, verbose=False)
+
+
+def test_course_load_results_reads_every_json_file_and_is_empty_without_any(tmp_path, monkeypatch):
+    from flashlab import course
+
+    monkeypatch.setenv("FLASHLAB_RESULTS_DIR", str(tmp_path / "missing"))
+    assert course.load_results() == {}
+    monkeypatch.setenv("FLASHLAB_RESULTS_DIR", str(tmp_path))
+    payload = {"rows": [{"n": 512, "value": 1.5}]}
+    (tmp_path / "bench_x.json").write_text(json.dumps(payload))
+    (tmp_path / "notes.txt").write_text("not a result")
+    assert course.load_results() == {"bench_x": payload}
+    assert course.load_results("other*.json") == {}
+    with pytest.raises(ValueError, match="pattern"):
+        course.load_results("")
+
+
+def test_course_source_prints_the_marked_part_of_a_library_function():
+    import flashlab
+    from flashlab import course
+
+    part = course.source(flashlab.tiled_attention, start="for b in range", stop="return _outputs")
+    assert part.lstrip().startswith("for b in range") and "return _outputs" not in part
+    assert "online_update" in part
+    with pytest.raises(ValueError, match="start="):
+        course.source(flashlab.tiled_attention, start="no such marker")
+
+
+def test_course_show_refuses_what_is_not_a_figure():
+    from flashlab import course
+
+    with pytest.raises(TypeError, match="fig="):
+        course.show("not a figure")

@@ -8,7 +8,9 @@ minute on a laptop and at realistic sizes on a GPU.
 
 Benchmark results are the JSON files written on an H200 by ``benchmarks/`` and committed in
 ``benchmarks/results/``; :func:`load_results` reads them so notebook 08 can plot them anywhere.
-Nothing here writes into the repository except under ``artifacts/`` (git-ignored).
+:func:`source` prints a library function or Triton kernel for reading (notebooks never paste
+library code) and :func:`show` displays a figure exactly once. Nothing here writes into the
+repository except under ``artifacts/`` (git-ignored).
 """
 from __future__ import annotations
 
@@ -154,11 +156,11 @@ def show(fig) -> None:
     a figure made in a cell after the first, and showing it by hand as well would draw it twice.
     ``show(fig)`` displays it explicitly and closes it, so it appears exactly once.
     """
-    from IPython.display import display
-    import matplotlib.pyplot as plt
-
     if not hasattr(fig, "savefig"):
         raise TypeError(f"fig={type(fig).__name__} is not a matplotlib Figure")
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
     display(fig)
     plt.close(fig)
 

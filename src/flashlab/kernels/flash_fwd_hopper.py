@@ -9,8 +9,9 @@ causal two-stage loop of ``flash_fwd.py``), with three changes aimed at Hopper (
   copy into shared memory, the warps keep their registers for the softmax, and the software
   pipeline (``num_stages``) keeps K/V tiles in flight while the tensor cores (``wgmma``) work.
 * **Warp specialisation** can be switched on per config (``tl.range(..., warp_specialize=True)``,
-  Triton's automatic partitioning into producer and consumer warps). Whether it pays on Hopper
-  with triton 3.6 is measured, not assumed: see ``benchmarks/NOTES.md``.
+  Triton's automatic partitioning into producer and consumer warps). Measured on an H200 with
+  triton 3.6 (``benchmarks/NOTES.md``): with 4 warps it fails to compile, with 8 warps it changes
+  neither the registers nor the speed, so no default config uses it.
 * **Configuration as data**: block sizes, warps and stages come from :class:`HopperConfig`
   tables chosen by (head dim, causal), measured on an H200 (``benchmarks/NOTES.md``), instead of
   autotuning at every new shape.

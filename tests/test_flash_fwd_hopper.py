@@ -1,0 +1,132 @@
+"""The Hopper rung (flash_fwd_hopper) and the benchmark harness around it.
+
+Without a GPU the kernel runs in Triton's CPU interpreter (tests/conftest.py), which executes
+tensor-descriptor loads too; fp16 only there (its bf16 dot is wrong). Small blocks keep it fast.
+"""
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from flashlab.kernels import flash_fwd_hopper as hopper  # noqa: E402
+from flashlab.kernels.attention import attention_reference, allowed_error, max_error  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+SMALL = hopper.HopperConfig(block_q=32, block_k=16, num_warps=4, num_stages=2)
+pytestmark = pytest.mark.interpreter
+
+
+def _qkv(b, h, nq, nk, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, n, d, generator=g).to(DEVICE, torch.float16) for n in (nq, nk, nk)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,h,nq,nk,d", [(1, 2, 64, 64, 64), (2, 1, 77, 45, 64), (1, 1, 50, 90, 128)])
+def test_hopper_forward_matches_reference_for_ragged_lengths(b, h, nq, nk, d, causal):
+    q, k, v = _qkv(b, h, nq, nk, d, seed=nq * 1000 + nk + int(causal))
+    o, lse = hopper.forward(q, k, v, causal, None, SMALL)
+    ref = attention_reference(q, k, v, causal, upcast=True)
+    same = attention_reference(q, k, v, causal, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, same)
+    assert err <= allowed, f"max |o - ref| = {err:.3g} > allowed {allowed:.3g} (b={b} h={h} nq={nq} nk={nk})"
+    assert o.shape == (b, h, nq, d) and o.dtype == torch.float16
+    assert lse.shape == (b, h, nq) and lse.dtype == torch.float32
+
+
+def test_hopper_lse_is_the_natural_log_sum_exp_of_scaled_scores():
+    q, k, v = _qkv(1, 2, 40, 40, 64, seed=7)
+    scale = 0.3
+    _, lse = hopper.forward(q, k, v, True, scale, SMALL)
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale  # (1, 2, 40, 40)
+    s = s.masked_fill(torch.ones(40, 40, dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    ref = torch.logsumexp(s, dim=-1)
+    assert (lse.double() - ref).abs().max().item() < 1e-3, "lse is not logsumexp(q k^T * scale) in natural log"
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda q, k, v: (q.float(), k, v), "dtype"),
+    (lambda q, k, v: (q[..., :48], k[..., :48], v[..., :48]), "d=48"),
+    (lambda q, k, v: (q[0], k, v), "4-D"),
+    (lambda q, k, v: (q, k[..., :32], v[..., :32]), "q's d"),
+])
+def test_hopper_rejects_bad_inputs_naming_the_problem(bad, match):
+    q, k, v = _qkv(1, 1, 32, 32, 64, seed=1)
+    with pytest.raises((TypeError, ValueError), match=match):
+        hopper.forward(*bad(q, k, v), False)
+
+
+def test_supports_says_no_where_the_rung_is_not_verified():
+    q, k, v = _qkv(1, 1, 32, 32, 64, seed=2)
+    assert not hopper.supports(q.float(), k.float(), v.float(), False)  # fp32
+    assert not hopper.supports(q[..., :32], k[..., :32], v[..., :32], False)  # d=32
+    assert not hopper.supports(q, k[:, :, :, :], v[:, :, :16], False)  # v not shaped like k
+    if DEVICE == "cpu":
+        assert hopper.supports(q, k, v, False)
+        assert not hopper.supports(q.bfloat16(), k.bfloat16(), v.bfloat16(), False)  # interpreter bf16 dot
+
+
+def test_config_rejects_block_sizes_that_break_the_band_loop():
+    with pytest.raises(ValueError, match="block_q=64 must be a multiple of block_k=128"):
+        hopper.HopperConfig(block_q=64, block_k=128)
+    with pytest.raises(ValueError, match="block_k=48"):
+        hopper.HopperConfig(block_q=64, block_k=48)
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_refuses_to_time_under_the_interpreter(monkeypatch, capsys):
+    from flashlab import bench
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert bench.main(["--quick"]) == 2
+    assert "TRITON_INTERPRET" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["bench_attention", "bench_memory", "ncu_traffic"])
+def test_benchmark_scripts_plan_without_a_gpu(name, capsys):
+    assert _load(name).main(["--dry-run"]) == 0
+    assert capsys.readouterr().out.strip(), f"{name} --dry-run printed no plan"
+
+
+def test_ncu_csv_parser_sums_every_kernel():
+    ncu = _load("ncu_traffic")
+    g = torch.Generator().manual_seed(3)
+    values = torch.randint(1, 10**9, (3, 2), generator=g).tolist()
+    lines = ['==PROF== Connected', '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"']
+    for i, (r, w) in enumerate(values):
+        lines.append(f'"{i}","k{i}","dram__bytes_read.sum","byte","{r:,}"')
+        lines.append(f'"{i}","k{i}","dram__bytes_write.sum","byte","{w:,}"')
+    parsed = ncu.parse_ncu_csv("\n".join(lines))
+    assert parsed["totals"]["dram__bytes_read.sum"] == sum(r for r, _ in values)
+    assert parsed["totals"]["dram__bytes_write.sum"] == sum(w for _, w in values)
+    assert len(parsed["kernels"]) == 3
+
+
+def test_committed_results_describe_their_machine():
+    import json
+
+    for name in ("bench_attention", "bench_memory", "ncu_traffic"):
+        path = REPO / "benchmarks" / "results" / f"{name}.json"
+        if not path.exists():
+            pytest.skip(f"{path} not committed yet")
+        data = json.loads(path.read_text())
+        env = data["environment"]
+        for key in ("device", "torch", "triton", "date_utc"):
+            assert env.get(key), f"{path.name}: environment.{key} is missing"
+        assert data["protocol"] and data["rows"], f"{path.name} has no protocol or no rows"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
