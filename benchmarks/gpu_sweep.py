@@ -45,6 +45,7 @@ def cases(dtype: str, causal: bool, head_dims=HEAD_DIMS) -> list[dict]:
 def run_case(case: dict) -> dict:
     import torch
 
+    from flashlab.kernels import ladder
     from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[case["dtype"]]
@@ -57,7 +58,7 @@ def run_case(case: dict) -> dict:
     k = torch.randn(B, Hkv, Nk, d, device="cuda", generator=g).to(dtype)  # (B, Hkv, Nk, d)
     v = torch.randn(B, Hkv, Nk, d, device="cuda", generator=g).to(dtype)  # (B, Hkv, Nk, d)
     do = torch.randn(B, H, Nq, d, device="cuda", generator=g).to(dtype)  # (B, H, Nq, d)
-    record = dict(case, B=B, seed=seed)
+    record = dict(case, B=B, seed=seed, rung=ladder.best_rung(q, k, v, causal))  # the forward that runs
     t0 = time.time()
     try:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -79,7 +80,7 @@ def run_case(case: dict) -> dict:
                                                              [t.grad for t in ref_leaves], [t.grad for t in pt_leaves])):
         magnitude = ref_leaves[2].grad if name == "dk" else None  # dK cancels to 0 when Nk = 1
         err, allowed = max_error(mine, r), allowed_error(r, p, magnitude)
-        record[f"err_{name}"], record[f"allowed_{name}"] = err, allowed
+        record[f"err_{name}"], record[f"allowed_{name}"] = float(f"{err:.4g}"), float(f"{allowed:.4g}")
         ok = ok and err <= allowed
     record["ok"] = ok
     return record
@@ -152,7 +153,8 @@ def main() -> None:
 
 def write(data: dict, json_path: str, md_path: str | None) -> None:
     with open(json_path, "w") as f:
-        json.dump(data, f, indent=0)
+        json.dump(data, f, separators=(",", ":"))
+        f.write("\n")
     summary = summarise(data["results"])
     if md_path:
         with open(md_path, "w") as f:
@@ -170,6 +172,8 @@ def merge(paths: list[str], json_path: str, md_path: str | None) -> None:
         metas.append(data["meta"])
         for r in data["results"]:
             key = (r["dtype"], r["causal"], r["heads"], r["d"], r["Nq"], r["Nk"])
+            for name in [n for n in r if n.startswith(("err_", "allowed_"))]:
+                r[name] = float(f"{r[name]:.4g}")
             if r["ok"] is not None or key not in by_case:
                 by_case[key] = r
     write(dict(meta=dict(runs=metas), results=list(by_case.values())), json_path, md_path)

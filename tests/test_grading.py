@@ -108,7 +108,7 @@ def test_other_parts_are_still_graded_after_a_timeout(tmp_path):
 def test_printing_floods_are_truncated_and_the_check_still_passes(tmp_path):
     shutil.copy(BROKEN / "prints_flood.py", tmp_path / "ex01_naive.py")
     result = check("ex01_naive", exercises_dir=tmp_path, public_only=True).graded[0][1]["naive_attention"]
-    assert result["status"] == "public passed"
+    assert result["status"] == "public passed" and result["earned"] == 0  # hidden checks did not run
     assert any("only the first 2,000 were kept" in note for note in result["notes"]), result["notes"]
 
 
@@ -123,6 +123,9 @@ def test_check_grades_a_function_object_and_honours_the_env_dir(monkeypatch):
     assert report.results[0]["failure"]["kind"] == "nan"
     monkeypatch.setenv("FLASHLAB_EXERCISES_DIR", str(REPO / "solutions"))
     assert check("ex04_causal_tiles").passed
+    monkeypatch.setenv("FLASHLAB_EXERCISES_DIR", str(REPO / "no_such_folder"))
+    with pytest.raises(ValueError, match="FLASHLAB_EXERCISES_DIR"):
+        check("ex04_causal_tiles")
 
 
 def test_hidden_cases_are_fresh_per_seed_and_public_cases_fixed():

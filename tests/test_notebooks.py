@@ -2,7 +2,8 @@
 
 Each notebook runs in the ``flashlab`` kernel with ``TRITON_INTERPRET=1`` and the graded cells
 pointed at ``solutions/`` (``FLASHLAB_EXERCISES_DIR``), so every check passes; any error fails
-the test. Execution times are written to ``artifacts/notebook_times.json``.
+the test. Execution times are written to ``artifacts/notebook_times.json``. On a GPU machine,
+``FLASHLAB_NOTEBOOKS_ON_GPU=1`` runs the notebooks' GPU paths instead (GPU sizes, compiled Triton).
 """
 from __future__ import annotations
 
@@ -81,8 +82,12 @@ def test_notebook_executes_top_to_bottom_on_cpu(path, monkeypatch):
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("FLASHLAB_DEVICE", "cpu")
+    if os.environ.get("FLASHLAB_NOTEBOOKS_ON_GPU") == "1":  # on a GPU machine: GPU sizes, compiled Triton
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+        monkeypatch.delenv("FLASHLAB_DEVICE", raising=False)
+    else:  # CI and laptops: CPU sizes, Triton's interpreter
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        monkeypatch.setenv("FLASHLAB_DEVICE", "cpu")
     monkeypatch.setenv("FLASHLAB_EXERCISES_DIR", str(REPO / "solutions"))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     before = _untracked_files()

@@ -74,7 +74,7 @@ for ceil in (hardware.H200_MEASURED, hardware.H200_DATASHEET):
 
 # %% [markdown]
 # The *ridge point* is the number of FLOPs a kernel must do per byte it moves to or from HBM
-# before compute, not memory, limits it. On the measured H200 it is about 180 FLOP/byte. A
+# before compute, not memory, limits it: about 184 FLOP/byte on the measured H200 (above). A
 # softmax does a handful of FLOPs per element (2 bytes in bf16), far below the ridge: it is
 # limited by HBM. That is why standard attention, which writes its N x N score matrix to HBM and
 # reads it back, is slow, and why removing those bytes (not FLOPs) is the whole game.

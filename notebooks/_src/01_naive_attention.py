@@ -146,10 +146,26 @@ n = 32768
 print(f"{format_bytes(n * n * 2)} per head; for 32 heads: {format_bytes(32 * n * n * 2)}")
 
 # %% [markdown]
-# On the H200 the course was measured on (141 GB of HBM), naive causal attention with 32 heads
-# and d = 128 peaked at 8.6 GiB at 8k tokens, 32.9 GiB at 16k and 130.1 GiB at 32k, and ran out of
-# memory at 64k (source: `shared/anchors/h200_sdpa.txt`; notebook 08 plots the repository's own
-# measurement from `benchmarks/results/`).
+# On a GPU the same growth ends in an out-of-memory error. The repository's H200 measurement
+# (`benchmarks/results/bench_memory.json`: one head, d = 128, bf16, peak extra memory of one
+# forward pass) shows where:
+
+# %%
+memory = course.load_results("bench_memory.json").get("bench_memory")
+if memory is None:
+    print("no benchmarks/results/bench_memory.json yet (run `flashlab bench memory` on a GPU)")
+else:
+    for row in memory["rows"]:
+        if row["causal"]:
+            continue
+        naive = row["results"].get("naive", {})
+        used = format_bytes(naive["peak_extra_bytes"]) if naive.get("peak_extra_bytes") else naive.get("status")
+        print(f"N = {row['n']:>6}: naive attention peak extra memory {used}")
+
+# %% [markdown]
+# At N = 32768 the peak is 4 GiB: S and P, two bf16 N x N matrices of 2 GiB each, as computed
+# above. At N = 262144 a single such matrix would need 128 GiB, next to the 141 GB of HBM the
+# H200 has (NVIDIA datasheet), so the forward pass fails (`oom`).
 #
 # ## Self-test
 #

@@ -139,9 +139,11 @@ course.show(plot_traffic_vs_sram(n=16384, d=64))
 #
 # A kernel's arithmetic intensity is FLOPs per HBM byte. Below the ridge point
 # (about 184 FLOP/byte on the measured H200, notebook 00) it is limited by bandwidth; above, by
-# compute. Naive attention's softmax kernel sits near 1 FLOP/byte. The flash forward and backward
-# sit one to two orders of magnitude higher. Decode (one query row against a KV cache) stays near
-# 1 FLOP/byte whatever the algorithm: notebook 09 returns to this.
+# compute. Naive attention's softmax kernel sits near 1 FLOP/byte. In the model the flash forward
+# and backward sit two orders of magnitude higher, just under the ridge; with the DRAM bytes
+# measured on the H200 (hollow markers) the flash forward is far into the compute-bound region.
+# Decode (one query row against a KV cache) stays near 1 FLOP/byte whatever the algorithm:
+# notebook 09 returns to this.
 
 # %%
 from flashlab.viz import plot_roofline, roofline_data

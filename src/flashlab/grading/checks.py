@@ -35,7 +35,7 @@ def _inputs(part: Part, case: Case) -> dict:
 
 
 def _base_result(exercise: Exercise, part: Part, seed: int) -> dict:
-    return dict(exercise=exercise.name, function=part.function, title=part.title, points=part.points,
+    return dict(exercise=exercise.name, function=part.function, title=part.title, kind=part.kind, points=part.points,
                 earned=0, status="failed", public=[0, 0], hidden=[0, 0], hidden_run=False, seed=seed,
                 failure=None, notes=[], hints=list(part.hints))
 
@@ -195,14 +195,16 @@ def grade_part(exercise: Exercise, part: Part, module, functions: dict | None, s
                                  message=f"{part.function} is {_describe(target)}, not a function")
         return result
     counters = {}
-    if module is not None and part.must_launch:
+    if part.must_launch:
         from flashlab.grading.sandbox import LaunchCounter
 
+        # the kernels the function launches live in its module's globals (a notebook's, for fn=)
+        namespace = vars(module) if module is not None else getattr(target, "__globals__", {})
         for name in part.must_launch:
-            kernel = getattr(module, name, None)
+            kernel = namespace.get(name)
             if kernel is not None:
                 counters[name] = kernel if isinstance(kernel, LaunchCounter) else LaunchCounter(kernel)
-                setattr(module, name, counters[name])
+                namespace[name] = counters[name]
     phase("preparing cases", 120.0, None)
     public = part.public(np.random.default_rng([PUBLIC_SEED, index]))
     hidden = [] if public_only else part.hidden(np.random.default_rng([seed, index]))
@@ -253,8 +255,12 @@ def find_exercises_dir(exercises_dir=None, solutions: bool = False) -> Path:
                              "holding ex01_naive.py, ex02_softmax.py, ...")
         return path.resolve()
     names = ["solutions"] if solutions else ["exercises"]
-    if not solutions and os.environ.get("FLASHLAB_EXERCISES_DIR"):
-        return find_exercises_dir(os.environ["FLASHLAB_EXERCISES_DIR"])
+    env = os.environ.get("FLASHLAB_EXERCISES_DIR")
+    if not solutions and env:
+        if not Path(env).expanduser().is_dir():
+            raise ValueError(f"FLASHLAB_EXERCISES_DIR={env!r} is not a directory; expected the folder holding "
+                             "ex01_naive.py, ex02_softmax.py, ...")
+        return Path(env).expanduser().resolve()
     for parent in [Path.cwd(), *Path.cwd().parents]:
         for name in names:
             if (parent / name / "ex01_naive.py").is_file():
