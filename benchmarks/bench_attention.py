@@ -1,6 +1,6 @@
 """Time flashlab's attention kernels beside PyTorch's on one GPU (issue 7's protocol).
 
-Protocol (FlashAttention-2 paper section 4.1, also ../shared/anchors/README.md):
+Protocol (FlashAttention-2 paper section 4.1, also benchmarks/anchors/README.md):
 bf16 and fp16; B*N = 16384 tokens; H*d = 2048; d in {64, 128}; N in {512, ..., 16384};
 causal and not; forward and forward+backward. TFLOP/s with forward FLOPs = 4*B*H*N^2*d (halved
 when causal) and forward+backward = 3.5 x forward. Time = median of triton.testing.do_bench after
@@ -52,7 +52,7 @@ PROTOCOL = {
     "correctness": "each variant on fresh random inputs of the row's shape; (batch 0, heads 0-1) vs "
                    "float32 attention; pass when rel. error <= 2 x naive-in-dtype error + 1e-4",
     "causal": "top-left aligned, as SDPA is_causal=True",
-    "source": "issue 7; FlashAttention-2 paper section 4.1; ../shared/anchors/README.md",
+    "source": "issue 7; FlashAttention-2 paper section 4.1; benchmarks/anchors/README.md",
 }
 
 

@@ -8,7 +8,7 @@ handles), then once more between cudaProfilerStart/Stop; ncu profiles only that 
         python benchmarks/ncu_traffic.py --child VARIANT N
 
 and the parent sums the bytes over every kernel of the call. Sizes: fp16, B=1, H=16, d=64
-(the anchors' ncu shape, ../shared/anchors/README.md), N in {1024, 4096, 8192}.
+(the anchors' ncu shape, benchmarks/anchors/README.md), N in {1024, 4096, 8192}.
 
 Model: ``flashlab.traffic.naive_traffic`` and ``fa2_forward_traffic`` (global loads and stores,
 docs/ARCHITECTURE.md). Where that module is missing, the same rules are computed here.

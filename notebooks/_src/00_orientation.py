@@ -40,7 +40,7 @@ print(format_text(diagnose()))
 # on-chip memory is small and fast, HBM is large and, relative to the arithmetic units, slow.
 #
 # The numbers below come from `flashlab.hardware`, which cites its sources (NVIDIA tuning guides,
-# the H200 datasheet, and the measurements in `shared/anchors` made on the H200 this course was
+# the H200 datasheet, and the measurements in `benchmarks/anchors` made on the H200 this course was
 # benchmarked on).
 
 # %%

@@ -78,7 +78,7 @@ for n in (1024, 4096, 16384, 65536):
 # programs working on neighbouring query blocks run at the same time and share K and V through
 # the L2 cache (60 MiB on the H200). Nsight Compute measured the DRAM bytes of both on the H200
 # at B = 1, H = 16, N = 4096, d = 64, fp16 (`flashlab.hardware.NCU_*`, from
-# `shared/anchors/h200_ncu_naive_vs_flash.csv`):
+# `benchmarks/anchors/h200_ncu_naive_vs_flash.csv`):
 
 # %%
 blocks = dict(block_q=128, block_k=128, stat_itemsize=4)  # the measured FA2 kernel's tiles

@@ -3,7 +3,7 @@
 Two kinds of number live here and are never mixed silently:
 
 * **measured** ceilings for the H200 the course was benchmarked on
-  (``../shared/anchors/README.md``, measured 2026-11-29, torch 2.11 + cu130):
+  (``benchmarks/anchors/README.md``, measured 2026-11-29, torch 2.11 + cu130):
   ~4.3 TB/s for a device-to-device copy (bytes read + bytes written, divided by time) and
   ~790 TFLOP/s for one 8192 x 8192 x 8192 bf16 matmul;
 * **datasheet** peaks (NVIDIA H200 product page / datasheet): 4.8 TB/s HBM3e bandwidth and
@@ -86,7 +86,7 @@ class Ceilings:
 
 H200_MEASURED = Ceilings(
     "H200 (measured)", flops_per_s=790e12, hbm_bytes_per_s=4.3e12,
-    source="shared/anchors/README.md: 8192^3 bf16 matmul ~790 TFLOP/s; D2D copy ~4.3 TB/s")
+    source="benchmarks/anchors/README.md: 8192^3 bf16 matmul ~790 TFLOP/s; D2D copy ~4.3 TB/s")
 H200_DATASHEET = Ceilings(
     "H200 (datasheet)", flops_per_s=989e12, hbm_bytes_per_s=4.8e12,
     source="NVIDIA H200 datasheet: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16")
@@ -107,7 +107,7 @@ class DramMeasurement:
     n: int
     d: int
     itemsize: int
-    source: str = ("shared/anchors/h200_ncu_naive_vs_flash.csv (ncu dram__bytes_read/write.sum, fp16, "
+    source: str = ("benchmarks/anchors/h200_ncu_naive_vs_flash.csv (ncu dram__bytes_read/write.sum, fp16, "
                    "forward, not causal; ncu flushes caches between replays and under-counts writes "
                    "still in L2 at kernel end)")
 

@@ -3,7 +3,7 @@
 Each point is one kernel: its FLOPs (:mod:`flashlab.flops`) over the HBM bytes it moves
 (:mod:`flashlab.traffic`). Attainable throughput is ``min(peak, intensity x bandwidth)``; a kernel
 left of the ridge point (peak / bandwidth) is memory-bound. Default ceilings: the H200 *measured*
-ones in ``shared/anchors/README.md`` (~790 TFLOP/s bf16 matmul, ~4.3 TB/s copy), ridge ~184 FLOP/B;
+ones in ``benchmarks/anchors/README.md`` (~790 TFLOP/s bf16 matmul, ~4.3 TB/s copy), ridge ~184 FLOP/B;
 the datasheet roof (989 TFLOP/s, 4.8 TB/s) is drawn dashed for comparison.
 
 Naive attention runs as three kernels (paper Algorithm 0): ``S = Q K^T`` (writes S to HBM),
@@ -16,7 +16,7 @@ so the bf16 Tensor Core roof overstates what it could reach; it is memory-bound 
 In this model each K, V byte loaded by the FA2 forward serves ``block_q`` query rows, so its
 intensity is about 2 x block_q / itemsize FLOPs per byte (a tile does 2 block_q block_k (d + dv)
 FLOPs on block_k (d + dv) x itemsize loaded bytes): 128 x 128 tiles at 2 bytes (the FA2 kernel measured in
-``shared/anchors/h200_ncu_naive_vs_flash.csv`` uses ``Flash_fwd_kernel_traits<64, 128, 128, ...>``)
+``benchmarks/anchors/h200_ncu_naive_vs_flash.csv`` uses ``Flash_fwd_kernel_traits<64, 128, 128, ...>``)
 put it at ~128 FLOP/B, under the ridge. A real GPU does better: thread blocks running at the same
 time share K, V through the 60 MiB L2, and ncu measured the whole FA2 forward reading only Q, K, V
 once from DRAM (25.2 MB at B=1, H=16, N=4096, d=64). When the figure's shape is that one, the two
@@ -147,7 +147,7 @@ def plot_roofline(data: RooflineData | None = None, figsize=(9, 6.8), dpi: int =
     ax.set_title(f"Roofline: N={data.n}, d={data.d}, {data.itemsize}-byte elements{causal}; "
                  f"flash tiles block_q={data.block_q}, block_k={data.block_k}\n"
                  "filled: HBM↔SRAM bytes of the model (no L2 reuse); hollow: DRAM bytes measured by ncu;\n"
-                 "roofs: H200 measured (8192³ bf16 matmul, device copy; shared/anchors) and datasheet",
+                 "roofs: H200 measured (8192³ bf16 matmul, device copy; benchmarks/anchors) and datasheet",
                  fontsize=10)
     fig.legend(loc="outside lower center", ncols=2, fontsize=8)
     ax.grid(True, which="major", alpha=0.3)
