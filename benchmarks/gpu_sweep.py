@@ -121,6 +121,75 @@ def summarise(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------
+# --tune-bwd: time flash_bwd.backward under several BwdConfigs (issue 7's protocol shapes)
+# --------------------------------------------------------------------------------------------
+BWD_CANDIDATES = {  # (block_m1, block_n1, block_m2, block_n2, num_warps, num_stages)
+    64: [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 4, 4), (32, 128, 128, 32, 4, 5), (32, 128, 128, 32, 8, 3),
+         (64, 128, 128, 64, 8, 2), (64, 128, 128, 64, 8, 3), (32, 64, 64, 32, 4, 3), (64, 64, 64, 64, 4, 3)],
+    128: [(32, 128, 128, 32, 8, 2), (32, 128, 128, 32, 4, 2), (32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 4, 4),
+          (32, 128, 128, 32, 8, 3), (64, 128, 128, 64, 8, 2), (32, 64, 64, 32, 4, 3), (64, 64, 64, 64, 4, 2)],
+}
+
+
+def _bwd_inputs(d: int, n: int, causal: bool, dtype):
+    import torch
+
+    from flashlab.kernels import flash_fwd
+
+    B, H = 16384 // n, 2048 // d  # issue 7: B*N = 16384 tokens, H*d = 2048
+    q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=dtype) for _ in range(4))  # (B, H, N, d)
+    scale = d**-0.5
+    o, lse = flash_fwd.forward_v2(q, k, v, causal, scale)
+    return (q, k, v, o, lse, do, causal, scale)
+
+
+def _compile_job(job) -> str:
+    import torch
+
+    from flashlab.kernels import flash_bwd
+
+    d, causal, cfg = job
+    args = _bwd_inputs(d, 256, causal, torch.bfloat16)
+    try:
+        flash_bwd.backward(*args, config=flash_bwd.BwdConfig(*cfg))
+        torch.cuda.synchronize()
+        return "ok"
+    except Exception as err:
+        return f"{type(err).__name__}: {str(err)[:200]}"
+
+
+def tune_bwd(json_path: str) -> None:
+    import torch
+    import triton
+
+    from flashlab.kernels import flash_bwd
+
+    jobs = [(d, c, cfg) for d in BWD_CANDIDATES for c in (False, True) for cfg in BWD_CANDIDATES[d]]
+    with mp.get_context("spawn").Pool(8) as pool:  # compile in parallel (cached on disk), time alone
+        compiled = dict(zip(jobs, pool.map(_compile_job, jobs)))
+    rows = []
+    for d, causal in itertools.product(BWD_CANDIDATES, (False, True)):
+        for n in (1024, 4096):
+            args = _bwd_inputs(d, n, causal, torch.bfloat16)
+            B, H = args[0].shape[:2]
+            flops = 2.5 * 4 * B * H * n * n * d * (0.5 if causal else 1.0)  # backward = 2.5x forward
+            base = flash_bwd.backward(*args, config=flash_bwd.BwdConfig(*BWD_CANDIDATES[d][0]))
+            for cfg in BWD_CANDIDATES[d]:
+                row = dict(d=d, N=n, causal=causal, config=cfg, compile=compiled[(d, causal, cfg)])
+                if row["compile"] == "ok":
+                    config = flash_bwd.BwdConfig(*cfg)
+                    grads = flash_bwd.backward(*args, config=config)
+                    row["max_diff_vs_first"] = max((a.float() - b.float()).abs().max().item() for a, b in zip(grads, base))
+                    ms = triton.testing.do_bench(lambda: flash_bwd.backward(*args, config=config),
+                                                 warmup=25, rep=100, return_mode="median")
+                    row["ms"], row["tflops"] = round(ms, 4), round(flops / ms / 1e9, 1)
+                rows.append(row)
+                print(row, flush=True)
+    with open(json_path, "w") as f:
+        json.dump(dict(device=torch.cuda.get_device_name(), dtype="bf16", rows=rows), f)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default="gpu_sweep.json")
@@ -130,7 +199,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--split-d", action="store_true", help="one job per (dtype, causal, d), not per (dtype, causal)")
     parser.add_argument("--merge", nargs="+", default=None, help="combine earlier JSON outputs instead of running")
+    parser.add_argument("--tune-bwd", action="store_true", help="time backward configs instead (bf16, d 64/128)")
     args = parser.parse_args()
+    if args.tune_bwd:
+        tune_bwd(args.json)
+        return
     if args.merge:
         merge(args.merge, args.json, args.md)
         return
