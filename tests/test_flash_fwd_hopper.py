@@ -130,3 +130,17 @@ def test_committed_results_describe_their_machine():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("h,hkv,d", [(2, 2, 64), (2, 2, 128), (4, 2, 64), (2, 2, 80), (2, 1, 128)])
+def test_fast_support_check_agrees_with_the_full_one_on_validated_inputs(dtype, h, hkv, d):
+    # flash_attention validates once, then asks supports_checked on every call.
+    from flashlab.kernels.attention import check_inputs
+
+    q = torch.randn(1, h, 33, d, dtype=dtype)  # (B, H, Nq, d)
+    k = torch.randn(1, hkv, 20, d, dtype=dtype)  # (B, Hkv, Nk, d)
+    v = torch.randn(1, hkv, 20, d, dtype=dtype)  # (B, Hkv, Nk, d)
+    check_inputs(q, k, v)
+    for causal in (False, True):
+        assert hopper.supports_checked(q, k, v) == hopper.supports(q, k, v, causal), (dtype, h, hkv, d, causal)

@@ -119,11 +119,18 @@ def max_error(out, ref) -> float:
 
 
 def best_forward(q, k, v, causal: bool, scale: float):
-    """(o, lse) from the best rung for these inputs: v4_hopper where it applies, else v3_autotuned."""
-    from . import ladder
+    """(o, lse) from the best rung for inputs that passed :func:`check_inputs`: v4_hopper where
+    it applies, else v3_autotuned (``ladder.best_rung`` names the same choice).
 
-    name = ladder.best_rung(q, k, v, causal)
-    return ladder.RUNGS[name](q, k, v, causal, scale)
+    The rungs are called without their own input checks: validating once matters at small N,
+    where the host's time per call is comparable to the kernel's (benchmarks/NOTES.md, call 4).
+    """
+    from . import flash_fwd, ladder
+
+    hopper = ladder._hopper_module()
+    if hopper is not None and q.device.type == "cuda" and hopper.supports_checked(q, k, v):
+        return hopper.forward(q, k, v, causal, scale, checked=True)
+    return flash_fwd.forward_v3(q, k, v, causal, scale)
 
 
 def _autograd_function():

@@ -16,11 +16,13 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 from .attention import check_inputs
 
 
+@functools.lru_cache(maxsize=None)
 def _hopper_module():
     """``flashlab.kernels.flash_fwd_hopper`` or None when it does not exist (yet)."""
     try:
