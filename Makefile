@@ -7,7 +7,10 @@ STAMP  := $(VENV)/.flashlab-installed
 .PHONY: install lab test tour kernel clean
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+	  { echo "make: $(PYTHON) is older than Python 3.10; run e.g. 'make $(MAKECMDGOALS) PYTHON=python3.11'" >&2; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || \
+	  { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv' failed; on Debian/Ubuntu: sudo apt install python3-venv" >&2; exit 1; }
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name flashlab --display-name "flashlab (Python 3)" >/dev/null
@@ -17,8 +20,11 @@ install: $(STAMP)
 
 kernel: install
 
+# Jupyter refuses to start as root (containers, WSL set-ups) unless told it may.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: install  ## set up and open the course at notebook 00
-	$(BIN)/jupyter lab notebooks/00_orientation.ipynb
+	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/00_orientation.ipynb
 
 test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
 	$(BIN)/python -m pytest -q

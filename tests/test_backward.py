@@ -7,7 +7,7 @@ from hypothesis import given
 
 from flashlab.reference import naive_attention, naive_attention_backward
 from flashlab.tiled import tiled_attention, tiled_attention_backward
-from strategies import CORE, attention_shapes, random_do, random_qkv, seeds
+from strategies import CORE, attention_shapes, edge_cases, random_do, random_qkv, seeds
 
 torch = pytest.importorskip("torch")
 
@@ -19,6 +19,7 @@ def tiled_grads(q, k, v, do, causal, scale, block_q, block_k):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds)
+@edge_cases()
 def test_tiled_backward_matches_float64_autograd(shape, seed):
     q, k, v = random_qkv(shape, seed, scale=1.5)
     do = random_do(shape, seed)

@@ -135,3 +135,57 @@ def test_a_tracer_holds_one_run_only():
     tiled_attention(*qkv(), tracer=tracer)
     with pytest.raises(RuntimeError, match="new one per run"):
         tiled_attention(*qkv(), tracer=tracer)
+
+
+@pytest.mark.parametrize("fn", ENTRY_POINTS, ids=ids)
+@pytest.mark.parametrize("tensor", ["k", "v"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("causal", [False, True])
+def test_non_finite_keys_and_values_propagate_quietly(fn, tensor, bad, causal):
+    q, k, v = qkv(nq=7, nk=7)
+    {"k": k, "v": v}[tensor][0, 2, 1] = bad  # batch element 0, key 2
+    kw = dict(causal=causal, block_q=3, block_k=2) if fn in TILED else dict(causal=causal)
+    with np.errstate(all="raise"):  # a floating-point warning would raise here
+        out = fn(q, k, v, **kw)
+    out = out if isinstance(out, tuple) else (out,)
+    assert any(not np.isfinite(x[0]).all() for x in out), f"{tensor}={bad} vanished from batch element 0"
+    for x in out:
+        assert np.isfinite(x[1]).all(), "other batch elements must be unaffected"
+
+
+def test_softmax_state_errors_name_the_argument():
+    from flashlab.softmax import combine_states, online_update, softmax_state
+
+    with pytest.raises(ValueError, match="scores must have at least one axis"):
+        softmax_state(np.float64(1.0))
+    m, l, acc = np.zeros(3), np.ones(3), np.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"l_b\.shape=\(4,\) must equal m_b\.shape=\(3,\)"):
+        combine_states(m, l, acc, m, np.ones(4), acc)
+    with pytest.raises(ValueError, match=r"acc_a\.shape=\(2, 2\)"):
+        combine_states(m, l, acc[:2], m, l, acc)
+    with pytest.raises(ValueError, match=r"m_a\.shape=\(3,\), m_b\.shape=\(4,\)"):
+        combine_states(m, l, acc, np.zeros(4), np.ones(4), np.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"s\.shape=\(2, 5\) must be m_i\.shape"):
+        online_update(m, l, acc, np.zeros((2, 5)), np.zeros((5, 2)))
+    with pytest.raises(ValueError, match=r"v\.shape=\(4, 2\) must be \(cols of s, dv of acc\) = \(5, 2\)"):
+        online_update(m, l, acc, np.zeros((3, 5)), np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="acc and v"):
+        online_update(m, l, acc, np.zeros((3, 5)))
+
+
+@pytest.mark.parametrize("value,error", [(0, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_tracer_itemsizes_must_be_positive_ints(value, error):
+    with pytest.raises(error, match="itemsize"):
+        TrafficTracer(itemsize=value)
+    with pytest.raises(error, match="stat_itemsize"):
+        TrafficTracer(stat_itemsize=value)
+    assert TrafficTracer(itemsize=np.int64(2)).itemsize == 2
+
+
+def test_paper_view_errors_name_n():
+    from flashlab.traffic import flash_hbm_accesses, standard_hbm_accesses
+
+    with pytest.raises(ValueError, match=r"^n=0"):
+        flash_hbm_accesses(0, 64, 4096)
+    with pytest.raises(ValueError, match=r"^n=0"):
+        standard_hbm_accesses(0, 64)

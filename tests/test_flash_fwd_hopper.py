@@ -72,6 +72,17 @@ def test_supports_says_no_where_the_rung_is_not_verified():
         assert not hopper.supports(q.bfloat16(), k.bfloat16(), v.bfloat16(), False)  # interpreter bf16 dot
 
 
+def test_hopper_refuses_bf16_in_the_interpreter_instead_of_returning_wrong_numbers():
+    # the interpreter's bf16 tl.dot is wrong and this kernel does not upcast: a clear error, not garbage
+    from flashlab.kernels import _mode
+
+    if not _mode.is_interpreter():
+        pytest.skip("compiled mode: bf16 is supported on the GPU")
+    q, k, v = (t.bfloat16() for t in _qkv(1, 1, 32, 32, 64, seed=4))
+    with pytest.raises(TypeError, match="q.dtype=torch.bfloat16.*interpreter"):
+        hopper.forward(q, k, v, False, None, SMALL)
+
+
 def test_config_rejects_block_sizes_that_break_the_band_loop():
     with pytest.raises(ValueError, match="block_q=64 must be a multiple of block_k=128"):
         hopper.HopperConfig(block_q=64, block_k=128)
@@ -128,10 +139,6 @@ def test_committed_results_describe_their_machine():
         assert data["protocol"] and data["rows"], f"{path.name} has no protocol or no rows"
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("h,hkv,d", [(2, 2, 64), (2, 2, 128), (4, 2, 64), (2, 2, 80), (2, 1, 128)])
 def test_fast_support_check_agrees_with_the_full_one_on_validated_inputs(dtype, h, hkv, d):
@@ -144,3 +151,7 @@ def test_fast_support_check_agrees_with_the_full_one_on_validated_inputs(dtype, 
     check_inputs(q, k, v)
     for causal in (False, True):
         assert hopper.supports_checked(q, k, v) == hopper.supports(q, k, v, causal), (dtype, h, hkv, d, causal)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

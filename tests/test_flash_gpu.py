@@ -53,6 +53,10 @@ def _run(B, H, Hkv, Nq, Nk, d, dtype, causal, forward=None):
 
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch):
+    from flashlab.kernels import _mode
+
+    if _mode.is_interpreter():  # a CUDA machine with TRITON_INTERPRET=1 set: nothing here would be compiled
+        pytest.skip("TRITON_INTERPRET=1: these tests check compiled GPU code, which the interpreter does not run")
     monkeypatch.setenv("FLASHLAB_POISON", "1")
     monkeypatch.setenv("FLASHLAB_AUTOTUNE", "0")  # default configs: autotuning every shape is slow
 
@@ -89,3 +93,20 @@ def test_compiled_kernels_reject_cpu_tensors_only_when_not_interpreting():
 def test_autotuned_flash_attention_matches_reference_forward_and_backward(dtype, monkeypatch):
     monkeypatch.setenv("FLASHLAB_AUTOTUNE", "1")
     _run(2, 8, 8, 2048, 2048, 128, DTYPES[dtype], True)
+
+
+def test_flash_attention_launches_on_the_tensors_gpu_not_the_current_one():
+    # Triton launches on the current CUDA device; flash_attention makes q's device current first
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
+    from flashlab.kernels.attention import attention_reference, flash_attention, max_error
+
+    q, k, v = (torch.randn(1, 2, 100, 64, device="cuda:1", dtype=torch.float16, requires_grad=True)
+               for _ in range(3))
+    with torch.cuda.device(0):
+        o = flash_attention(q, k, v, causal=True)
+        o.sum().backward()
+    torch.cuda.synchronize(1)
+    ref = attention_reference(q.detach(), k.detach(), v.detach(), causal=True)
+    assert max_error(o, ref) < 1e-2, "output computed on the wrong GPU"
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v)), "gradients computed on the wrong GPU"

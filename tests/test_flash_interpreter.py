@@ -79,7 +79,7 @@ def test_every_output_element_is_written_even_keys_no_query_sees(monkeypatch):
     _check_forward_and_backward(q, k, v, True, seed)
 
 
-def test_flash_attention_reads_strided_inputs_without_copying():
+def test_flash_attention_is_correct_for_strided_non_contiguous_inputs():
     seed = random.randrange(2**31)
     g = torch.Generator().manual_seed(seed)
     B, H, Hkv, Nq, Nk, d = 2, 4, 2, 19, 26, 32
@@ -149,6 +149,32 @@ def test_bad_scale_and_causal_are_rejected():
         check_inputs(q, k, v, "yes", None)
 
 
+def test_cpu_tensors_are_rejected_when_triton_is_compiled_for_a_gpu(monkeypatch):
+    # what a learner sees after importing triton without TRITON_INTERPRET on a machine with no GPU:
+    # a ValueError naming q, not a crash inside a compiled launch
+    from flashlab.kernels import _mode
+
+    monkeypatch.setattr(_mode, "is_interpreter", lambda: False)
+    q, k, v = _bad()["q"], _bad()["k"], _bad()["v"]  # CPU tensors
+    with pytest.raises(ValueError, match="q is on device cpu.*TRITON_INTERPRET=1"):
+        flash_attention(q, k, v)
+
+
+def test_shapes_past_the_kernels_index_and_grid_limits_are_rejected(monkeypatch):
+    # meta tensors have shapes and strides but no storage: big layouts cost no memory here
+    from flashlab.kernels import _mode
+
+    small = torch.empty(1, 2, 8, 64, device="meta")
+    # (B, N, H, d) storage viewed as (B, H, N, d) with N * H * d > 2^31: offsets would overflow int32
+    huge_q = torch.empty(1, 2**18, 2**8, 64, device="meta").transpose(1, 2)  # (1, 256, 2^18, 64)
+    with pytest.raises(ValueError, match=r"q \(shape.*int32"):
+        check_inputs(huge_q, small, small)
+    monkeypatch.setattr(_mode, "is_interpreter", lambda: False)  # the grid limit is CUDA's
+    many_heads = torch.empty(1, 70000, 1, 64, device="meta")  # (B, H, Nq, d): B*H > 65535
+    with pytest.raises(ValueError, match="B\\*H = 70000.*grid"):
+        check_inputs(many_heads, many_heads, many_heads)
+
+
 def test_tensors_on_different_devices_are_rejected():
     if not torch.cuda.is_available():
         q = torch.randn(1, 2, 8, 16)
@@ -188,3 +214,56 @@ def test_kernels_are_correct_for_unequal_block_sizes(fwd_blocks, bwd_blocks):
         for name, mine, r in zip(("dq", "dk", "dv"), grads, ref_leaves):
             err = max_error(mine, r.grad)
             assert err < 1e-4, f"{name} error {err:.3g} {where}"
+
+
+def _forward_rungs_with_tall_tiles():
+    from flashlab.kernels import flash_fwd, flash_fwd_hopper
+
+    tall = flash_fwd.FwdConfig(block_m=32, block_n=16, num_warps=4, num_stages=2)
+    hopper_tall = flash_fwd_hopper.HopperConfig(block_q=32, block_k=16, num_warps=4, num_stages=2)
+    return {
+        "v0": lambda q, k, v, s: flash_fwd.forward_v0(q, k, v, True, s, config=tall),
+        "v1": lambda q, k, v, s: flash_fwd.forward_v1(q, k, v, True, s, config=tall),
+        "v2": lambda q, k, v, s: flash_fwd.forward_v2(q, k, v, True, s, config=tall),
+        "v4_hopper": lambda q, k, v, s: flash_fwd_hopper.forward(q, k, v, True, s, config=hopper_tall),
+    }
+
+
+@pytest.mark.parametrize("rung", ["v0", "v1", "v2", "v4_hopper"])
+def test_causal_key_blocks_past_the_last_query_row_are_never_loaded(rung):
+    # Nq = 37 with BLOCK_M = 32: the last query block holds rows 32..36 and sees keys 0..36 only.
+    # Keys 48..69 fill whole BLOCK_N = 16 blocks that no query sees; they are NaN here. A kernel
+    # that loads such a tile (a loop bound of (start_m + 1) * BLOCK_M instead of the last row
+    # that exists) multiplies 0 by NaN and spreads it; one that skips them matches the reference.
+    from flashlab.kernels import flash_bwd, flash_fwd_hopper
+
+    seed = random.randrange(2**31)
+    Nq, Nk, d, unseen = 37, 70, 64, 48
+    q, k, v = _inputs(1, 2, 2, Nq, Nk, d, torch.float16, seed)  # (1, 2, Nq, d), (1, 2, Nk, d) x 2
+    if rung == "v4_hopper" and not flash_fwd_hopper.supports(q, k, v, True):
+        pytest.skip("the Hopper rung does not run on this device")
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[:, :, unseen:] = float("nan")
+    v_nan[:, :, unseen:] = float("nan")
+    scale = d**-0.5
+    where = f"(rung {rung}, seed={seed})"
+    ref_leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = attention_reference(*ref_leaves, causal=True)  # on the clean keys: unseen ones do not matter
+    pt = attention_reference(q, k, v, causal=True, upcast=False)
+    o, lse = _forward_rungs_with_tall_tiles()[rung](q, k_nan, v_nan, scale)
+    err, allowed = max_error(o, ref), allowed_error(ref, pt)
+    assert err <= allowed, f"output error {err:.3g} > allowed {allowed:.3g}: an unseen key block was loaded {where}"
+    # backward with tall dQ tiles (BLOCK_M2 = 32 > BLOCK_N2 = 16): dQ must skip the unseen key
+    # blocks too, and the dK/dV programs of unseen key blocks must write zeros without loading them
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(DEVICE, q.dtype)
+    ref.backward(do.double())
+    pt_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    attention_reference(*pt_leaves, causal=True, upcast=False).backward(do)
+    grads = flash_bwd.backward(q, k_nan, v_nan, o, lse, do, True, scale,
+                               config=flash_bwd.BwdConfig(16, 16, 32, 16, 4, 2, 16))
+    for name, mine, r, p in zip(("dq", "dk", "dv"), grads, ref_leaves, pt_leaves):
+        magnitude = ref_leaves[2].grad if name == "dk" else None
+        err, allowed = max_error(mine, r.grad), allowed_error(r.grad, p.grad, magnitude)
+        assert err <= allowed, f"{name} error {err:.3g} > allowed {allowed:.3g} {where}"
+    assert (grads[1][:, :, unseen:] == 0).all() and (grads[2][:, :, unseen:] == 0).all(), \
+        f"dK, dV of keys no query sees must be exactly 0 {where}"

@@ -7,7 +7,7 @@ from flashlab.flops import attention_flops, computed_area, softmax_flops
 from flashlab.tiled import (causal_tile_skipped, num_blocks, tiled_attention, tiled_attention_backward,
                             tiled_attention_fa1)
 from flashlab.tracer import TrafficTracer
-from strategies import CORE, attention_shapes, random_do, random_qkv, seeds
+from strategies import CORE, attention_shapes, edge_cases, random_do, random_qkv, seeds
 
 
 def _args(shape):
@@ -18,6 +18,7 @@ def _args(shape):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds)
+@edge_cases()
 def test_traced_flops_equal_the_formula_forward_and_backward(shape, seed):
     q, k, v = random_qkv(shape, seed)
     kw = dict(causal=shape["causal"], block_q=shape["block_q"], block_k=shape["block_k"])

@@ -64,3 +64,10 @@ def test_tiled_matmul_rejects_mismatched_inner_dimensions():
 def test_softmax_rejects_a_vector():
     with pytest.raises(ValueError, match="x must have 2 dimension"):
         primer.softmax(torch.randn(5, device=DEVICE))
+
+
+@pytest.mark.parametrize("block_size", [1000, 0, 64.0], ids=["not-power-of-two", "zero", "float"])
+def test_vector_add_rejects_a_block_size_triton_cannot_arange(block_size):
+    x = torch.randn(10, device=DEVICE)
+    with pytest.raises(ValueError, match="block_size="):
+        primer.add(x, x, block_size=block_size)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 
 from flashlab.reference import naive_attention, naive_attention_backward
-from strategies import CORE, attention_shapes, random_do, random_qkv, seeds
+from strategies import CORE, attention_shapes, edge_cases, random_do, random_qkv, seeds
 
 torch = pytest.importorskip("torch")
 
@@ -18,6 +18,7 @@ def torch_attention(q, k, v, causal, scale):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds)
+@edge_cases()
 def test_naive_forward_matches_torch_sdpa(shape, seed):
     q, k, v = random_qkv(shape, seed)
     o, lse = naive_attention(q, k, v, causal=shape["causal"], return_lse=True)
@@ -31,6 +32,7 @@ def test_naive_forward_matches_torch_sdpa(shape, seed):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds)
+@edge_cases()
 def test_naive_backward_matches_torch_autograd(shape, seed):
     q, k, v = random_qkv(shape, seed)
     do = random_do(shape, seed)

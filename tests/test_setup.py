@@ -1,7 +1,11 @@
 """The installable course: light import, CLI dispatch, and the doctor's diagnosis."""
+import json
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +13,7 @@ import flashlab
 from flashlab import cli, doctor
 
 HEAVY = ("torch", "triton", "matplotlib", "ipywidgets")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_flashlab_needs_only_numpy():
@@ -82,3 +87,99 @@ def test_doctor_reports_compiled_mode_on_a_gpu(monkeypatch):
     d = doctor.diagnose()
     assert d.triton_mode == "compiled"
     assert "NVIDIA H200" in doctor.format_text(d)
+
+
+PINNED = {"numpy": "2.3.5", "triton": "3.6.0", "torch": "2.13.0+cpu",
+          "matplotlib": "3.9", "ipywidgets": "8.1", "jupyterlab": "4.2"}
+
+
+def _cpu_machine(monkeypatch, versions=PINNED, torch_requires=(), driver=False):
+    monkeypatch.setattr(doctor, "_version", versions.get)
+    monkeypatch.setattr(doctor, "_gpu_name", lambda: None)
+    monkeypatch.setattr(doctor, "_requires", lambda name: list(torch_requires) if name == "torch" else [])
+    monkeypatch.setattr(doctor, "_nvidia_driver", lambda: driver)
+
+
+def test_doctor_warns_when_triton_differs_from_the_one_torch_pins(monkeypatch):
+    _cpu_machine(monkeypatch, torch_requires=["filelock", 'triton==3.5.1; platform_system == "Linux"'])
+    warnings = [f for f in doctor.diagnose().findings if f.level == "warn"]
+    assert any("triton 3.5.1" in f.text and "triton==3.5.1" in f.fix for f in warnings), warnings
+    _cpu_machine(monkeypatch, torch_requires=['triton==3.6.0; platform_system == "Linux"'])
+    assert not any("built against" in f.text for f in doctor.diagnose().findings)
+
+
+def test_doctor_warns_when_a_driver_is_present_but_torch_sees_no_gpu(monkeypatch):
+    _cpu_machine(monkeypatch, driver=True)
+    d = doctor.diagnose()
+    found = [f for f in d.findings if "NVIDIA driver" in f.text]
+    assert found and found[0].level == "warn" and "CUDA build of torch" in found[0].fix, d.findings
+    _cpu_machine(monkeypatch, driver=False)
+    assert not any("NVIDIA driver" in f.text for f in doctor.diagnose().findings)
+
+
+def test_doctor_warns_when_the_interpreter_is_forced_on_a_gpu(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(doctor, "_gpu_name", lambda: "NVIDIA H200 (sm_90)")
+    d = doctor.diagnose()
+    assert d.triton_mode == "interpreter"
+    assert any(f.level == "warn" and "unset TRITON_INTERPRET" in f.fix for f in d.findings)
+
+
+def test_doctor_reports_missing_numpy_as_an_error_and_missing_triton_as_a_warning(monkeypatch):
+    _cpu_machine(monkeypatch, versions={**PINNED, "numpy": None, "triton": None})
+    d = doctor.diagnose()
+    assert not d.ok and d.triton_mode == "unavailable"
+    levels = {f.text.split()[0]: f.level for f in d.findings if "not installed" in f.text}
+    assert levels["numpy"] == "error" and levels["triton"] == "warn", levels
+
+
+def test_tour_prints_agreement_exact_traffic_and_the_formula_table(capsys):
+    from flashlab import tour
+    from flashlab.traffic import fa2_forward_traffic, naive_traffic
+
+    assert tour.main(["--d", "128"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("max |tiled - naive|") == 4 and "(equal)" in out and "DIFFERENT" not in out
+    for n in (1024, 4096, 16384, 65536):  # each table row shows the formulas' ratio
+        ratio = naive_traffic(n, n, 128).total / fa2_forward_traffic(n, n, 128, block_q=128, block_k=64,
+                                                                      stat_itemsize=4).total
+        row = next(line for line in out.splitlines() if line.split()[:1] == [str(n)])
+        assert row.endswith(f"{ratio:.0f}x"), (row, ratio)
+    assert "make lab" in out and "flashlab doctor" in out
+
+
+def test_tour_fails_loudly_when_tiled_and_naive_disagree(monkeypatch, capsys):
+    from flashlab import tour
+
+    monkeypatch.setattr(tour, "agreement", lambda *a: [("FA2 loop order, causal=False", False, 1e-3)])
+    assert tour.main([]) == 1
+    assert "disagreed" in capsys.readouterr().out
+
+
+def _make_dry_run(target: str) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_readme_opens_with_make_lab_and_make_test_and_the_makefile_has_them():
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```")[1].strip().splitlines()
+    assert [line.split("#")[0].strip() for line in first_block[:2]] == ["make lab", "make test"], first_block
+    lab = _make_dry_run("lab")
+    notebook = re.search(r"jupyter lab .*?(notebooks/\S+\.ipynb)", lab)
+    assert notebook and (ROOT / notebook.group(1)).exists(), lab
+    assert "python -m pytest" in _make_dry_run("test")
+    assert "flashlab tour" in _make_dry_run("tour")
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_notebooks_ask_for_the_kernel_that_make_registers():
+    kernel = re.search(r"ipykernel install .*--name (\S+)", (ROOT / "Makefile").read_text()).group(1)
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        spec = json.loads(path.read_text())["metadata"].get("kernelspec", {})
+        assert spec.get("name") == kernel, f"{path.name} asks for kernel {spec.get('name')!r}, make registers {kernel!r}"

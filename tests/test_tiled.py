@@ -9,7 +9,7 @@ from flashlab.reference import naive_attention
 from flashlab.tiled import (causal_tile_skipped, first_q_block, kv_blocks_visited, num_blocks,
                             tiled_attention, tiled_attention_fa1)
 from flashlab.tracer import TrafficTracer
-from strategies import CORE, attention_shapes, random_qkv, seeds
+from strategies import CORE, attention_shapes, edge_cases, random_qkv, seeds
 
 FORWARDS = [tiled_attention, tiled_attention_fa1]
 
@@ -20,6 +20,7 @@ def _run(fn, q, k, v, shape, **kw):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds)
+@edge_cases()
 def test_tiled_forwards_match_naive_to_rounding_in_float64(shape, seed):
     q, k, v = random_qkv(shape, seed, scale=2.0)
     o_ref, lse_ref = naive_attention(q, k, v, causal=shape["causal"], return_lse=True)

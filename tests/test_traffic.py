@@ -9,7 +9,7 @@ from flashlab.tracer import TrafficTracer
 from flashlab.traffic import (Traffic, backward_traffic, fa1_forward_traffic, fa2_forward_traffic,
                               flash_hbm_accesses, io_lower_bound, naive_backward_traffic, naive_traffic,
                               paper_block_sizes, standard_hbm_accesses)
-from strategies import CORE, attention_shapes, random_do, random_qkv, seeds
+from strategies import CORE, attention_shapes, edge_cases, random_do, random_qkv, seeds
 
 sizes = st.sampled_from([(None, None), (2, None), (2, 4), (4, 4), (1, 1)])  # (itemsize, stat_itemsize)
 
@@ -29,6 +29,7 @@ def assert_same(tracer: TrafficTracer, t: Traffic, what: str):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds, sz=sizes)
+@edge_cases(sz=(2, 4))
 def test_traced_forward_traffic_equals_the_formulas(shape, seed, sz):
     q, k, v = random_qkv(shape, seed)
     args = formula_args(shape, *sz, dims=q.itemsize)
@@ -40,6 +41,7 @@ def test_traced_forward_traffic_equals_the_formulas(shape, seed, sz):
 
 @CORE
 @given(shape=attention_shapes(), seed=seeds, sz=sizes)
+@edge_cases(sz=(2, 4))
 def test_traced_backward_traffic_equals_the_formula(shape, seed, sz):
     q, k, v = random_qkv(shape, seed)
     o, lse = tiled_attention(q, k, v, causal=shape["causal"], return_lse=True)

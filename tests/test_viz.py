@@ -279,3 +279,101 @@ def test_traffic_widget_sliders_recompute_the_curves():
 def test_importing_viz_does_not_import_matplotlib():
     code = "import sys, flashlab.viz; assert 'matplotlib' not in sys.modules, 'matplotlib imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _tiles_in_text(text):
+    """{(tensor, tile)} named by a describe_transfers text: 'Q[3]' or 'O[0:16]' (a slice of tiles)."""
+    import re
+
+    named = set()
+    for tensor, lo, hi in re.findall(r"(\w+)\[(\d+)(?::(\d+))?\]", text):
+        named |= {(tensor, t) for t in range(int(lo), int(hi) if hi else int(lo) + 1)}
+    return named
+
+
+@pytest.mark.parametrize("algorithm", ["fa1", "backward"])
+def test_step_text_names_exactly_the_tiles_moved(algorithm):
+    tracer = _trace(algorithm, 72, 56, 4, 8, 8, True, seed=11)
+    schedule = tiles.TileSchedule(tracer)
+    for t in range(schedule.n_steps):
+        frame = schedule.frame(t)
+        for transfers in (frame.reads, frame.writes):
+            moved = {(name, tile) for name, lo, hi, _ in transfers for tile in range(lo, hi)}
+            assert _tiles_in_text(tiles.describe_transfers(transfers, max_ranges=10**6)) == moved, f"step {t}"
+
+
+def test_long_steps_keep_the_layout_and_a_short_text():
+    import warnings
+
+    nq, block_q = 256, 4  # FA1's first step stores every O, l, m tile: 3 x 64 of them
+    tracer = _trace("fa1", nq, 64, 4, block_q, 32, False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "constrained_layout not applied": a collapsed figure
+        fig = tiles.plot_tile_schedule(tracer, step=0)
+    text = fig.view.step_text.get_text()
+    n_tiles = num_blocks(nq, block_q)
+    assert all(f"{name}[0:{n_tiles}]" in text for name in ("O", "l", "m")), text
+    assert max(len(line) for line in text.splitlines()) <= 50, f"step text runs out of the figure:\n{text}"
+    width, _ = fig.get_size_inches() * fig.dpi
+    for ax in fig.axes:
+        assert ax.get_position().width * width > 20, "an axes collapsed"
+
+
+def test_ncu_measurements_match_the_anchor_csv():
+    import csv
+    from pathlib import Path
+
+    from flashlab.hardware import NCU_FLASH, NCU_NAIVE
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "anchors" / "h200_ncu_naive_vs_flash.csv"
+    if not path.exists():
+        pytest.skip("benchmarks/anchors is not in this checkout")
+    kernels = {}  # kernel id -> (name, {metric: value})
+    with path.open() as handle:
+        for row in csv.reader(line for line in handle if line.startswith('"')):
+            if row[0].isdigit():
+                kernels.setdefault(row[0], (row[4], {}))[1][row[12]] = int(row[14].replace(",", ""))
+    naive = [m for name, m in kernels.values() if any(s in name for s in ("nvjet", "MulFunctor", "SoftMaxForward"))]
+    flash = [m for name, m in kernels.values() if "pytorch_flash::flash_fwd_kernel" in name]
+    assert len(naive) == 4 and len(flash) == 1, "the csv should hold naive's 4 kernels and one FA2 kernel"
+    assert NCU_NAIVE.read_bytes == sum(m["dram__bytes_read.sum"] for m in naive)
+    assert NCU_NAIVE.write_bytes == sum(m["dram__bytes_write.sum"] for m in naive)
+    assert NCU_FLASH.read_bytes == flash[0]["dram__bytes_read.sum"]
+    assert NCU_FLASH.write_bytes == flash[0]["dram__bytes_write.sum"]
+
+
+def test_roofline_speedups_are_roofline_times_of_the_formula_costs():
+    n, d, bq, bk = 1024, 64, 64, 64
+    data = roofline.roofline_data(n=n, d=d, block_q=bq, block_k=bk)
+    ceil = data.ceilings
+
+    def time(flops, nbytes):
+        return max(flops / ceil.flops_per_s, nbytes / ceil.hbm_bytes_per_s)
+
+    points = {p.name: p for p in data.points}
+    naive = [p for p in data.points if p.kind == "naive"]
+    assert data.prefill_seconds[0] == pytest.approx(sum(time(p.flops, p.hbm_bytes) for p in naive))
+    fwd = points["flash forward"]
+    assert data.prefill_seconds[1] == pytest.approx(time(fwd.flops, fwd.hbm_bytes))
+    naive_decode = next(p for name, p in points.items() if name.startswith("naive decode"))
+    flash_decode = next(p for name, p in points.items() if name.startswith("flash decode"))
+    assert naive_decode.hbm_bytes == traffic.naive_traffic(1, n, d, itemsize=2).total
+    assert flash_decode.hbm_bytes == traffic.fa2_forward_traffic(1, n, d, block_q=bq, block_k=bk, itemsize=2).total
+    assert data.decode_seconds[1] == pytest.approx(time(flash_decode.flops, flash_decode.hbm_bytes))
+    assert 1 <= data.decode_speedup < 1.1, "decode reads K and V either way: little to save"
+    assert data.prefill_speedup - 1 > 10 * (data.decode_speedup - 1), "flash should help prefill far more than decode"
+    fig = roofline.plot_roofline(data)
+    assert any(f"{data.prefill_speedup:.2f}×" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_naive_backward_touches_what_it_moves():
+    data = traffic_plots.moved_vs_touched_data(n=96, d=8, block_q=32, block_k=16)
+    by_name = dict(zip(data.names, zip(data.hbm_bytes, data.sram_bytes)))
+    naive = traffic.naive_backward_traffic(96, 96, 8, itemsize=2).total
+    assert by_name["naive backward"] == (naive, naive)
+    assert by_name["FA2 backward"][0] < naive, "the tiled backward moves fewer bytes than the naive one"
+
+
+def test_traffic_vs_sram_rejects_an_sram_too_small_for_the_blocks():
+    with pytest.raises(ValueError, match="sram_bytes"):
+        traffic_plots.traffic_vs_sram_data(n=256, d=64, itemsize=2, sram_bytes=[256, 65536])

@@ -41,7 +41,10 @@ print(format_text(diagnose()))
 #
 # The numbers below come from `flashlab.hardware`, which cites its sources (NVIDIA tuning guides,
 # the H200 datasheet, and the measurements in `benchmarks/anchors` made on the H200 this course was
-# benchmarked on).
+# benchmarked on). For the bandwidth of each level, the FlashAttention paper (Dao et al. 2022,
+# Section 2.1 and Figure 1) gives the A100's: 192 KB of SRAM on each of 108 SMs, about 19 TB/s
+# (estimated); 40 to 80 GB of HBM at 1.5 to 2.0 TB/s. On-chip memory is about 10 times faster
+# than HBM and about 2,000 times smaller (20 MB against 40 GB).
 
 # %%
 from flashlab import hardware
@@ -71,10 +74,17 @@ for ceil in (hardware.H200_MEASURED, hardware.H200_DATASHEET):
     print(f"{ceil.name:<18} {ceil.flops_per_s / 1e12:6.0f} TFLOP/s bf16   "
           f"{ceil.hbm_bytes_per_s / 1e12:4.1f} TB/s HBM   "
           f"ridge point {ceil.ridge_point:5.0f} FLOP/byte   ({ceil.source})")
+bench = course.load_results("bench_attention.json").get("bench_attention")
+if bench:  # the same two ceilings, re-measured in the run that notebook 08 plots
+    tflops, tbps = bench["ceilings"]["matmul_bf16_8192_tflops"], bench["ceilings"]["copy_tb_per_s_read_plus_write"]
+    print(f"{'H200 (bench run)':<18} {tflops:6.0f} TFLOP/s bf16   {tbps:4.1f} TB/s HBM   "
+          f"ridge point {tflops / tbps:5.0f} FLOP/byte   (benchmarks/results/bench_attention.json, "
+          f"{bench['environment']['date_utc'][:10]})")
 
 # %% [markdown]
 # The *ridge point* is the number of FLOPs a kernel must do per byte it moves to or from HBM
-# before compute, not memory, limits it: about 184 FLOP/byte on the measured H200 (above). A
+# before compute, not memory, limits it: 160 to 185 FLOP/byte on the measured H200 (above: the
+# same GPU model measured on two days; the course quotes the anchors' 184). A
 # softmax does a handful of FLOPs per element (2 bytes in bf16), far below the ridge: it is
 # limited by HBM. That is why standard attention, which writes its N x N score matrix to HBM and
 # reads it back, is slow, and why removing those bytes (not FLOPs) is the whole game.
@@ -86,8 +96,8 @@ for ceil in (hardware.H200_MEASURED, hardware.H200_DATASHEET):
 n, heads, itemsize = 8192, 32, 2  # tokens, heads, bytes per bf16 element
 matrix_bytes = n * n * itemsize * heads  # one N x N matrix per head
 seconds = 2 * matrix_bytes / hardware.H200_MEASURED.hbm_bytes_per_s  # written once, read once
-print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + read at 4.3 TB/s: "
-      f"{seconds * 1e3:.2f} ms")
+print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + read at "
+      f"{hardware.H200_MEASURED.hbm_bytes_per_s / 1e12:.1f} TB/s: {seconds * 1e3:.2f} ms")
 
 # %% [markdown]
 # ## Three misconceptions this course answers with measurements
@@ -97,7 +107,8 @@ print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + r
 # 2. *FlashAttention saves FLOPs.* It does the same matrix FLOPs (plus a recomputation in the
 #    backward pass); it saves HBM traffic. Notebook 04 counts both.
 # 3. *It drops in everywhere with the same gain.* It helps long-sequence prefill most and
-#    single-token decode far less. Notebooks 04 and 09 measure why.
+#    single-token decode far less. Notebook 08 measures the gain over many shapes on an H200;
+#    notebooks 04 and 09 count why it shrinks at decode.
 #
 # ## How to work through the course
 #

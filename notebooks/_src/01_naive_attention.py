@@ -138,8 +138,8 @@ for n in sizes:
           f"({peak / (n * n * 4):.1f} x one N x N float32 matrix), {ms:7.1f} ms on this CPU")
 
 # %% [markdown]
-# Doubling N multiplies the peak by about 4. Extrapolate: at $N = 32768$ one fp16 $N \times N$
-# matrix is
+# Doubling N multiplies the peak by 4: at its peak the reference holds three $N \times N$ float32
+# arrays (the printed ratio). Extrapolate: at $N = 32768$ one fp16 $N \times N$ matrix is
 
 # %%
 n = 32768
@@ -155,17 +155,20 @@ memory = course.load_results("bench_memory.json").get("bench_memory")
 if memory is None:
     print("no benchmarks/results/bench_memory.json yet (run `flashlab bench memory` on a GPU)")
 else:
+    gpu_bytes = memory["environment"]["memory_gib"] * 2**30
+    print(f"{memory['environment']['device']}, {format_bytes(gpu_bytes)} of memory")
     for row in memory["rows"]:
         if row["causal"]:
             continue
-        naive = row["results"].get("naive", {})
+        n, naive = row["n"], row["results"].get("naive", {})
         used = format_bytes(naive["peak_extra_bytes"]) if naive.get("peak_extra_bytes") else naive.get("status")
-        print(f"N = {row['n']:>6}: naive attention peak extra memory {used}")
+        print(f"N = {n:>6}: naive attention peak extra memory {used:>10}; "
+              f"S and P (bf16) need {format_bytes(2 * n * n * 2):>10}")
 
 # %% [markdown]
-# At N = 32768 the peak is 4 GiB: S and P, two bf16 N x N matrices of 2 GiB each, as computed
-# above. At N = 262144 a single such matrix would need 128 GiB, next to the 141 GB of HBM the
-# H200 has (NVIDIA datasheet), so the forward pass fails (`oom`).
+# The measured peak is S and P, two bf16 N x N matrices (plus O, a rounding error at this size):
+# 4 GiB at N = 32768, where each matrix is the 2 GiB computed above. At the largest N the two
+# matrices need more than the whole GPU holds, and the forward pass fails with `oom`.
 #
 # ## Self-test
 #

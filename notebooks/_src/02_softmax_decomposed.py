@@ -110,7 +110,8 @@ print("max |acc / l_i - softmax(x) @ v| =", np.abs(acc / l_i - flashlab.safe_sof
 # Measure it. Compute the softmax of random rows two ways (the safe softmax over the whole row,
 # and the online softmax in chunks of 7) in float32 and in float64, and compare each with a
 # float64 reference. An approximation has an error floor that does not move with precision;
-# rounding error shrinks by about $10^9$ from float32 to float64.
+# rounding error shrinks with the machine epsilon, by a factor of about $5 \times 10^8$ from
+# float32 to float64 (both epsilons are printed).
 
 # %%
 rows = (rng.standard_normal((256, 2048)) * 10).astype(np.float32)  # (256, 2048)

@@ -66,19 +66,16 @@ check("ex03_tiled_forward")
 #
 # FlashAttention-1 (Dao et al. 2022, Algorithm 1) swaps the loops: outer over $K_j, V_j$, inner
 # over $Q_i$. Its running $O_i$, $\ell_i$, $m_i$ then cannot stay on chip; every inner step reads
-# them from HBM, rescales, and writes them back. Trace both on the same inputs:
+# them from HBM, rescales, and writes them back. Trace both on the same random inputs
+# (`traced_forward` runs one on random `(N, d)` inputs with a `TrafficTracer` that counts 2 bytes
+# per element, as fp16, and 4 per row statistic):
 
 # %%
-def traced(fn, n, d, block, causal=False, itemsize=2):
-    """Run fn on random (n, d) inputs with a tracer counting fp16-sized bytes; return (tracer, out)."""
-    q, k, v = (rng.standard_normal((n, d)) for _ in range(3))  # (N, d) each
-    tracer = flashlab.TrafficTracer(itemsize=itemsize, stat_itemsize=4)
-    out = fn(q, k, v, causal=causal, block_q=block, block_k=block, tracer=tracer)
-    return tracer, out
+from flashlab.viz.traffic_plots import traced_forward
 
 n, d, block = env.pick(cpu=512, gpu=1024), 64, 64
-t2, _ = traced(flashlab.tiled_attention, n, d, block)
-t1, _ = traced(flashlab.tiled_attention_fa1, n, d, block)
+t2 = traced_forward(n, d, block, block, algorithm="fa2")
+t1 = traced_forward(n, d, block, block, algorithm="fa1")
 print(f"N = {n}, d = {d}, blocks {block} x {block}, fp16 tensors, fp32 statistics")
 print(f"{'':<22}{'FA1':>12}{'FA2':>12}")
 print(f"{'HBM bytes read':<22}{format_bytes(t1.hbm_read_bytes):>12}{format_bytes(t2.hbm_read_bytes):>12}")
@@ -156,12 +153,12 @@ check("ex04_causal_tiles")
 # top: key-side tiles (K, V); centre: the $S/P$ tiles done, current, or skipped; right: the SRAM
 # occupancy against the capacity of one H200 SM, and the HBM bytes moved so far beside the flash
 # total and naive attention's total. Move the slider or press play. Try `causal=False`, other
-# block sizes, or `flashlab.tiled_attention_fa1`.
+# block sizes, or `algorithm="fa1"`.
 
 # %%
 from flashlab.viz import tile_schedule_widget
 
-schedule_tracer, _ = traced(flashlab.tiled_attention, n=256, d=64, block=64, causal=True)
+schedule_tracer = traced_forward(256, 64, block_q=64, block_k=64, causal=True, algorithm="fa2")
 widget = tile_schedule_widget(schedule_tracer, sram_capacity=hardware.H200.smem_per_sm)
 widget
 

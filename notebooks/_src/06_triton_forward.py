@@ -55,7 +55,7 @@ print(course.source(flash_fwd._fwd_v1_minimal))
 # | `v1_minimal` | FA2's grid over (query block, batch x head): the NumPy loop line for line |
 # | `v2_exp2_causal` | `exp2` with $\log_2 e$ folded into the scale; a causal two-stage loop |
 # | `v3_autotuned` | `triton.autotune` over block sizes, warps and stages |
-# | `v4_hopper` | Hopper features (tensor descriptors, warp specialisation); elsewhere it runs v3 |
+# | `v4_hopper` | Hopper (sm90): tiles loaded through tensor descriptors (TMA), block sizes measured on an H200 (`benchmarks/NOTES.md`); elsewhere, and in the interpreter, it runs v3 |
 #
 # Check each against the float64 reference on random inputs with ragged lengths, using the
 # flash-attention test rule: error at most twice that of PyTorch's own attention in the same dtype,

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 07 The backward pass: the math, recomputation, NumPy then Triton
 #
-# **Study time:** about 45 minutes. **Needs:** NumPy; torch and triton for the last part.
+# **Study time:** about 45 minutes. **Needs:** NumPy and torch; triton for the last part.
 #
 # Training needs $dQ, dK, dV$ given $dO = \partial L / \partial O$. Standard attention keeps $P$
 # ($N_q \times N_k$) from the forward pass for this. FlashAttention keeps only $O$ and the per-row
@@ -66,7 +66,7 @@ check("ex09_backward_pieces")
 # `flashlab.naive_attention_backward` materialises P; `flashlab.tiled_attention_backward` follows
 # FlashAttention-2's Algorithm 2: compute D, then an outer loop over key blocks $K_j, V_j$ that
 # accumulates $dK_j, dV_j$ on chip, an inner loop over query blocks that recomputes $P$ from lse
-# and adds into $dQ_i$ in HBM. Both against PyTorch's autograd in float64 (if torch is installed):
+# and adds into $dQ_i$ in HBM. Both against PyTorch's autograd in float64:
 
 # %%
 import torch
@@ -158,6 +158,8 @@ for causal in (False, True):
 # - The backward needs $P$; FlashAttention recomputes it from lse instead of storing $N^2$ numbers,
 #   and $D = \mathrm{rowsum}(dO \circ O)$ replaces the softmax Jacobian's row sums.
 # - The flash backward does 25% more matmul FLOPs (5 instead of 4 per tile) and moves fewer
-#   bytes: another measurement against "FlashAttention saves FLOPs".
+#   bytes: another count against "FlashAttention saves FLOPs". Forward (2 matmuls) plus flash
+#   backward (5) is why benchmarks count forward + backward as 3.5 times the forward's FLOPs
+#   (FlashAttention-2 paper, Section 4.1; notebook 08).
 # - NumPy and Triton gradients match float64 autograd.
 # - Next: notebook 08 measures all of this on an H200.

@@ -1,14 +1,16 @@
 # %% [markdown]
 # # 08 Performance on an H200
 #
-# **Study time:** about 30 minutes. **Needs:** matplotlib; a CUDA GPU for live timings.
+# **Study time:** about 35 minutes. **Needs:** matplotlib; a CUDA GPU for live timings.
 #
 # Without a GPU this notebook plots the results committed in `benchmarks/results/`, measured on
 # one NVIDIA H200 by `benchmarks/bench_attention.py`, `bench_memory.py` and `ncu_traffic.py`
-# (each file records its environment: torch, triton, cuDNN, date). With a GPU it also times the
-# kernel live on yours. The protocol is the FlashAttention-2 paper's (Section 4.1): B x N = 16384
-# tokens, H x d = 2048, d in {64, 128}; forward FLOPs $4 B H N^2 d$ (halved when causal),
-# forward + backward 3.5x that; median time of `triton.testing.do_bench`.
+# (each file records its environment: torch, triton, cuDNN, date). With a GPU it first re-runs a
+# reduced version of the same benchmarks on yours and draws the same plots from those timings.
+# The protocol is the FlashAttention-2 paper's (Section 4.1): B x N = 16384 tokens, H x d = 2048,
+# d in {64, 128}; forward FLOPs $4 B H N^2 d$ (halved when causal), forward + backward 3.5x that
+# (notebook 07); time is the median of `triton.testing.do_bench`. Every number printed below is
+# computed from a results file; the prose only describes them.
 
 # %%
 from flashlab import course
@@ -23,39 +25,37 @@ results = course.load_results()
 if not results:
     print(f"No results file yet in {course.results_dir()}: run `flashlab bench` on a GPU to create "
           "them. The plots below are skipped.")
-else:
-    for name, data in results.items():
-        e = data.get("environment", {})
-        print(f"{name}.json: {e.get('device')}, torch {e.get('torch')}, triton {e.get('triton')}, "
-              f"cuDNN {e.get('cudnn')}, {e.get('date_utc')}")
+for name in ("bench_attention", "bench_attention_host_overhead", "bench_memory", "ncu_traffic"):
+    e = results.get(name, {}).get("environment")
+    if e:
+        print(f"{name}.json: {e['device']}, torch {e['torch']}, triton {e['triton']}, "
+              f"cuDNN {e['cudnn']}, {e['date_utc']}")
 bench = results.get("bench_attention")
 memory = results.get("bench_memory")
 ncu = results.get("ncu_traffic")
+where = "H200, benchmarks/results/"
 
 # %% [markdown]
-# ## Live timing (GPU only)
+# ## Live timings (GPU only)
 #
-# On a GPU, time `flashlab.flash_attention` against PyTorch's SDPA at two sizes of the protocol.
-# On a CPU this cell says why it does nothing: interpreter time measures NumPy, not a GPU.
+# On a GPU, this cell times every variant below on your GPU (bf16, the N you list) and the memory
+# benchmark, writing to `artifacts/` (the committed files are left alone); every plot after it
+# then shows your GPU. The committed H200 run of the full protocol took the time printed here.
+# On a CPU it does nothing: interpreter time measures NumPy, not a GPU.
 
 # %%
+LIVE_SEQ_LENS = (1024, 8192)  # N values to time live; more values, more minutes
+LIVE_MEMORY_SEQ_LENS = (1024, 4096, 16384, 65536, 262144)
+
+if bench:
+    print(f"the committed run: {len(bench['rows'])} rows in {bench['elapsed_s']:.0f} s on the H200")
 if not env.has_gpu:
-    print("No CUDA GPU: skipping live timings (interpreter time says nothing about GPU speed).")
+    print("No CUDA GPU: plotting the committed H200 results (interpreter time says nothing about GPU speed).")
 else:
-    import torch
-    import triton.testing
-
-    import flashlab
-
-    for d in (64, 128):
-        for n in (1024, 4096):
-            b, h = 16384 // n, 2048 // d
-            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            flops = 4 * b * h * n * n * d
-            ms_ours = triton.testing.do_bench(lambda: flashlab.flash_attention(q, k, v))
-            ms_sdpa = triton.testing.do_bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v))
-            print(f"d={d:>3} N={n:>5}: flashlab {flops / ms_ours / 1e9:6.0f} TFLOP/s, "
-                  f"SDPA (default backend) {flops / ms_sdpa / 1e9:6.0f} TFLOP/s")
+    bench = course.run_benchmark("attention", ["--dtypes", "bfloat16", "--seq-lens", *LIVE_SEQ_LENS],
+                                 "bench_attention_live")
+    memory = course.run_benchmark("memory", ["--seq-lens", *LIVE_MEMORY_SEQ_LENS], "bench_memory_live")
+    where = f"{env.gpu_name}, live (artifacts/)"
 
 # %% [markdown]
 # ## Throughput against N, beside PyTorch's backends
@@ -73,13 +73,16 @@ def series(rows, impl, key):
     pts = [(r["n"], r["results"].get(impl, {}).get(key)) for r in rows]
     return [p for p in pts if p[1] is not None]
 
+def bf16_rows(d, causal):
+    """The bf16 rows of one (d, causal) panel, by increasing N."""
+    return sorted((r for r in bench["rows"] if r["dtype"] == "bfloat16" and r["d"] == d
+                   and r["causal"] == causal), key=lambda r: r["n"])
+
 def throughput_figure(mode):
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.8), sharey=True, layout="constrained")
     for ax, (d, causal) in zip(axes, [(64, False), (64, True), (128, False), (128, True)]):
-        rows = sorted((r for r in bench["rows"] if r["dtype"] == "bfloat16" and r["d"] == d
-                       and r["causal"] == causal), key=lambda r: r["n"])
         for impl, label in IMPLS.items():
-            pts = series(rows, impl, f"{mode}_tflops")
+            pts = series(bf16_rows(d, causal), impl, f"{mode}_tflops")
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=label)
         ax.set_xscale("log", base=2)
@@ -87,7 +90,7 @@ def throughput_figure(mode):
         ax.set_xlabel("sequence length N (B x N = 16384)")
     axes[0].set_ylabel(f"{mode} TFLOP/s (bf16)")
     axes[-1].legend(fontsize=8)
-    fig.suptitle(f"H200, {mode}: source benchmarks/results/bench_attention.json")
+    fig.suptitle(f"{mode}: {where}")
     return fig
 
 if bench:
@@ -103,52 +106,119 @@ if bench:
 # %% [markdown]
 # ## How close to the references: the ratios
 #
-# Issue 7's targets: forward and forward + backward at least 1.0x SDPA's FLASH backend for
-# N >= 1024, and forward at least 0.85x cuDNN at d = 128, N >= 4096. Each row, computed from the file:
+# The targets set for flashlab's kernel: forward and forward + backward at least 1.0x SDPA's
+# FLASH backend (FlashAttention-2) for N >= 1024, and forward at least 0.85x cuDNN at d = 128,
+# N >= 4096. A ratio is the reference's time over flashlab's (`course.speedup`); above 1 is
+# faster. Every row, then the count of rows that meet each target:
 
 # %%
 if bench:
     print(f"{'dtype':<9}{'d':>4}{'N':>7}{'causal':>7}  {'fwd/FA2':>8}{'fwdbwd/FA2':>11}{'fwd/cuDNN':>10}")
     for r in bench["rows"]:
-        res = r["results"]
-        def ratio(mode, ref):
-            a, b = res.get("flashlab", {}).get(f"{mode}_tflops"), res.get(ref, {}).get(f"{mode}_tflops")
-            return f"{a / b:.2f}" if a and b else "n/a"
-        print(f"{r['dtype']:<9}{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  {ratio('fwd', 'sdpa_flash'):>8}"
-              f"{ratio('fwdbwd', 'sdpa_flash'):>11}{ratio('fwd', 'sdpa_cudnn'):>10}")
+        cells = [course.speedup(r, "flashlab", ref, mode) for ref, mode in
+                 (("sdpa_flash", "fwd"), ("sdpa_flash", "fwdbwd"), ("sdpa_cudnn", "fwd"))]
+        cells = [f"{c:.2f}" if c else "n/a" for c in cells]
+        print(f"{r['dtype']:<9}{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  {cells[0]:>8}{cells[1]:>11}{cells[2]:>10}")
+    targets = [("fwd >= 1.0x FA2, N >= 1024", "sdpa_flash", "fwd", 1.0, lambda r: r["n"] >= 1024),
+               ("fwd+bwd >= 1.0x FA2, N >= 1024", "sdpa_flash", "fwdbwd", 1.0, lambda r: r["n"] >= 1024),
+               ("fwd >= 0.85x cuDNN, d = 128, N >= 4096", "sdpa_cudnn", "fwd", 0.85,
+                lambda r: r["d"] == 128 and r["n"] >= 4096)]
+    print()
+    for label, ref, mode, goal, applies in targets:
+        ratios = {(r["dtype"], r["d"], r["n"], r["causal"]): course.speedup(r, "flashlab", ref, mode)
+                  for r in bench["rows"] if applies(r)}
+        short = {key: x for key, x in ratios.items() if x is None or x < goal}
+        print(f"{label:<40} met on {len(ratios) - len(short)} of {len(ratios)} rows; short: "
+              + (", ".join(f"{k} {x:.4f}" if x else f"{k} not timed" for k, x in short.items()) or "none"))
+    worst = min((r for r in bench["rows"] if course.speedup(r, "flashlab", "sdpa_flash")),
+                key=lambda r: course.speedup(r, "flashlab", "sdpa_flash"))
+    print(f"lowest fwd/FA2 of any row: {course.speedup(worst, 'flashlab', 'sdpa_flash'):.2f} at N = {worst['n']}, "
+          f"d = {worst['d']}, {worst['dtype']}, causal = {worst['causal']}: flashlab's forward took "
+          f"{worst['results']['flashlab']['fwd_ms']:.3f} ms")
 
 # %% [markdown]
+# A row short by a few per cent at N = 1024 is not necessarily the kernel. One forward there is
+# tens of GFLOP, a fraction of a millisecond on the GPU, and `do_bench` starts its clock before
+# the Python wrapper runs, so host overhead counts; at N = 512 (outside the targets), with even
+# shorter calls, some rows fall much lower (the lowest is printed above; its cause was not
+# investigated). After the run above, `flash_attention` stopped
+# validating its inputs three times per call; the rows at N <= 2048, d = 128 were re-measured
+# (`benchmarks/results/bench_attention_host_overhead.json`, `benchmarks/NOTES.md`, call 5):
+
+# %%
+overhead = results.get("bench_attention_host_overhead")
+committed = results.get("bench_attention")
+if overhead and committed:
+    before = {(r["dtype"], r["d"], r["n"], r["causal"]): r for r in committed["rows"]}
+    print(f"{'dtype':<9}{'d':>4}{'N':>6}{'causal':>7}   fwd/FA2 before -> after   fwd+bwd/FA2 before -> after")
+    for r in overhead["rows"]:
+        old = before.get((r["dtype"], r["d"], r["n"], r["causal"]))
+        pairs = [(course.speedup(old, "flashlab", "sdpa_flash", m) if old else None,
+                  course.speedup(r, "flashlab", "sdpa_flash", m)) for m in ("fwd", "fwdbwd")]
+        text = ["{} -> {:.2f}".format(f"{a:.2f}" if a else "n/a", b) for a, b in pairs]
+        print(f"{r['dtype']:<9}{r['d']:>4}{r['n']:>6}{int(r['causal']):>7}   {text[0]:>23}   {text[1]:>27}")
+
+# %% [markdown]
+# Timings also spread from run to run. Each row of the run timed the same forward kernel three
+# times, as `flashlab`, `hopper` (the Hopper rung called directly) and `rung:v4_hopper`; how far
+# apart were they?
+
+# %%
+if bench:
+    spread = {}
+    for r in bench["rows"]:
+        times = [r["results"].get(name, {}).get("fwd_ms") for name in ("flashlab", "hopper", "rung:v4_hopper")]
+        times = [t for t in times if t]
+        if len(times) >= 2 and r["n"] >= 4096:  # at N >= 4096 the host's overhead is negligible
+            spread[(r["dtype"], r["d"], r["n"], r["causal"])] = max(times) / min(times) - 1
+    if spread:
+        worst = max(spread, key=spread.get)
+        typical = sorted(spread.values())[len(spread) // 2]
+        print(f"same kernel, N >= 4096: median spread {typical:.1%}, largest {spread[worst]:.1%} at {worst}")
+
+# %% [markdown]
+# A ratio within that spread of its target is a tie, not a verdict.
+#
 # ## The optimisation ladder
 #
 # Each rung of notebook 06, timed in the same run. `v0_grid_bh` launches one program per
 # (batch, head), FA1's parallelism; `v1_minimal` adds FA2's grid over query blocks. Under the
-# protocol, long N means small batch: at N = 16384, B = 1 and H = 16 (d = 128) give `v0` 16
-# programs for 132 SMs, while `v1` launches 16 x 16384 / `BLOCK_M` of them.
+# protocol, long N means small batch: at N = 16384, B = 1, so `v0` has only H programs for the
+# GPU's SMs, while `v1` has H x N / `BLOCK_M`.
 
 # %%
 if bench:
     rungs = sorted({k for r in bench["rows"] for k in r["results"] if k.startswith("rung:")})
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True, layout="constrained")
     for ax, causal in zip(axes, (False, True)):
-        rows = sorted((r for r in bench["rows"] if r["dtype"] == "bfloat16" and r["d"] == 128
-                       and r["causal"] == causal), key=lambda r: r["n"])
         for rung in rungs:
-            pts = series(rows, rung, "fwd_tflops")
+            pts = series(bf16_rows(128, causal), rung, "fwd_tflops")
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=rung.removeprefix("rung:"))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length N (B x N = 16384)")
-        ax.set_title(f"forward, bf16, d=128, {'causal' if causal else 'not causal'}")
+        ax.set_title(f"forward, bf16, d=128, {'causal' if causal else 'not causal'}: {where}")
     axes[0].set_ylabel("TFLOP/s")
     axes[1].legend(fontsize=8)
     course.show(fig)
+    sms = bench["environment"]["sm_count"]
+    print(f"grid over (batch, head) against grid over query blocks, bf16, d = 128, not causal ({sms} SMs):")
+    for r in bf16_rows(128, False):
+        gain = course.speedup(r, "rung:v1_minimal", "rung:v0_grid_bh")
+        if gain:
+            print(f"N = {r['n']:>5}: B x H = {r['batch'] * r['heads']:>4} programs for v0;  v1 / v0 speed {gain:4.1f}x")
 
 # %% [markdown]
+# While B x H is about the SM count or more (short N, large batch), the two grids run at the same
+# speed; once it falls below, v0 leaves SMs idle and v1 pulls ahead, by about the factor B x H
+# falls short of the SM count (132 / 16 = 8.25 at N = 16384). The rungs after v1 (exp2 and the causal
+# two-stage loop, autotuning, the Hopper rung) add the rest, as the plot shows.
+#
 # ## Memory against N
 #
 # Peak extra memory of one forward pass (one head, d = 128, bf16), measured with PyTorch's
-# allocator (`benchmarks/results/bench_memory.json`). Naive attention allocates S and P; the
-# flash kernel allocates only O and lse. A missing point is an out-of-memory failure.
+# allocator (`bench_memory.json`). Naive attention allocates S and P; the flash kernel allocates
+# only O and lse. A dotted line marks an out-of-memory failure.
 
 # %%
 if memory:
@@ -166,75 +236,101 @@ if memory:
     ax.set_xlabel("sequence length N (one head, d = 128)")
     ax.set_ylabel("peak extra memory (bytes)")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda y, _: format_bytes(y)))
+    ax.set_title(where)
     ax.legend()
     course.show(fig)
-    for r in rows:
-        naive = r["results"].get("naive", {})
-        flash = r["results"].get("flashlab", {})
-        if naive.get("peak_extra_bytes") and flash.get("peak_extra_bytes"):
-            last = r
-    print(f"largest N both ran: {last['n']}: naive {format_bytes(last['results']['naive']['peak_extra_bytes'])}, "
-          f"flashlab {format_bytes(last['results']['flashlab']['peak_extra_bytes'])}")
+    both = [r for r in rows if r["results"].get("naive", {}).get("peak_extra_bytes")
+            and r["results"].get("flashlab", {}).get("peak_extra_bytes")]
+    if both:
+        last = both[-1]
+        print(f"largest N both ran: {last['n']}: naive {format_bytes(last['results']['naive']['peak_extra_bytes'])}, "
+              f"flashlab {format_bytes(last['results']['flashlab']['peak_extra_bytes'])}")
 
 # %% [markdown]
 # ## Bytes through DRAM, measured, against the model
 #
 # Nsight Compute's `dram__bytes_read.sum` and `dram__bytes_write.sum` over every kernel of one
-# call (fp16, B = 1, H = 16, d = 64, forward), beside `flashlab.traffic`'s model.
+# call (fp16, B = 1, H = 16, d = 64, forward, committed H200 run), beside `flashlab.traffic`'s
+# model. The last columns give the size of one S matrix for all heads, against the 60 MiB L2
+# cache (`flashlab.hardware.H200_L2_BYTES`).
 
 # %%
+from flashlab import hardware
+
 if ncu:
-    print(f"{'variant':<11}{'N':>6}{'DRAM read':>12}{'DRAM write':>12}{'model read':>12}{'model write':>12}{'GPU time':>10}")
+    heads = ncu["protocol"]["heads"]
+    print(f"{'variant':<11}{'N':>6}{'DRAM read':>11}{'DRAM write':>11}{'model read':>11}{'model write':>12}"
+          f"{'measured/model':>15}{'GPU time':>10}{'S, all heads':>14}")
     for r in ncu["rows"]:
         model = r["model"]["naive" if r["variant"] == "naive" else next(k for k in r["model"] if k.startswith("flash"))]
-        print(f"{r['variant']:<11}{r['n']:>6}{format_bytes(r['dram_read_bytes']):>12}"
-              f"{format_bytes(r['dram_write_bytes']):>12}{format_bytes(model['read']):>12}"
-              f"{format_bytes(model['write']):>12}{r['gpu_time_ns'] / 1e3:>8.0f} us")
+        measured, modelled = r["dram_read_bytes"] + r["dram_write_bytes"], model["read"] + model["write"]
+        s_bytes = heads * r["n"] ** 2 * 2
+        print(f"{r['variant']:<11}{r['n']:>6}{format_bytes(r['dram_read_bytes']):>11}"
+              f"{format_bytes(r['dram_write_bytes']):>11}{format_bytes(model['read']):>11}"
+              f"{format_bytes(model['write']):>12}{measured / modelled:>15.2f}{r['gpu_time_ns'] / 1e3:>8.0f} us"
+              f"{format_bytes(s_bytes):>14}{' < L2' if s_bytes < hardware.H200_L2_BYTES else ''}")
 
 # %% [markdown]
-# The naive rows are at least the model's size: S and P really go through DRAM (PyTorch's naive
-# attention runs four kernels; the extra scaling pass reads and writes S once more). The flash kernels read less than
-# the model's K/V re-reads predict (about Q + K + V once): neighbouring programs share K and V
-# through the L2 cache; the model counts global loads, not DRAM traffic. ncu also under-counts
-# writes that are still in L2 when a kernel ends.
+# Where S for all heads is larger than the L2 cache, the naive rows measure more than the model:
+# S and P really go through DRAM, and PyTorch's naive attention runs four kernels (the extra
+# scaling pass reads and writes S once more). Where S fits in L2 (N = 1024), part of it is read
+# back from L2 before it ever reaches DRAM, and the naive row measures less than the model.
+# The flash rows read far less than the model's K/V re-reads predict (about Q + K + V once):
+# programs working on neighbouring query blocks share K and V through L2, and the model counts
+# loads from global memory, not DRAM traffic. ncu also under-counts writes still in L2 when a
+# kernel ends (`benchmarks/anchors/README.md`).
 #
 # ## Misconception: "it drops in everywhere with the same gain"
 #
-# The speed-up of flash over naive attention depends on the shape. From the same results file,
-# the time ratio naive / flashlab:
+# The speed-up of flash over naive attention depends on the shape. From the same results, the time
+# ratio naive / flashlab (bf16):
 
 # %%
 if bench:
-    print(f"{'d':>4}{'N':>7}  {'not causal fwd':>15}{'causal fwd':>12}{'not causal fwd+bwd':>20}")
+    columns = [(False, "fwd"), (True, "fwd"), (False, "fwdbwd"), (True, "fwdbwd")]
+    print(f"{'d':>4}{'N':>7}  {'not causal fwd':>15}{'causal fwd':>12}{'not causal fwd+bwd':>20}{'causal fwd+bwd':>16}")
+    gains = {}
     for d in (64, 128):
-        for n in sorted({r["n"] for r in bench["rows"]}):
+        by_causal = {c: {r["n"]: r for r in bf16_rows(d, c)} for c in (False, True)}
+        for n in sorted(by_causal[False]):
             cells = []
-            for causal, mode in ((False, "fwd"), (True, "fwd"), (False, "fwdbwd")):
-                r = next((r for r in bench["rows"] if (r["dtype"], r["d"], r["n"], r["causal"])
-                          == ("bfloat16", d, n, causal)), None)
-                t_naive = r and r["results"].get("naive", {}).get(f"{mode}_ms")
-                t_flash = r and r["results"].get("flashlab", {}).get(f"{mode}_ms")
-                cells.append(f"{t_naive / t_flash:.1f}x" if t_naive and t_flash else "n/a")
-            print(f"{d:>4}{n:>7}  {cells[0]:>15}{cells[1]:>12}{cells[2]:>20}")
+            for causal, mode in columns:
+                row = by_causal[causal].get(n)
+                g = course.speedup(row, "flashlab", "naive", mode) if row else None
+                if g:
+                    gains[(d, n, causal, mode)] = g
+                cells.append(f"{g:.1f}x" if g else "n/a")
+            print(f"{d:>4}{n:>7}  {cells[0]:>15}{cells[1]:>12}{cells[2]:>20}{cells[3]:>16}")
+    lo, hi = min(gains, key=gains.get), max(gains, key=gains.get)
+    print(f"\nfrom {gains[lo]:.1f}x (d, N, causal, pass = {lo}) to {gains[hi]:.1f}x ({hi})")
+    for d in (64, 128):
+        best_n = max((k for k in gains if k[0] == d and k[2:] == (False, "fwd")), key=gains.get)[1]
+        print(f"d = {d}: the non-causal forward gain is largest at N = {best_n}")
 
 # %% [markdown]
-# The gain grows with N (up to N = 8192 in this run), is larger when causal (naive computes the masked half anyway; flash
-# skips it), and is smaller for forward + backward. For decode (one query row), notebook 09 shows
-# it almost vanishes.
+# The gain ranges over an order of magnitude. It is larger when causal (naive attention computes
+# the masked half and then masks it; flash skips those tiles), larger at d = 64 than at d = 128
+# (the protocol fixes H x d, so d = 64 has twice the heads, and so twice the N x N matrices for
+# naive attention to move, for the same FLOPs), smaller for forward + backward, and it grows with
+# N up to the N printed above. For decode (one query row), notebook 09
+# shows it almost vanishes.
 #
 # ## Self-test
 #
-# 1. Why does `v0_grid_bh` collapse at long N under this protocol while `v1_minimal` does not?
+# 1. Why does `v0_grid_bh` fall behind at long N under this protocol while `v1_minimal` does not?
 # 2. Which SDPA backend is fastest on the H200, and how far is flashlab from it (read the ratio table)?
 # 3. At which N did naive attention run out of the H200's memory for one head, and why there?
-# 4. Why does the flash kernel read fewer DRAM bytes than the traffic model predicts?
+# 4. Why does the flash kernel read fewer DRAM bytes than the traffic model predicts? Why does naive
+#    attention at N = 1024 measure fewer bytes than its model?
 # 5. Give two shapes where FlashAttention's speed-up over naive attention differs by more than 2x.
+# 6. A row is 0.98x its target at N = 1024. What would you check before calling the kernel slower?
 #
 # ## Summary
 #
 # - On the H200, flashlab's kernel is measured beside SDPA's FlashAttention-2, cuDNN and
-#   memory-efficient backends; the ratio table states where it stands on every row.
+#   memory-efficient backends; the ratio table and the target counts state where it stands on
+#   every row, computed from the results file.
 # - FA2's grid over query blocks is what keeps the GPU busy at small batch; the later rungs (exp2,
-#   causal two-stage loop, autotuning, Hopper features) add the rest.
+#   causal two-stage loop, autotuning, tensor-descriptor loads on Hopper) add the rest.
 # - Naive attention's memory grows as $N^2$ and runs out; the flash kernel's grows as $N$.
 # - Next: notebook 09 looks at decoding, where the picture changes.

@@ -7,10 +7,13 @@ Dtype policy: q, k, v (and o, do for the backward) must be NumPy arrays of one f
 float32 and float64 are computed in their own precision. float16 is accepted and computed in
 float32 (as GPU kernels accumulate fp16 inputs in fp32); outputs are returned as float16, and the
 row statistic ``lse`` stays float32. Integer, bool and complex arrays are rejected with a
-TypeError. NaN and inf values are not checked: they propagate to the outputs.
+TypeError. NaN and inf values are not checked: they propagate to the outputs, quietly (as they do
+on a GPU): :func:`quiet_nonfinite` keeps NumPy's "invalid value" warnings (inf - inf, 0 * inf) out
+of the learner's way.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import NamedTuple
@@ -106,6 +109,7 @@ def check_positive_int(name: str, value) -> int:
 
 
 def check_bool(name: str, value) -> bool:
+    """value must be True or False (a Python or NumPy bool)."""
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return bool(value)
@@ -119,3 +123,16 @@ def check_tracer(tracer):
             raise TypeError(f"tracer must be a flashlab.TrafficTracer or None, got {type(tracer).__name__} "
                             f"(missing {', '.join(missing)})")
     return tracer
+
+
+def quiet_nonfinite(fn):
+    """Run `fn` under ``np.errstate(invalid="ignore")``: NaN/inf inputs propagate without warnings.
+
+    Only the "invalid" flag is silenced (inf - inf, 0 * inf, NaN from inf inputs); a warning for
+    an overflow of finite values still shows.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(invalid="ignore"):
+            return fn(*args, **kwargs)
+    return wrapper

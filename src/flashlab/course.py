@@ -9,7 +9,8 @@ minute on a laptop and at realistic sizes on a GPU.
 Benchmark results are the JSON files written on an H200 by ``benchmarks/`` and committed in
 ``benchmarks/results/``; :func:`load_results` reads them so notebook 08 can plot them anywhere.
 :func:`source` prints a library function or Triton kernel for reading (notebooks never paste
-library code) and :func:`show` displays a figure exactly once. Nothing here writes into the
+library code), :func:`show` displays a figure exactly once, :func:`speedup` reads one ratio out of a
+benchmark row, and :func:`run_benchmark` re-runs a benchmark live on a GPU. Nothing here writes into the
 repository except under ``artifacts/`` (git-ignored).
 """
 from __future__ import annotations
@@ -137,6 +138,50 @@ def load_results(pattern: str = "*.json") -> dict[str, Any]:
     return out
 
 
+def speedup(row: dict, impl: str, baseline: str, mode: str = "fwd") -> float | None:
+    """How many times faster ``impl`` ran than ``baseline`` in one benchmark row.
+
+    ``row``: one entry of a results file's ``rows``, holding ``row["results"][name][f"{mode}_ms"]``;
+    ``mode``: "fwd" (forward) or "fwdbwd" (forward + backward). Returns baseline time / impl time,
+    which equals impl TFLOP/s / baseline TFLOP/s since both did the same FLOPs; None when either was
+    not timed (it failed, ran out of memory, or was not part of the run).
+    """
+    if mode not in ("fwd", "fwdbwd"):
+        raise ValueError(f"mode={mode!r} must be 'fwd' or 'fwdbwd'")
+    if not isinstance(row, dict) or not isinstance(row.get("results"), dict):
+        raise TypeError(f"row={type(row).__name__} must be one benchmark row: a dict with a 'results' dict")
+    t_impl = row["results"].get(impl, {}).get(f"{mode}_ms")
+    t_base = row["results"].get(baseline, {}).get(f"{mode}_ms")
+    if not t_impl or not t_base:
+        return None
+    return t_base / t_impl
+
+
+def run_benchmark(which: str, args: list[str], name: str) -> dict[str, Any]:
+    """Run one of ``benchmarks/``' scripts live (GPU only) and return its results file, parsed.
+
+    ``which``: "attention" (``bench_attention.py``) or "memory" (``bench_memory.py``); ``args``:
+    its command-line arguments (sizes); the results go to ``artifacts/<name>.json``, never over the
+    committed ``benchmarks/results/``. Raises RuntimeError with the script's reason where it
+    refuses to time (no CUDA GPU, or Triton in its interpreter).
+    """
+    if which not in ("attention", "memory"):
+        raise ValueError(f"which={which!r} must be 'attention' or 'memory'")
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"name={name!r} must be a plain file name without '/' or '.json'")
+    from . import bench
+
+    why = bench.refusal()
+    if why:
+        raise RuntimeError(f"cannot run the {which} benchmark here: {why}")
+    out = artifacts_dir() / f"{name}.json"
+    code = bench.main([which, *map(str, args), "--out", str(out)])
+    if code != 0 or not out.is_file():
+        raise RuntimeError(f"the {which} benchmark exited with code {code} and wrote no {out}")
+    with open(out, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def artifacts_dir() -> Path:
     """Where notebooks may write files: ``<checkout>/artifacts`` (git-ignored), created on demand."""
     if os.environ.get(_ARTIFACTS_ENV):
@@ -146,7 +191,6 @@ def artifacts_dir() -> Path:
         folder = (root if root is not None else Path.cwd()) / "artifacts"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
 
 
 def show(fig) -> None:

@@ -9,6 +9,8 @@ import argparse
 import json
 import os
 import platform
+import re
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -66,6 +68,28 @@ def _gpu_name() -> str | None:
     return f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
 
 
+def _requires(name: str) -> list[str]:
+    """The Requires-Dist lines of an installed package ([] when it is missing or declares none)."""
+    try:
+        return metadata.requires(name) or []
+    except metadata.PackageNotFoundError:
+        return []
+
+
+def _torch_triton_pin() -> str | None:
+    """The triton version torch was built against (its ``triton==X`` requirement), if it has one."""
+    for line in _requires("torch"):
+        match = re.match(r"\s*(?:pytorch-)?triton\s*==\s*([^\s;,]+)", line)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _nvidia_driver() -> bool:
+    """True when an NVIDIA driver is visible (Linux driver file or nvidia-smi on PATH)."""
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
 def diagnose() -> Diagnosis:
     """Collect versions, GPU presence, Triton's mode and the known problems of this machine."""
     versions = {name: _version(name) for name in PACKAGES}
@@ -90,10 +114,22 @@ def diagnose() -> Diagnosis:
         add(Finding("warn", "Triton publishes wheels for Linux only: the Triton notebooks (05-08) cannot run here",
                     "use Linux or WSL2 for notebooks 05-08; notebooks 00-04 and 09 need only NumPy"))
     numpy_v, triton_v = _release(versions["numpy"]), _release(versions["triton"])
-    if mode == "interpreter" and triton_v and triton_v < (3, 9) and numpy_v >= (2, 4):
+    if mode == "interpreter" and triton_v and triton_v < (3, 7) and numpy_v >= (2, 4):
         add(Finding("error", f"triton {versions['triton']} with numpy {versions['numpy']}: the CPU interpreter fails "
                              "('only 0-dimensional arrays can be converted to Python scalars')",
-                    "pip install 'numpy<2.4' (numpy 2.3.5 works with triton 3.6; triton 3.9 works with numpy 2.4)"))
+                    "pip install 'numpy<2.4' (numpy 2.3.5 works with triton 3.6, measured; the interpreter was "
+                    "fixed after triton 3.6, in triton-lang/triton pull request 9172)"))
+    pin = _torch_triton_pin()
+    if pin and versions["triton"] and _release(pin) != triton_v:
+        add(Finding("warn", f"torch {versions['torch']} was built against triton {pin} but triton {versions['triton']} "
+                            "is installed: pip reports a conflict and torch.compile may fail",
+                    f"pip install 'triton=={pin}' (or the torch release that pins triton {versions['triton']})"))
+    if gpu is None and versions["torch"] and _nvidia_driver():
+        add(Finding("warn", f"an NVIDIA driver is present but torch {versions['torch']} sees no CUDA GPU "
+                            "(a CPU-only torch build, or a CUDA build newer than the driver): everything runs on the "
+                            "CPU, Triton in its interpreter",
+                    "install the CUDA build of torch that matches your driver (see `nvidia-smi`), then re-run "
+                    "`flashlab doctor`"))
     if mode == "interpreter":
         add(Finding("ok", "Triton runs in the CPU interpreter: kernels are correct but slow, and timings mean nothing "
                           "for GPU speed; bf16 dot operands are upcast to fp32 by flashlab because the interpreter's "

@@ -69,6 +69,7 @@ def softmax_flops(nq: int, nk: int, causal: bool = False, block_q: int | None = 
                   block_k: int | None = None, batch: int = 1) -> int:
     """Rough non-matmul FLOPs of the forward softmax: 5 per computed score entry (scale, max,
     subtract, exp, sum), ignoring per-row work (rescales, division, log). Naive when no block sizes."""
+    causal = check_bool("causal", causal)
     if (block_q is None) != (block_k is None):
         raise ValueError(f"block_q={block_q!r} and block_k={block_k!r} must both be None or both be ints")
     if block_q is None:

@@ -17,7 +17,8 @@ On-chip memory per streaming multiprocessor (SM), from NVIDIA's tuning guides:
   108 SMs on an A100 SXM.
 * H100 / H200 (compute capability 9.0): 256 KB of combined L1 + shared memory per SM, of which up
   to 228 KB can be shared memory ("NVIDIA Hopper Tuning Guide", same section). 132 SMs on the
-  H100 SXM and on the H200 (the anchors' machine reports 132).
+  H100 SXM and on the H200 (the course's H200 reports ``sm_count`` 132 in the ``environment``
+  block of every ``benchmarks/results/*.json``).
 * Register file: 64 K 32-bit registers = 256 KiB per SM on both (CUDA C++ Programming Guide,
   table *Technical Specifications per Compute Capability*).
 
@@ -25,9 +26,13 @@ NVIDIA's "KB" here means KiB (1024 bytes), as the CUDA attribute values in bytes
 on the course's H200 (``torch.cuda.get_device_properties(0)``, torch 2.11, 2026-11-29):
 132 SMs, ``shared_memory_per_multiprocessor`` = 233,472 B (228 KiB),
 ``shared_memory_per_block_optin`` = 232,448 B (227 KiB: one thread block may use 1 KiB less
-than the SM holds), ``regs_per_multiprocessor`` = 65,536 (x 4 B = 256 KiB),
-``L2_cache_size`` = 62,914,560 B (60 MiB). The *aggregate* over all SMs is per-SM x SM count: it is not one memory
-that a single thread block can use; each thread block sees at most its own SM's shared memory.
+than the SM holds; the Hopper Tuning Guide gives the same 227 KB), ``regs_per_multiprocessor`` =
+65,536 (x 4 B = 256 KiB), ``L2_cache_size`` = 62,914,560 B (60 MiB). Caveat: only the SM count
+of that query is saved in the repository (above); the other attribute values were read in the
+session that benchmarked the course and are not in a results file, so re-query them
+(the call above) before relying on them. The *aggregate* over all SMs
+is per-SM x SM count: it is not one memory that a single thread block can use; each thread
+block sees at most its own SM's shared memory.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_bool, check_like, check_qkv, check_scale
+from ._checks import check_bool, check_like, check_qkv, check_scale, quiet_nonfinite
 from .softmax import logsumexp
 
 
@@ -32,6 +32,7 @@ def _scores(q, k, causal: bool, scale: float) -> np.ndarray:
     return s
 
 
+@quiet_nonfinite
 def naive_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
                     scale: float | None = None, return_lse: bool = False):
     """softmax(scale * q k^T) v, materialising the full score matrix.
@@ -49,12 +50,12 @@ def naive_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
 
     s = _scores(q, k, causal, scale)  # (..., Nq, Nk)
     lse = logsumexp(s, axis=-1)  # (..., Nq)
-    with np.errstate(invalid="ignore"):
-        p = np.exp(s - lse[..., None])  # (..., Nq, Nk)  softmax(S): rows sum to 1
+    p = np.exp(s - lse[..., None])  # (..., Nq, Nk)  softmax(S): rows sum to 1
     o = (p @ v).astype(dims.dtype, copy=False)  # (..., Nq, dv)
     return (o, lse) if return_lse else o
 
 
+@quiet_nonfinite
 def naive_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np.ndarray,
                              causal: bool = False, scale: float | None = None):
     """Gradients (dq, dk, dv) of sum(o * do) for o = naive_attention(q, k, v, causal, scale).
@@ -70,8 +71,7 @@ def naive_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np
     q, k, v, do = (x.astype(w, copy=False) for x in (q, k, v, do))
 
     s = _scores(q, k, causal, scale)  # (..., Nq, Nk)
-    with np.errstate(invalid="ignore"):
-        p = np.exp(s - logsumexp(s, axis=-1)[..., None])  # (..., Nq, Nk)
+    p = np.exp(s - logsumexp(s, axis=-1)[..., None])  # (..., Nq, Nk)
     dv = np.swapaxes(p, -1, -2) @ do  # (..., Nk, dv)
     dp = do @ np.swapaxes(v, -1, -2)  # (..., Nq, Nk)
     ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))  # (..., Nq, Nk)  softmax backward

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks import check_positive_int
+
 
 def _as_float_array(name: str, x) -> np.ndarray:
     x = np.asarray(x)
@@ -32,16 +34,25 @@ def _as_float_array(name: str, x) -> np.ndarray:
     return x
 
 
-def _nonempty_axis(x: np.ndarray, axis: int) -> np.ndarray:
-    """Move `axis` last and check it holds at least one element."""
+def _nonempty_axis(x: np.ndarray, axis: int, name: str = "x") -> np.ndarray:
+    """Move `axis` last and check it holds at least one element (`name`: the argument, for errors)."""
     if x.ndim == 0:
-        raise ValueError("x must have at least one axis, got a 0-d array")
+        raise ValueError(f"{name} must have at least one axis, got a 0-d array")
     if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis={axis} is out of range for x.ndim={x.ndim}")
+        raise ValueError(f"axis={axis} is out of range for {name}.ndim={x.ndim}")
     x = np.moveaxis(x, axis, -1)
     if x.shape[-1] == 0:
-        raise ValueError(f"x has no elements along axis={axis} (shape {x.shape}); softmax needs >= 1")
+        raise ValueError(f"{name} has no elements along axis={axis} (shape {x.shape}); softmax needs >= 1")
     return x
+
+
+def _check_state(suffix: str, m, l, acc) -> None:
+    """m and l: arrays of one shape (...); acc: None or (..., dv). Errors name e.g. `l_a`."""
+    m, l = np.asarray(m), np.asarray(l)
+    if m.shape != l.shape:
+        raise ValueError(f"l{suffix}.shape={l.shape} must equal m{suffix}.shape={m.shape} (one value per row)")
+    if acc is not None and np.shape(acc)[:-1] != m.shape:
+        raise ValueError(f"acc{suffix}.shape={np.shape(acc)} must be m{suffix}.shape + (dv,) = {m.shape} + (dv,)")
 
 
 def _finite_max(m: np.ndarray) -> np.ndarray:
@@ -61,7 +72,7 @@ def rescale(m_old: np.ndarray, m_new: np.ndarray) -> np.ndarray:
 
 def softmax_state(scores) -> tuple[np.ndarray, np.ndarray]:
     """(m, l) of `scores` (..., n) over its last axis: m = rowmax (...), l = sum exp(x - m) (...)."""
-    x = _nonempty_axis(_as_float_array("scores", scores), -1)
+    x = _nonempty_axis(_as_float_array("scores", scores), -1, "scores")
     m = x.max(axis=-1)  # (...)
     with np.errstate(invalid="ignore"):
         l = np.exp(x - _finite_max(m)[..., None]).sum(axis=-1)  # (...)
@@ -78,6 +89,11 @@ def combine_states(m_a, l_a, acc_a, m_b, l_b, acc_b):
     """
     if (acc_a is None) != (acc_b is None):
         raise ValueError("acc_a and acc_b must both be arrays or both be None")
+    _check_state("_a", m_a, l_a, acc_a)
+    _check_state("_b", m_b, l_b, acc_b)
+    if np.shape(m_a) != np.shape(m_b) or np.shape(acc_a)[-1:] != np.shape(acc_b)[-1:]:
+        raise ValueError(f"the two states must have one shape: m_a.shape={np.shape(m_a)}, m_b.shape={np.shape(m_b)}"
+                         + ("" if acc_a is None else f", acc_a.shape={np.shape(acc_a)}, acc_b.shape={np.shape(acc_b)}"))
     m = np.maximum(m_a, m_b)  # (...)
     alpha = rescale(m_a, m)  # (...)
     beta = rescale(m_b, m)  # (...)
@@ -97,14 +113,22 @@ def online_update(m_i, l_i, acc, s, v=None):
     ``combine_states(m_i, l_i, acc, *softmax_state(s), exp(s - rowmax(s)) @ v)`` but in the order
     a kernel computes it: exp(s - m_new) directly, with one rescale (alpha) of the old state.
     """
-    m_new = np.maximum(m_i, s.max(axis=-1))  # (rows,)  -- update m_i
-    alpha = rescale(m_i, m_new)  # (rows,)  factor for the old state
-    with np.errstate(invalid="ignore"):
+    _check_state("_i", m_i, l_i, acc)
+    if np.shape(s)[:-1] != np.shape(m_i):
+        raise ValueError(f"s.shape={np.shape(s)} must be m_i.shape + (cols,) = {np.shape(m_i)} + (cols,)")
+    if (acc is None) != (v is None):
+        raise ValueError("acc and v must both be arrays or both be None")
+    if v is not None and np.shape(v) != (np.shape(s)[-1], np.shape(acc)[-1]):
+        raise ValueError(f"v.shape={np.shape(v)} must be (cols of s, dv of acc) = "
+                         f"({np.shape(s)[-1]}, {np.shape(acc)[-1]})")
+    with np.errstate(invalid="ignore"):  # NaN/inf scores or values propagate quietly
+        m_new = np.maximum(m_i, s.max(axis=-1))  # (rows,)  -- update m_i
+        alpha = rescale(m_i, m_new)  # (rows,)  factor for the old state
         p = np.exp(s - _finite_max(m_new)[..., None])  # (rows, cols)  P~ = exp(S - m_new)
-    l_new = alpha * l_i + p.sum(axis=-1)  # (rows,)  -- update l_i
-    if acc is None:
-        return m_new, l_new, None
-    acc_new = alpha[..., None] * acc + p @ v  # (rows, dv)  -- update acc
+        l_new = alpha * l_i + p.sum(axis=-1)  # (rows,)  -- update l_i
+        if acc is None:
+            return m_new, l_new, None
+        acc_new = alpha[..., None] * acc + p @ v  # (rows, dv)  -- update acc
     return m_new, l_new, acc_new
 
 
@@ -137,8 +161,6 @@ def online_softmax(x, chunk: int, axis: int = -1) -> np.ndarray:
     normalises each chunk with the final state: softmax = exp(x - m) / l. Same result as
     :func:`safe_softmax` up to rounding.
     """
-    from ._checks import check_positive_int
-
     chunk = check_positive_int("chunk", chunk)
     x = _as_float_array("x", x)
     xm = _nonempty_axis(x, axis)  # (..., n)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import (check_bool, check_like, check_positive_int, check_qkv, check_scale,
-                      check_tracer)
+                      check_tracer, quiet_nonfinite)
 from .reference import causal_mask
 from .softmax import online_update
 
@@ -116,6 +116,7 @@ def _masked_scores(q_i, k_j, scale, causal, r0, c0):
     return s
 
 
+@quiet_nonfinite
 def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
                     scale: float | None = None, block_q: int = 64, block_k: int = 64,
                     return_lse: bool = False, tracer=None):
@@ -181,6 +182,7 @@ def _outputs(o, lse, dims, return_lse):
     return o, lse.reshape(*dims.batch_shape, dims.nq)
 
 
+@quiet_nonfinite
 def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
                         scale: float | None = None, block_q: int = 64, block_k: int = 64,
                         return_lse: bool = False, tracer=None):
@@ -253,6 +255,7 @@ def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
     return _outputs(o, lse, dims, return_lse)
 
 
+@quiet_nonfinite
 def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, lse: np.ndarray,
                              do: np.ndarray, causal: bool = False, scale: float | None = None,
                              block_q: int = 64, block_k: int = 64, tracer=None):
@@ -321,13 +324,12 @@ def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
                     trace.read(name, rows, (0, width), b)
                 q_i, do_i = q3[b, r0:r1], do3[b, r0:r1]  # (rq, d), (rq, dv)
                 s = _masked_scores(q_i, k_j, scale, causal, r0, c0)  # (rq, ck)  recompute S
-                with np.errstate(invalid="ignore"):  # non-finite inputs: NaN propagates quietly
-                    p = np.exp(s - lse2[b, r0:r1, None])  # (rq, ck)  P = exp(S - lse_i)
-                    dv_acc += p.T @ do_i  # (ck, dv)  dV_j += P^T dO_i
-                    dp = do_i @ v_j.T  # (rq, ck)  dP = dO_i V_j^T
-                    ds = p * (dp - D[r0:r1, None])  # (rq, ck)  dS = P * (dP - D_i)
-                    dq[b, r0:r1] += scale * (ds @ k_j)  # (rq, d)  dQ_i += scale dS K_j, written back
-                    dk_acc += scale * (ds.T @ q_i)  # (ck, d)  dK_j += scale dS^T Q_i
+                p = np.exp(s - lse2[b, r0:r1, None])  # (rq, ck)  P = exp(S - lse_i)
+                dv_acc += p.T @ do_i  # (ck, dv)  dV_j += P^T dO_i
+                dp = do_i @ v_j.T  # (rq, ck)  dP = dO_i V_j^T
+                ds = p * (dp - D[r0:r1, None])  # (rq, ck)  dS = P * (dP - D_i)
+                dq[b, r0:r1] += scale * (ds @ k_j)  # (rq, d)  dQ_i += scale dS K_j, written back
+                dk_acc += scale * (ds.T @ q_i)  # (ck, d)  dK_j += scale dS^T Q_i
                 trace.write("dQ", rows, (0, d), b)
 
             # -- write dK_j, dV_j to HBM

@@ -13,6 +13,7 @@ with ``itemsize=2`` counts as if the tensors were fp16/bf16 in HBM. Row statisti
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 READ = "read"  # HBM -> SRAM
@@ -76,8 +77,13 @@ class TrafficTracer:
     def __post_init__(self) -> None:
         for name in ("itemsize", "stat_itemsize"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name}={value!r} must be a positive int (bytes per element) or None")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an int (bytes per element) or None, got {type(value).__name__} {value!r}")
+            if value < 1:
+                raise ValueError(f"{name}={int(value)} must be >= 1 (bytes per element) or None")
+            setattr(self, name, int(value))
 
     # -- called by the tiled algorithms -------------------------------------------------------
     def begin(self, algorithm: str, array_itemsize: int, **shape) -> None:
@@ -90,6 +96,7 @@ class TrafficTracer:
                      "stat_itemsize": self._stat_itemsize, **shape}
 
     def nbytes(self, tensor: str, rows: Range, cols: Range) -> int:
+        """Bytes of the tile tensor[rows, cols] (``stat_itemsize`` per element for row statistics)."""
         size = self._stat_itemsize if tensor in STAT_TENSORS else self._itemsize
         return (rows[1] - rows[0]) * (cols[1] - cols[0]) * size
 
@@ -100,16 +107,12 @@ class TrafficTracer:
         res = tuple(Resident(t, r, c, self.nbytes(t, r, c)) for t, r, c in resident)
         self.steps.append(Step(len(self.steps), label, q_block, k_block, batch, res, flops, sram_bytes))
 
-    def add_compute(self, flops: int, sram_bytes: int) -> None:
-        """Add FLOPs and on-chip bytes to the current step."""
-        last = self.steps[-1]
-        self.steps[-1] = Step(last.index, last.label, last.q_block, last.k_block, last.batch,
-                              last.resident, last.flops + flops, last.sram_bytes + sram_bytes)
-
     def read(self, tensor: str, rows: Range, cols: Range, batch: int = 0) -> None:
+        """Record the tile tensor[rows, cols] of batch element `batch` moving HBM -> SRAM."""
         self._record(tensor, READ, rows, cols, batch)
 
     def write(self, tensor: str, rows: Range, cols: Range, batch: int = 0) -> None:
+        """Record the tile tensor[rows, cols] of batch element `batch` moving SRAM -> HBM."""
         self._record(tensor, WRITE, rows, cols, batch)
 
     def _record(self, tensor: str, direction: str, rows: Range, cols: Range, batch: int) -> None:
@@ -121,22 +124,27 @@ class TrafficTracer:
     # -- read by tests, formulas and visualisations --------------------------------------------
     @property
     def hbm_read_bytes(self) -> int:
+        """Bytes moved HBM -> SRAM over the whole run."""
         return sum(e.nbytes for e in self.events if e.direction == READ)
 
     @property
     def hbm_write_bytes(self) -> int:
+        """Bytes moved SRAM -> HBM over the whole run."""
         return sum(e.nbytes for e in self.events if e.direction == WRITE)
 
     @property
     def hbm_bytes(self) -> int:
+        """hbm_read_bytes + hbm_write_bytes."""
         return self.hbm_read_bytes + self.hbm_write_bytes
 
     @property
     def flops(self) -> int:
+        """Matmul FLOPs of all steps (2 per multiply-add)."""
         return sum(s.flops for s in self.steps)
 
     @property
     def sram_bytes(self) -> int:
+        """Bytes read and written inside SRAM by all steps (see :mod:`flashlab.tiled`)."""
         return sum(s.sram_bytes for s in self.steps)
 
     def bytes_by_tensor(self) -> dict[tuple[str, str], int]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ._checks import check_bool, check_positive_int
 from .tiled import first_q_block, kv_blocks_visited, num_blocks
-from .tracer import READ, WRITE
+from .tracer import READ, STAT_TENSORS, WRITE
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class _Tally:
         self.bytes: dict[tuple[str, str], int] = {}
 
     def add(self, tensor: str, direction: str, elements: int) -> None:
-        size = self.sizes["stat"] if tensor in ("lse", "m", "l", "D") else self.sizes["elem"]
+        size = self.sizes["stat"] if tensor in STAT_TENSORS else self.sizes["elem"]
         key = (tensor, direction)
         self.bytes[key] = self.bytes.get(key, 0) + elements * size * self.batch
 
@@ -191,12 +191,14 @@ def flash_hbm_accesses(n: int, d: int, sram_elements: int) -> int:
     """HBM accesses (ELEMENTS read + written) of FlashAttention-1 forward, Nq = Nk = n, dv = d,
     non-causal, with the paper's block sizes for an SRAM of M = sram_elements elements.
     Theta(N^2 d^2 / M) (Theorem 2)."""
+    n = check_positive_int("n", n)
     block_r, block_c = paper_block_sizes(sram_elements, d)
     return fa1_forward_traffic(n, n, d, block_q=block_r, block_k=block_c, itemsize=1, stat_itemsize=1).total
 
 
 def standard_hbm_accesses(n: int, d: int) -> int:
     """HBM accesses (ELEMENTS) of standard attention forward (Algorithm 0): 4 N d + 4 N^2, Theta(N d + N^2)."""
+    n = check_positive_int("n", n)
     return naive_traffic(n, n, d, itemsize=1).total
 
 

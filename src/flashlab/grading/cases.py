@@ -47,6 +47,23 @@ def poison_keys(kw: dict, first: int) -> tuple[dict, dict]:
 
 
 LARGE_LOGITS = "scores near 1e3 overflow exp() unless the row max is subtracted first"
+
+
+def large_logits(rng, nq, nk, d, batch=()) -> dict:
+    """float64 q, k, v whose scaled scores (scale 1/sqrt(d)) are each row's offset, +-800 to +-1200,
+    plus O(1) terms.
+
+    k[..., 0] = 1 and q[..., 0] = offset * sqrt(d) add the same offset to every score of a row, so
+    the softmax (and the output) is as well conditioned as with plain random inputs, while exp() of
+    a raw score overflows (> 709.8) or underflows to 0 in float64 and float32 alike. (Scaling q up
+    instead makes the output depend on a few large, rounded scores: a correct float32 solution
+    then misses a float32 tolerance now and then.)
+    """
+    kw = qkv(rng, nq, nk, d, batch=batch)
+    offset = rng.uniform(800.0, 1200.0, (*batch, nq)) * rng.choice([-1.0, 1.0], (*batch, nq))  # (..., Nq)
+    kw["k"][..., 0] = 1.0
+    kw["q"][..., 0] = offset * np.sqrt(d)
+    return kw
 POISON_WHY = ("causal: every key from row {first} on is past the last query row, and those K/V rows "
               "hold NaN; a causal tiled loop skips fully masked tiles, so it never reads them")
 
@@ -74,7 +91,7 @@ def naive_hidden(rng):
         kw = dict(qkv(rng, nq, nk, int(rng.choice([4, 8, 16])), int(rng.integers(1, 9)), batch,
                        random_dtype(rng)), causal=causal)
         cases.append(Case(attn_label(kw, causal), kw, why="ragged shapes, Nq != Nk, batch dims"))
-    kw = dict(qkv(rng, 12, 10, 16, dtype="float32", q_scale=300.0), causal=False)
+    kw = dict(large_logits(rng, 12, 10, 16), causal=False)
     cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS))
     kw = dict(qkv(rng, 9, 11, 8), causal=bool(rng.integers(2)), scale=float(rng.uniform(0.05, 2.0)))
     cases.append(Case(attn_label(kw, kw["causal"], f" scale={kw['scale']:.3f}"), kw,
@@ -152,13 +169,16 @@ def online_hidden(rng):
 
 
 def state(rng, rows, cols, dv, dtype, shift=0.0, empty=False):
-    s = randn(rng, rows, cols, dtype=dtype, scale=3.0) + shift
-    v = randn(rng, cols, dv, dtype=dtype)
-    if empty:
-        return (np.full(rows, -np.inf, dtype), np.zeros(rows, dtype), np.zeros((rows, dv), dtype))
-    m = s.max(axis=-1)
-    p = np.exp(s - m[:, None])
-    return m, p.sum(axis=-1), p @ v
+    """(m, l, acc) of random scores (rows, cols) and values (cols, dv); ``empty``: rows that saw
+    nothing (m = -inf, l = 0, acc = 0), True for all rows or a boolean mask (rows,)."""
+    s = randn(rng, rows, cols, dtype=dtype, scale=3.0) + shift  # (rows, cols)
+    v = randn(rng, cols, dv, dtype=dtype)  # (cols, dv)
+    m = s.max(axis=-1)  # (rows,)
+    p = np.exp(s - m[:, None])  # (rows, cols)
+    l, acc = p.sum(axis=-1), p @ v  # (rows,), (rows, dv)
+    empty = np.broadcast_to(np.asarray(empty, bool), (rows,))
+    m[empty], l[empty], acc[empty] = -np.inf, 0.0, 0.0
+    return m, l, acc
 
 
 def combine_kwargs(a, b):
@@ -186,6 +206,11 @@ def combine_hidden(rng):
         Case("a is empty (m_a = -inf, l_a = 0)",
              combine_kwargs(state(rng, 3, 4, 2, "float64", empty=True), state(rng, 3, 4, 2, "float64")),
              why="a state that has seen nothing must leave the other unchanged, without NaN"),
+        Case("rows empty in a, in b, and in both (float64)",
+             combine_kwargs(state(rng, 4, 4, 2, "float64", empty=[True, False, True, False]),
+                            state(rng, 4, 4, 2, "float64", empty=[False, True, True, False])),
+             why="two empty states combine to an empty one (m = -inf, l = 0, acc = 0), not NaN: "
+                 "exp(-inf - (-inf)) is NaN"),
     ]
 
 
@@ -211,19 +236,32 @@ def tiled_hidden(rng):
                   causal=causal, block_q=bq, block_k=bk)
         cases.append(Case(attn_label(kw, causal, f" blocks {bq}x{bk}"), kw,
                           why="ragged last tiles, Nq != Nk, blocks larger than the sequence"))
-    kw = dict(qkv(rng, 40, 40, 16, dtype="float32", q_scale=300.0), causal=False, block_q=16, block_k=16)
+    kw = dict(large_logits(rng, 40, 40, 16), causal=False, block_q=16, block_k=16)
     cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS))
     n = 1536
     kw = dict(qkv(rng, n, n, 16, dtype="float32"), causal=False, block_q=128, block_k=128)
     cases.append(Case(attn_label(kw, extra=" blocks 128x128 (memory)"), kw, max_peak_bytes=n * n * 4 // 3,
                       why="IO-awareness: a tiled forward never materialises the Nq x Nk score matrix"))
-    nq, bk = 20, 8
-    kw = dict(qkv(rng, nq, 64, 8), causal=True, block_q=8, block_k=bk)
-    first = -(-nq // bk) * bk
-    poisoned, clean = poison_keys(kw, first)
-    cases.append(Case(attn_label(kw, True, " blocks 8x8, K/V poisoned past row 24"), poisoned, clean,
-                      why=POISON_WHY.format(first=first)))
+    cases.append(poisoned_causal_case(rng, lambda nq, nk, bq, bk: dict(qkv(rng, nq, nk, 8), causal=True,
+                                                                       block_q=bq, block_k=bk)))
     return cases
+
+
+def poisoned_causal_case(rng, make) -> Case:
+    """Causal case whose K/V rows from Nq on hold NaN (no query row sees them).
+
+    block_k divides Nq, so the first skippable key block starts exactly at Nq; block_q = 2 block_k
+    does not divide Nq, so the last query block is ragged. A loop that skips one tile too late
+    (``k0 > q1`` instead of ``k0 > q1 - 1``) or that ignores the ragged end (``q0 + block_q - 1``
+    as the block's last row) loads a poisoned tile and its output turns NaN.
+    make(nq, nk, block_q, block_k) -> the keyword arguments (with "k" and "v").
+    """
+    bk = int(rng.choice([4, 8]))
+    nq = bk * int(2 * rng.integers(1, 4) + 1)  # an odd multiple of block_k
+    kw = make(nq, nq + 3 * bk, 2 * bk, bk)
+    poisoned, clean = poison_keys(kw, nq)
+    label = attn_label(kw, True, f" blocks {2 * bk}x{bk}, K/V poisoned from row {nq}")
+    return Case(label, poisoned, clean, why=POISON_WHY.format(first=nq))
 
 
 def tile_skip_reference(i, j, block_q, block_k, nq):
@@ -233,7 +271,7 @@ def tile_skip_reference(i, j, block_q, block_k, nq):
 
 
 def tile_skip_public(rng):
-    rows = [(0, 0, 4, 4, 16), (0, 1, 4, 4, 16), (2, 1, 4, 4, 16), (1, 3, 8, 4, 12)]
+    rows = [(0, 0, 4, 4, 16), (0, 1, 4, 4, 16), (2, 1, 4, 4, 16), (1, 3, 8, 4, 12), (0, 1, 8, 7, 16)]
     return [Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
                  dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq)) for i, j, bq, bk, nq in rows]
 
@@ -248,6 +286,16 @@ def tile_skip_hidden(rng):
         cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
                           dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq),
                           why="ragged last query block, block_q != block_k"))
+    for _ in range(3):  # j * block_k equal to the last query row (computed), then one block later (skipped)
+        bk = int(rng.choice([2, 3, 5]))
+        last = bk * int(rng.integers(1, 40))
+        bq = int(rng.choice([4, 8, 16]))
+        i = last // bq
+        nq = last + 1 if (i + 1) * bq - 1 != last else last + 1 + int(rng.integers(0, 50))
+        for j in (last // bk, last // bk + 1):
+            cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}", dict(i=i, j=j, block_q=bq,
+                              block_k=bk, nq=nq), why="boundary: the tile's first key column is the "
+                              "block's last query row (computed) or one past it (skipped)"))
     return cases
 
 
@@ -327,19 +375,22 @@ def flash_case(rng, z, nq, nk, d, dtype, causal=None, q_scale=1.0, why=""):
 
 
 def flash_hidden(rng, causal):
-    cases = [flash_case(rng, 2, int(rng.integers(17, 50)), int(rng.integers(17, 50)), 16, "float32", causal,
-                         why="ragged tiles: masked loads and -inf for keys past N_K"),
-             flash_case(rng, 1, int(rng.integers(1, 16)), int(rng.integers(33, 60)), 32, "float16", causal,
-                         why="float16 inputs, Nq < BLOCK_M"),
-             flash_case(rng, 1, 32, 24, 16, "float32", causal, q_scale=40.0, why=LARGE_LOGITS)]
-    if causal:
-        cases.append(flash_case(rng, 1, int(rng.integers(40, 60)), int(rng.integers(17, 30)), 16, "float32",
-                                 True, why="causal with Nq > Nk: rows past Nk see every key"))
-        first = 64  # past the last query row for any BLOCK_M dividing 64
-        base = flash_case(rng, 1, 20, 160, 16, "float32", True)
+    cases = []
+    if causal:  # first: a kernel that loads fully masked key blocks fails here, after one launch
+        # Nq = 64: for any BLOCK_M, BLOCK_N dividing 64 the last query block ends at row 63 and the
+        # key blocks from 64 on are skipped; a loop bound one too far loads the poisoned block at 64.
+        first = 64
+        base = flash_case(rng, 1, first, 160, 16, "float32", True)
         poisoned, clean = poison_keys(base.kwargs, first)
-        cases.append(Case("Nq=20 Nk=160 d=16 float32 causal, K/V poisoned past row 64", poisoned, clean,
-                          why=POISON_WHY.format(first=first)))
+        cases.append(Case(f"Nq={first} Nk=160 d=16 float32 causal, K/V poisoned from row {first}", poisoned,
+                          clean, why=POISON_WHY.format(first=first)))
+        cases.append(flash_case(rng, 1, int(rng.integers(40, 60)), int(rng.integers(17, 30)), 16, "float32",
+                                True, why="causal with Nq > Nk: rows past Nk see every key"))
+    cases += [flash_case(rng, 2, int(rng.integers(17, 50)), int(rng.integers(17, 50)), 16, "float32", causal,
+                         why="ragged tiles: masked loads and -inf for keys past N_K"),
+              flash_case(rng, 1, int(rng.integers(1, 16)), int(rng.integers(33, 60)), 32, "float16", causal,
+                         why="float16 inputs, Nq < BLOCK_M"),
+              flash_case(rng, 1, 32, 24, 16, "float32", causal, q_scale=40.0, why=LARGE_LOGITS)]
     return cases
 
 
@@ -405,9 +456,9 @@ def backward_hidden(rng):
                        why="causal with Nq < Nk, float32"),
         backward_case(rng, n, n, 16, 16, 128, 128, False, "float32", max_peak=n * n * 4 // 3, extra=" (memory)",
                        why="IO-awareness: the tiled backward recomputes P tile by tile, never Nq x Nk"),
+        poisoned_causal_case(rng, lambda nq, nk, bq, bk: backward_case(rng, nq, nk, 8, 8, bq, bk, True,
+                                                                       "float64").kwargs),
     ]
-
-
 
 
 def traffic_ratio(nq):

@@ -143,12 +143,12 @@ def run_case(part: Part, func, case: Case, device: str | None, counters: dict) -
                      f"only the first {len(call['output']):,} were kept")
     if call["not_implemented"] is not None:
         return dict(kind="not_implemented", message=call["not_implemented"]), notes, call
-    if call["exception"]:
-        return dict(kind="exception", message=f"raised {call['exception']}", traceback=call["traceback"]), notes, call
-    if call["forbidden_calls"]:
+    if call["forbidden_calls"]:  # reported even when the call then raised
         return dict(kind="forbidden", message=(
             f"called {', '.join(call['forbidden_calls'])} instead of implementing {part.function}: "
             "not rewarded; write the computation yourself")), notes, call
+    if call["exception"]:
+        return dict(kind="exception", message=f"raised {call['exception']}", traceback=call["traceback"]), notes, call
     if call["mutated"]:
         return dict(kind="mutation", message=(
             f"changed its input(s) {', '.join(call['mutated'])} in place; work on copies (x = x.copy()) "
@@ -202,9 +202,13 @@ def grade_part(exercise: Exercise, part: Part, module, functions: dict | None, s
         namespace = vars(module) if module is not None else getattr(target, "__globals__", {})
         for name in part.must_launch:
             kernel = namespace.get(name)
-            if kernel is not None:
-                counters[name] = kernel if isinstance(kernel, LaunchCounter) else LaunchCounter(kernel)
-                namespace[name] = counters[name]
+            if kernel is None:
+                result["failure"] = dict(kind="launch", case="", group="", why="", inputs={}, message=(
+                    f"no Triton kernel {name} next to {part.function}: the result must come from "
+                    f"{name}[grid](...); keep the kernel of the exercise stub"))
+                return result
+            counters[name] = kernel if isinstance(kernel, LaunchCounter) else LaunchCounter(kernel)
+            namespace[name] = counters[name]
     phase("preparing cases", 120.0, None)
     public = part.public(np.random.default_rng([PUBLIC_SEED, index]))
     hidden = [] if public_only else part.hidden(np.random.default_rng([seed, index]))

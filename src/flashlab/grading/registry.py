@@ -113,14 +113,16 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              ("qk = tl.dot(q, k) * qk_scale; keys past N_K must score -inf (tl.where).",
               "m_ij = max(m_i, rowmax(qk)); p = exp(qk - m_ij); alpha = exp(m_i - m_ij).",
               "l_i = l_i * alpha + rowsum(p); acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v); m_i = m_ij."),
-             tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, time_limit_s=60.0),
+             tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, must_launch=("flash_fwd_kernel",),
+             time_limit_s=60.0),
     ), needs_triton=True),
     Exercise("ex08_kernel_causal", "causal masking in the kernel", (
         Part("flash_forward", "causal forward kernel", 2, cases.flash_reference,
              lambda rng: [cases.flash_case(rng, 1, 32, 32, 16, "float32", True)], lambda rng: cases.flash_hidden(rng, True),
              ("Inside diagonal tiles: qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, -inf).",
               "Loop bound: hi = min(N_K, (start_m + 1) * BLOCK_M); later key blocks are fully masked."),
-             tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, time_limit_s=60.0),
+             tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, must_launch=("flash_fwd_kernel",),
+             time_limit_s=60.0),
     ), needs_triton=True),
     Exercise("ex09_backward_pieces", "backward: D and dS", (
         Part("rowsum_do_o", "D = rowsum(dO * O)", 1, cases.rowsum_reference,

@@ -25,7 +25,7 @@ def counts_line(r: dict) -> str:
     failure = r.get("failure") or {}
     group = failure.get("group")
     if pt == 0 and not ht:
-        return "not graded"
+        return "not graded (function missing)" if failure.get("kind") == "missing" else "not graded"
     parts = [f"{pp} of {_plural(pt, 'public check')} passed"]
     if group == "public":
         rest = pt - pp - 1
@@ -148,5 +148,6 @@ class Report:
                     f"{MARKS.get(r['status'], r['status'])}</td><td><code>{html.escape(r['function'])}</code> "
                     f"{r['earned']}/{r['points']}</td><td style='text-align:left'>"
                     f"{html.escape(counts_line(r))}{detail}</td></tr>")
-        rows.append(f"<tr><th colspan='3' style='text-align:left'>score: {self.score}/{self.total} points</th></tr>")
+        rows.append(f"<tr><th colspan='3' style='text-align:left'>score: {self.score}/{self.total} points"
+                    f"{'' if self.passed else ' (not all checks passed)'}</th></tr>")
         return "<table class='flashlab-report'>" + "".join(rows) + "</table>"

@@ -13,7 +13,8 @@ Inside the child, every learner call (:func:`guarded_call`)
 - snapshots the array arguments and reports any that the call changed in place,
 - records calls of flashlab's own attention/softmax/tiled/traffic functions, its Triton kernels and
   ``torch.nn.functional.scaled_dot_product_attention`` (wrappers installed before the learner's
-  module is imported, so ``from flashlab.reference import naive_attention`` is recorded too),
+  module is imported, so ``from flashlab.reference import naive_attention`` is recorded too; torch
+  and the kernel modules are wrapped when first imported),
 - optionally measures the peak of NumPy/Python allocations with :mod:`tracemalloc`.
 Grading never writes to the learner's directory (``sys.dont_write_bytecode`` in the child).
 """
@@ -44,12 +45,18 @@ FORBIDDEN = {
     "flashlab.softmax": ("safe_softmax", "logsumexp", "softmax_state", "combine_states", "online_softmax",
                          "online_update"),
     "flashlab.tiled": ("tiled_attention", "tiled_attention_fa1", "tiled_attention_backward",
-                       "causal_tile_skipped"),
-    "flashlab.traffic": ("naive_traffic", "fa2_forward_traffic", "fa1_forward_traffic", "backward_traffic"),
+                       "causal_tile_skipped", "kv_blocks_visited", "first_q_block"),
+    "flashlab.traffic": ("naive_traffic", "naive_backward_traffic", "fa2_forward_traffic", "fa1_forward_traffic",
+                         "backward_traffic", "flash_hbm_accesses", "standard_hbm_accesses"),
 }
+# The course's kernels: every forward rung (the ladder's entries call these at run time), the
+# Hopper kernel, the backward, and the primer.
 FORBIDDEN_TRITON = {
     "flashlab.kernels.primer": ("vector_add", "row_softmax", "softmax", "add", "matmul"),
     "flashlab.kernels.attention": ("flash_attention", "attention_reference", "best_forward"),
+    "flashlab.kernels.flash_fwd": ("forward_v0", "forward_v1", "forward_v2", "forward_v3"),
+    "flashlab.kernels.flash_fwd_hopper": ("forward", "launch"),
+    "flashlab.kernels.flash_bwd": ("backward",),
 }
 
 
@@ -80,6 +87,7 @@ class Recorder:
 
     def __init__(self):
         self.active, self.calls, self.depth = False, [], 0
+        self.wrappers = {}  # id(original function) -> its recording wrapper
 
     def wrap(self, qualname: str, func):
         recorder = self
@@ -96,6 +104,8 @@ class Recorder:
         recorded.__name__ = getattr(func, "__name__", qualname)
         recorded.__doc__ = getattr(func, "__doc__", None)
         recorded.__wrapped__ = func
+        recorded.flashlab_recorded = True  # not __wrapped__: functools.wraps sets that on library functions too
+        self.wrappers[id(func)] = recorded
         return recorded
 
 
@@ -106,15 +116,25 @@ def _wrap_module(module, names, prefix=None) -> None:
     prefix = prefix or module.__name__
     for name in names:
         func = getattr(module, name, None)
-        if callable(func) and not hasattr(func, "__wrapped__"):
+        if callable(func) and not getattr(func, "flashlab_recorded", False):
             setattr(module, name, RECORDER.wrap(f"{prefix}.{name}", func))
 
 
-class _TorchFunctionalHook(importlib.abc.MetaPathFinder):
-    """Wraps torch SDPA as soon as torch.nn.functional is imported (torch loads lazily)."""
+TORCH_FORBIDDEN = {"torch.nn.functional": ("scaled_dot_product_attention",)}
+
+
+class _WrapOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the forbidden functions of a module as soon as it is imported (module -> names).
+
+    Used for torch and the Triton kernels, which are slow to import: the learner's module imports
+    them if it uses them, and only then are they wrapped.
+    """
+
+    def __init__(self, table: dict):
+        self.table = table
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "torch.nn.functional":
+        if fullname not in self.table:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -123,9 +143,9 @@ class _TorchFunctionalHook(importlib.abc.MetaPathFinder):
             if spec is not None and spec.loader is not None:
                 exec_module = spec.loader.exec_module
 
-                def exec_and_wrap(module, _exec=exec_module):
+                def exec_and_wrap(module, _exec=exec_module, _names=self.table[fullname]):
                     _exec(module)
-                    _wrap_module(module, ("scaled_dot_product_attention",), "torch.nn.functional")
+                    _wrap_module(module, _names)
 
                 spec.loader.exec_module = exec_and_wrap
                 return spec
@@ -136,21 +156,37 @@ def install_recorders(triton: bool) -> None:
     """Wrap every forbidden function before the learner's module is imported."""
     import flashlab
 
-    tables = [FORBIDDEN] + ([FORBIDDEN_TRITON] if triton else [])
-    for table in tables:
-        for module_name, names in table.items():
-            try:
-                module = importlib.import_module(module_name)
-            except Exception:  # a module not written yet (or no torch): nothing to forbid there
-                continue
-            _wrap_module(module, names)
-            for name in names:  # the lazy exports of flashlab/__init__.py
-                if name in getattr(flashlab, "_EXPORTS", {}):
-                    setattr(flashlab, name, getattr(module, name))
-    if "torch.nn.functional" in sys.modules:
-        _wrap_module(sys.modules["torch.nn.functional"], ("scaled_dot_product_attention",), "torch.nn.functional")
-    else:
-        sys.meta_path.insert(0, _TorchFunctionalHook())
+    for module_name, names in FORBIDDEN.items():  # NumPy modules: cheap, imported now
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # a module not written yet: nothing to forbid there
+            continue
+        _wrap_module(module, names)
+        for name in names:  # the lazy exports of flashlab/__init__.py
+            if name in getattr(flashlab, "_EXPORTS", {}):
+                setattr(flashlab, name, getattr(module, name))
+    later = dict(TORCH_FORBIDDEN, **(FORBIDDEN_TRITON if triton else {}))
+    for module_name in [name for name in later if name in sys.modules]:
+        _wrap_module(sys.modules[module_name], later.pop(module_name))
+    if later:
+        sys.meta_path.insert(0, _WrapOnImport(later))
+
+
+def rebind_globals(functions: dict) -> None:
+    """Point the names a notebook bound to forbidden functions before grading at their wrappers.
+
+    ``from flashlab.tiled import tiled_attention`` in a notebook cell binds the original function
+    in the notebook's globals, which the grading fork inherits; the wrappers installed in the fork
+    would not see those calls.
+    """
+    for func in functions.values():
+        namespace = getattr(func, "__globals__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            wrapper = RECORDER.wrappers.get(id(value)) if callable(value) else None
+            if wrapper is not None and wrapper.__wrapped__ is value:
+                namespace[name] = wrapper
 
 
 class LaunchCounter:
@@ -264,6 +300,7 @@ def child_main(conn, job: dict) -> None:
         with redirect_stdout(out), redirect_stderr(out):
             if job.get("functions") is not None:
                 module, functions = None, job["functions"]
+                rebind_globals(functions)
             else:
                 module = load_module(job["path"], exercise.name)
                 functions = None

@@ -11,6 +11,7 @@ Also here, beside the kernel: ``check_inputs`` (every error names the argument) 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -18,6 +19,8 @@ from . import _mode
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y; the kernels put batch x heads there
+MAX_INT32 = 2**31 - 1  # the kernels index within one (batch, head) slice in int32
 
 
 def check_inputs(q, k, v, causal=False, scale=None) -> float:
@@ -55,6 +58,18 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
         raise ValueError(f"empty input: q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}; B, Nq, Nk must be >= 1")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape[2:], t.stride()[2:]))
+        if span > MAX_INT32:
+            raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) spans {span} elements within "
+                             f"one (batch, head) slice; the kernels index a slice in int32 (at most {MAX_INT32}): "
+                             "make it contiguous or split the sequence")
+    if B * H * Nq > MAX_INT32:
+        raise ValueError(f"q.shape={tuple(q.shape)}: B*H*Nq = {B * H * Nq} log-sum-exp rows exceed int32 indexing "
+                         f"({MAX_INT32}); split the batch")
+    if B * H > MAX_GRID_Y and not _mode.is_interpreter():
+        raise ValueError(f"q.shape={tuple(q.shape)}: B*H = {B * H} programs exceed CUDA's grid limit of {MAX_GRID_Y} "
+                         "along the batch x heads axis; split the batch")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _mode.check_device(name, t)
     if scale is None:
@@ -118,6 +133,20 @@ def max_error(out, ref) -> float:
     return float("inf") if err.isnan().any() else err.max().item()
 
 
+def on_device(tensor):
+    """A context that makes ``tensor``'s CUDA device current while kernels launch.
+
+    Triton launches on the current CUDA device, not on the tensors' one: q, k, v on ``cuda:1``
+    while ``cuda:0`` is current would be read from the wrong GPU (an illegal memory access).
+    Where the device is already current (the usual case), or on CPU, it does nothing.
+    """
+    import torch
+
+    if tensor.device.type == "cuda" and tensor.device.index != torch.cuda.current_device():
+        return torch.cuda.device(tensor.device)
+    return contextlib.nullcontext()
+
+
 def best_forward(q, k, v, causal: bool, scale: float):
     """(o, lse) from the best rung for inputs that passed :func:`check_inputs`: v4_hopper where
     it applies, else v3_autotuned (``ladder.best_rung`` names the same choice).
@@ -143,7 +172,8 @@ def _autograd_function():
 
         @staticmethod
         def forward(ctx, q, k, v, causal, scale):
-            o, lse = best_forward(q, k, v, causal, scale)  # (B, H, Nq, d), (B, H, Nq)
+            with on_device(q):
+                o, lse = best_forward(q, k, v, causal, scale)  # (B, H, Nq, d), (B, H, Nq)
             ctx.save_for_backward(q, k, v, o, lse)
             ctx.causal, ctx.scale = causal, scale
             return o
@@ -151,7 +181,8 @@ def _autograd_function():
         @staticmethod
         def backward(ctx, do):
             q, k, v, o, lse = ctx.saved_tensors
-            dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
+            with on_device(q):
+                dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
             return dq, dk, dv, None, None
 
     return FlashAttentionFunction
@@ -167,7 +198,8 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None):
     h // (H // Hkv): grouped-query and multi-query attention). fp16, bf16 or fp32; any Nq, Nk >= 1;
     16 <= d <= 256; strided (non-contiguous) inputs are fine. ``causal``: query i sees keys j <= i
     (top-left, as torch SDPA). ``scale`` defaults to 1/sqrt(d). Returns (B, H, Nq, d) in q's dtype;
-    differentiable with respect to q, k and v.
+    differentiable with respect to q, k and v. Limits, checked up front with a ValueError: on a GPU
+    B*H <= 65535 (CUDA's grid), and the elements one (batch, head) slice spans must fit in int32.
 
     Runs compiled on CUDA tensors, or in Triton's CPU interpreter on CPU tensors when
     ``TRITON_INTERPRET=1`` (set automatically on a machine with no GPU; see ``kernels._mode``).

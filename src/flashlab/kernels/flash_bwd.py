@@ -150,21 +150,28 @@ def _bwd_dkdv(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD)
+    # -- causal: query blocks ending before this key block see none of it (skipped); the blocks
+    #    from `lo` to `mid` cross the diagonal (masked); from `mid` to `hi` every row sees every
+    #    key. A key block that starts past the last query row (Nk > Nq) is seen by no query:
+    #    `hi` = 0 skips every tile and the load, and dK_j = dV_j = 0 are written
+    #    (first_q_block in tiled.py)
+    lo = 0
+    mid = 0
+    hi = N_Q
+    load_mask = kv_mask
+    if CAUSAL:
+        hi = tl.where(start_n < N_Q, N_Q, 0)
+        lo = tl.minimum((start_n // BLOCK_M) * BLOCK_M, hi)
+        mid = tl.minimum(lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M, hi)
+        load_mask = kv_mask & (start_n < N_Q)
     # -- load K_j, V_j (line 6); initialise dK_j = dV_j = 0 (line 7)
     k = tl.load(K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
-                + offs_d[None, :] * stride_kk, mask=kv_mask, other=0.0)
+                + offs_d[None, :] * stride_kk, mask=load_mask, other=0.0)
     v = tl.load(V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
-                + offs_d[None, :] * stride_vk, mask=kv_mask, other=0.0)
+                + offs_d[None, :] * stride_vk, mask=load_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
-    # -- causal: query blocks ending before this key block see none of it (skipped); the blocks
-    #    from `lo` to `mid` cross the diagonal (masked); from `mid` on every row sees every key
-    lo = 0
-    mid = 0
-    if CAUSAL:
-        lo = (start_n // BLOCK_M) * BLOCK_M
-        mid = lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M
     for g in range(0, GROUP):  # grouped-query attention: sum over the query heads of this kv head
         off_hz = off_z * H + off_hkv * GROUP + g
         off_h = off_hkv * GROUP + g
@@ -179,7 +186,7 @@ def _bwd_dkdv(
                                      D_HEAD, BLOCK_M, True, DOT_F32, DOT_PRECISION)
         dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                  stride_qm, stride_qk, stride_dom, stride_dok,
-                                 offs_n, offs_d, mid, N_Q, qk_scale, N_Q,
+                                 offs_n, offs_d, mid, hi, qk_scale, N_Q,
                                  D_HEAD, BLOCK_M, False, DOT_F32, DOT_PRECISION)
     # -- write dK_j, dV_j to HBM (line 20)
     dk = dk * sm_scale
@@ -254,7 +261,7 @@ def _bwd_dq(
     hi = N_K
     unmasked_hi = (N_K // BLOCK_N) * BLOCK_N
     if CAUSAL:
-        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))  # past the last row: never loaded
         unmasked_hi = tl.minimum(unmasked_hi, (start_m * BLOCK_M) // BLOCK_N * BLOCK_N)
     dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
                        offs_m, offs_d, 0, unmasked_hi, qk_scale, N_K,

@@ -6,6 +6,12 @@ maximum), ``l_i`` (running row sum), ``acc`` (unnormalised output), ``alpha`` (r
 and walks over key/value blocks ``K_j, V_j`` (``BLOCK_N`` rows). Comments ``(line n)`` point to
 FlashAttention-2 Algorithm 1 (Dao, 2023, arXiv:2307.08691).
 
+Names, NumPy (``tiled_attention`` and ``flashlab.softmax.online_update``) -> kernel: ``q_i`` -> ``q``,
+``k_j`` -> ``k`` (loaded transposed, ``(HEAD_DIM, BLOCK_N)``), ``v_j`` -> ``v``, ``s`` -> ``qk``,
+``m_new`` -> ``m_ij``, ``block_q``/``block_k`` -> ``BLOCK_M``/``BLOCK_N``, the loop index ``i`` ->
+``start_m``; ``m_i``, ``l_i``, ``acc``, ``alpha``, ``p`` and ``lse`` keep their names. The kernel
+side follows Triton's fused-attention tutorial, as exercises 07 and 08 do.
+
 Rungs (every one returns ``(o, lse)``: o ``(B, H, Nq, d)`` in q's dtype, lse ``(B, H, Nq)`` float32,
 natural log):
 
@@ -27,7 +33,6 @@ Inputs are assumed validated (``flashlab.kernels.attention.check_inputs``).
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 
@@ -36,10 +41,6 @@ from . import _mode
 triton = _mode.triton()
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2): log(x) == log2(x) * LN2
-
 
 # --------------------------------------------------------------------------------------------
 # Configuration as data
@@ -156,7 +157,7 @@ def _fwd_v0_grid_bh(
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         hi = N_K
         if CAUSAL:
-            hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+            hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
@@ -206,40 +207,43 @@ def _fwd_v1_minimal(
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
     v_base = V + off_z * stride_vz + off_hkv * stride_vh
     # -- load Q_i from HBM to SRAM (line 4)
-    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
     # -- initialise O_i = 0, l_i = 0, m_i = -inf (line 5)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    # -- causal: key blocks starting past the block's last query row are skipped, never loaded
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,)
+    l_i = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # (BLOCK_M, HEAD_DIM)
+    # -- causal: key blocks starting past the block's last query row (the last row that exists:
+    #    a ragged last block ends at N_Q) are skipped, never loaded (kv_blocks_visited in tiled.py)
     hi = N_K
     if CAUSAL:
-        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))
     for start_n in range(0, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         # -- load K_j (as K_j^T) and V_j from HBM to SRAM (line 7)
         k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
-                    mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
+                    mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)  # (HEAD_DIM, BLOCK_N)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
-                    mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
+                    mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
         # -- S_ij = Q_i K_j^T (line 8), masked where j is past N_K or (causal) past the row
-        qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale
+        #    (tiled.py: s = _masked_scores(q_i, k_j, ...))
+        qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, BLOCK_N)
         mask = offs_n[None, :] < N_K
         if CAUSAL:
             mask = mask & (offs_n[None, :] <= offs_m[:, None])
-        qk = tl.where(mask, qk, float("-inf"))
+        qk = tl.where(mask, qk, float("-inf"))  # (BLOCK_M, BLOCK_N)
         # -- m_ij = max(m_i, rowmax(S_ij)); P_ij = exp(S_ij - m_ij); l_i = e^(m_i - m_ij) l_i + rowsum(P_ij) (line 9)
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp(qk - m_ij[:, None])
-        alpha = tl.exp(m_i - m_ij)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        #    (the first lines of softmax.online_update, with m_ij for its m_new)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
+        p = tl.exp(qk - m_ij[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.exp(m_i - m_ij)  # (BLOCK_M,)
+        l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
         # -- O_i = diag(alpha) O_i + P_ij V_j (line 10)
-        acc = acc * alpha[:, None]
-        acc = acc + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+        acc = acc * alpha[:, None]  # (BLOCK_M, HEAD_DIM)
+        acc = acc + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)  # (BLOCK_M, HEAD_DIM)
         m_i = m_ij
     # -- O_i = diag(l_i)^-1 O_i (line 12); L_i = m_i + log(l_i) (line 13)
-    acc = acc / l_i[:, None]
-    lse = m_i + tl.log(l_i)
+    acc = acc / l_i[:, None]  # (BLOCK_M, HEAD_DIM)
+    lse = m_i + tl.log(l_i)  # (BLOCK_M,)
     # -- write O_i and L_i to HBM (lines 14-15)
     tl.store(LSE + off_hz * N_Q + offs_m, lse, mask=offs_m < N_Q)
     o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
@@ -323,7 +327,7 @@ def _fwd_v2_exp2_causal(
     hi = N_K
     unmasked_hi = (N_K // BLOCK_N) * BLOCK_N
     if CAUSAL:
-        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)  # blocks past the last row: never loaded
+        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))  # blocks past the last row: never loaded
         unmasked_hi = tl.minimum(unmasked_hi, (start_m * BLOCK_M) // BLOCK_N * BLOCK_N)
     # -- stage 1: blocks wholly below the diagonal, no masks
     acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
@@ -470,8 +474,3 @@ def forward_v3(q, k, v, causal: bool, scale: float):
     B, H, Nq = q.shape[:3]
     _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **_constexprs(q, causal))
     return o, lse
-
-
-def default_scale(d: int) -> float:
-    """The softmax scale 1/sqrt(d)."""
-    return 1.0 / math.sqrt(d)

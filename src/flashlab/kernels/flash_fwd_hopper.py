@@ -145,7 +145,7 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
     n_full = (N_KV // BLOCK_N) * BLOCK_N
     if CAUSAL:
         hi_full = tl.minimum(start_m * BLOCK_M, n_full)
-        hi_band = tl.minimum((start_m + 1) * BLOCK_M, N_KV)
+        hi_band = tl.minimum(tl.minimum((start_m + 1) * BLOCK_M, N_Q), N_KV)  # past the last row: never loaded
     else:
         hi_full = n_full
         hi_band = N_KV
@@ -182,6 +182,10 @@ def _check_inputs(q, k, v, causal, scale):
     if k.shape[3] != q.shape[3] or v.shape != k.shape:
         raise ValueError(f"k must be (B, H, Nk, d) with q's d and v the same shape as k: "
                          f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.dtype == torch.bfloat16 and _mode.is_interpreter():
+        raise TypeError("q.dtype=torch.bfloat16 is not supported by the Hopper rung in Triton's CPU interpreter "
+                        "(its bf16 tl.dot returns wrong numbers); use float16, or flashlab.flash_attention, "
+                        "which upcasts bf16 dot operands there")
     if q.shape[3] not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head dim d={q.shape[3]} is not supported by the Hopper rung; "
                          f"expected one of {SUPPORTED_HEAD_DIMS}")
@@ -207,6 +211,8 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from .flash_fwd import new_output
+
     if not checked:
         _check_inputs(q, k, v, causal, scale)
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
@@ -216,8 +222,8 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     q2 = q.contiguous().view(B * H * n_q, d)  # (B*H*Nq, d)
     k2 = k.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
     v2 = v.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
-    o = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)  # (B, H, Nq, d)
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)  # (B, H, Nq)
+    o = new_output((B, H, n_q, d), q.dtype, q.device)  # (B, H, Nq, d); NaN with FLASHLAB_POISON=1
+    lse = new_output((B, H, n_q), torch.float32, q.device)  # (B, H, Nq)
     desc_q = TensorDescriptor.from_tensor(q2, [cfg.block_q, d])
     desc_k = TensorDescriptor.from_tensor(k2, [cfg.block_k, d])
     desc_v = TensorDescriptor.from_tensor(v2, [cfg.block_k, d])
@@ -246,8 +252,6 @@ def supports(q, k, v, causal: bool = False) -> bool:
     """True where this rung is correct and tested: CUDA sm90 (or the CPU interpreter), fp16/bf16,
     d in (64, 128), v shaped like k. In the interpreter only fp16 is accepted (its bf16 dot is wrong).
     """
-    import torch
-
     try:
         _check_inputs(q, k, v, causal, None)
     except (TypeError, ValueError):

@@ -9,7 +9,7 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 | ``v1_minimal`` | FA2 grid over (query block, batch*head); the NumPy loop line for line |
 | ``v2_exp2_causal`` | exp2 with log2(e) folded into the scale; causal two-stage loop |
 | ``v3_autotuned`` | v2 with triton.autotune (in the interpreter: one small config) |
-| ``v4_hopper`` | ``flashlab.kernels.flash_fwd_hopper`` (tensor descriptors, warp specialisation); |
+| ``v4_hopper`` | ``flashlab.kernels.flash_fwd_hopper`` (TMA tensor descriptors, configs measured on an H200); |
 |  | where that module is missing or its ``supports`` says no, this entry runs v3 instead |
 
 ``resolve(name, q, k, v, causal)`` says which rung an entry really runs for given inputs.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from .attention import check_inputs
+from .attention import check_inputs, on_device
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,7 +60,8 @@ def _entry(forward_name: str):
         from . import flash_fwd
 
         scale = check_inputs(q, k, v, causal, scale)
-        return getattr(flash_fwd, forward_name)(q, k, v, causal, scale)
+        with on_device(q):
+            return getattr(flash_fwd, forward_name)(q, k, v, causal, scale)
 
     forward.__name__ = forward_name
     forward.__doc__ = f"Validated ``flash_fwd.{forward_name}``: (q, k, v, causal, scale) -> (o, lse)."
@@ -70,11 +71,12 @@ def _entry(forward_name: str):
 def v4_hopper(q, k, v, causal: bool = False, scale: float | None = None):
     """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``)."""
     scale = check_inputs(q, k, v, causal, scale)
-    if hopper_applies(q, k, v, causal):
-        return _hopper_module().forward(q, k, v, causal, scale)
     from . import flash_fwd
 
-    return flash_fwd.forward_v3(q, k, v, causal, scale)
+    with on_device(q):
+        if hopper_applies(q, k, v, causal):
+            return _hopper_module().forward(q, k, v, causal, scale)
+        return flash_fwd.forward_v3(q, k, v, causal, scale)
 
 
 RUNGS = {

@@ -71,6 +71,12 @@ def _matmul_kernel(
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+def _check_block(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value & (value - 1):
+        raise ValueError(f"{name}={value!r} must be a power of two >= {minimum} "
+                         "(tl.arange lengths are powers of two; tl.dot tiles are at least 16)")
+
+
 def _check(name: str, t, ndim: int) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -85,6 +91,7 @@ def add(x, y, block_size: int = 1024):
     """x + y for 1-D tensors of one shape, dtype and device: (n,), (n,) -> (n,)."""
     _check("x", x, 1)
     _check("y", y, 1)
+    _check_block("block_size", block_size, 1)
     if x.shape != y.shape or x.dtype != y.dtype or x.device != y.device:
         raise ValueError(f"y (shape {tuple(y.shape)}, {y.dtype}, {y.device}) must match x "
                          f"(shape {tuple(x.shape)}, {x.dtype}, {x.device})")
@@ -115,8 +122,7 @@ def matmul(a, b, block_m: int = 32, block_n: int = 32, block_k: int = 32):
     if a.dtype != b.dtype or a.device != b.device:
         raise ValueError(f"b ({b.dtype}, {b.device}) must match a ({a.dtype}, {a.device})")
     for name, value in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
-        if value < 16 or value & (value - 1):
-            raise ValueError(f"{name}={value} must be a power of two >= 16 (tl.dot's smallest tile)")
+        _check_block(name, value, 16)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)  # (M, N)

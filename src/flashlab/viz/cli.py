@@ -198,6 +198,6 @@ def write_gif(view, steps, path: Path, fps: int = 4) -> None:
     frames = []
     for step in steps:
         view.update(int(step))
-        frames.append(Image.fromarray(view.render_rgba()[..., :3].copy()).convert("P", palette=Image.ADAPTIVE))
+        frames.append(Image.fromarray(view.render_rgba()).convert("RGB").convert("P", palette=Image.ADAPTIVE))
     pyplot().close(view.fig)
     frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)

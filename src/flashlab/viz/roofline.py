@@ -25,7 +25,10 @@ measured points (naive's 4 kernels and FA2, DRAM bytes) are drawn hollow beside 
 Decode is one query row against a KV cache of N keys (``nq=1``): every K and V byte is read for
 about 4 FLOPs per (key, feature) pair, so its intensity stays near 1 FLOP/byte at 2-byte elements
 whatever the algorithm. That is why FlashAttention's saving (never writing S and P) helps prefill
-(many query rows share each K, V tile) far more than decode.
+(many query rows share each K, V tile) far more than decode. The figure states it as a number:
+the roofline time of naive's kernels over the flash kernel's, for prefill (N queries) and for
+decode (1 query), each kernel taking ``max(FLOPs / peak, bytes / bandwidth)``
+(:func:`roofline_seconds`).
 """
 from __future__ import annotations
 
@@ -55,6 +58,23 @@ class RooflineData:
     causal: bool
     block_q: int
     block_k: int
+    prefill_seconds: tuple[float, float]  # (naive's 3 kernels, flash forward): roofline time, N queries
+    decode_seconds: tuple[float, float]  # (naive's 3 kernels, flash forward): roofline time, 1 query
+
+    @property
+    def prefill_speedup(self) -> float:
+        """Roofline time of naive over flash for prefill (N queries against N keys)."""
+        return self.prefill_seconds[0] / self.prefill_seconds[1]
+
+    @property
+    def decode_speedup(self) -> float:
+        """Roofline time of naive over flash for decode (1 query against N keys)."""
+        return self.decode_seconds[0] / self.decode_seconds[1]
+
+
+def roofline_seconds(flops: float, hbm_bytes: float, ceilings: hardware.Ceilings) -> float:
+    """The roofline's time for one kernel: max(FLOPs / peak FLOP/s, bytes / bandwidth), in seconds."""
+    return max(flops / ceilings.flops_per_s, hbm_bytes / ceilings.hbm_bytes_per_s)
 
 
 def naive_kernel_costs(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2,
@@ -83,29 +103,38 @@ def roofline_data(n: int = 4096, d: int = 64, itemsize: int = 2, causal: bool = 
     for name, value in (("n", n), ("d", d), ("itemsize", itemsize), ("block_q", block_q), ("block_k", block_k)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive int")
-    costs = naive_kernel_costs(n, n, d, itemsize=itemsize, causal=causal)
-    costs.append(("flash forward", fl.attention_flops(n, n, d, causal=causal, pass_="forward",
-                                                      block_q=block_q, block_k=block_k),
-                  tr.fa2_forward_traffic(n, n, d, block_q=block_q, block_k=block_k, causal=causal,
-                                         itemsize=itemsize).total))
-    costs.append(("flash backward", fl.attention_flops(n, n, d, causal=causal, pass_="backward",
-                                                       block_q=block_q, block_k=block_k),
-                  tr.backward_traffic(n, n, d, block_q=block_q, block_k=block_k, causal=causal,
-                                      itemsize=itemsize).total))
-    costs.append((f"decode (1 query, {n} keys)", fl.attention_flops(1, n, d, pass_="forward"),
-                  tr.fa2_forward_traffic(1, n, d, block_q=block_q, block_k=block_k, itemsize=itemsize).total))
+    forward = dict(block_q=block_q, block_k=block_k, itemsize=itemsize)
+    naive = [(name, "naive", f, b) for name, f, b in naive_kernel_costs(n, n, d, itemsize=itemsize, causal=causal)]
+    flash_fwd = ("flash forward", "fa2", fl.attention_flops(n, n, d, causal=causal, pass_="forward",
+                                                            block_q=block_q, block_k=block_k),
+                 tr.fa2_forward_traffic(n, n, d, causal=causal, **forward).total)
+    flash_bwd = ("flash backward", "backward", fl.attention_flops(n, n, d, causal=causal, pass_="backward",
+                                                                  block_q=block_q, block_k=block_k),
+                 tr.backward_traffic(n, n, d, causal=causal, **forward).total)
+    # decode: one query row against a KV cache of n keys (causal changes nothing: the row sees every key)
+    naive_decode = naive_kernel_costs(1, n, d, itemsize=itemsize)  # [(kernel, flops, bytes)] x 3
+    flash_decode = (f"flash decode (1 query, {n} keys)", "decode", fl.attention_flops(1, n, d, pass_="forward"),
+                    tr.fa2_forward_traffic(1, n, d, **forward).total)
+    costs = [*naive, flash_fwd, flash_bwd,
+             (f"naive decode (3 kernels, 1 query, {n} keys)", "decode",
+              sum(f for _, f, _ in naive_decode), sum(b for _, _, b in naive_decode)),
+             flash_decode]
     if (n, d, itemsize, causal) == (4096, 64, 2, False):  # the shape measured with ncu on the H200
         for m in (hardware.NCU_NAIVE, hardware.NCU_FLASH):
-            costs.append((f"ncu DRAM bytes: {m.name.split(' (')[0]} forward", m.matmul_flops,
-                          m.total_bytes))
+            kind = "naive" if m is hardware.NCU_NAIVE else "fa2"
+            costs.append((f"ncu DRAM bytes: {m.name.split(' (')[0]} forward", kind, m.matmul_flops, m.total_bytes))
     points = []
-    for name, flop_count, nbytes in costs:
-        kind = ("naive" if "naive" in name else "decode" if name.startswith("decode")
-                else "backward" if "backward" in name else "fa2")
+    for name, kind, flop_count, nbytes in costs:
         intensity = flop_count / nbytes
         points.append(RooflinePoint(name, kind, float(flop_count), float(nbytes), intensity,
                                     float(ceilings.attainable(intensity))))
-    return RooflineData(tuple(points), ceilings, n, d, itemsize, causal, block_q, block_k)
+
+    def seconds(kernels) -> float:
+        return sum(roofline_seconds(f, b, ceilings) for *_, f, b in kernels)
+
+    prefill = (seconds(naive), seconds([flash_fwd]))
+    decode = (seconds(naive_decode), seconds([flash_decode]))
+    return RooflineData(tuple(points), ceilings, n, d, itemsize, causal, block_q, block_k, prefill, decode)
 
 
 def plot_roofline(data: RooflineData | None = None, figsize=(9, 6.8), dpi: int = 100, **kwargs):
@@ -132,17 +161,26 @@ def plot_roofline(data: RooflineData | None = None, figsize=(9, 6.8), dpi: int =
     ax.text(lo * 1.3, data.ceilings.flops_per_s / 1e12 * 1.5, "memory-bound", color=style.HBM, fontsize=9)
     ax.text(ridge * 1.5, data.ceilings.flops_per_s / 1e12 * 1.5, "compute-bound", color=style.BOUND, fontsize=9)
     markers = {"naive": "s", "fa2": "o", "backward": "D", "decode": "P"}
+    drawn: list[float] = []  # intensities already drawn: a point on top of one is drawn smaller
     for p in data.points:
         measured = p.name.startswith("ncu")
         colour = style.ALGORITHM_COLOURS[p.kind]
-        ax.loglog(p.intensity, p.attainable / 1e12, markers[p.kind], markersize=10 if measured else 9,
+        marker = "s" if "naive" in p.name else markers[p.kind]
+        under = sum(abs(p.intensity / x - 1) < 0.06 for x in drawn)
+        drawn.append(p.intensity)
+        ax.loglog(p.intensity, p.attainable / 1e12, marker, markersize=max(10 - 3.5 * under, 3),
                   markerfacecolor="none" if measured else colour, markeredgecolor=colour if measured else "black",
-                  markeredgewidth=2 if measured else 1, linestyle="none",
+                  markeredgewidth=2 if measured else 1, linestyle="none", zorder=3 + under,
                   label=f"{p.name}: {p.intensity:.3g} FLOP/B")
+    ax.text(0.98, 0.04, f"roofline time, naive ÷ flash forward:\n"
+                        f"prefill ({data.n} queries): {data.prefill_speedup:.2f}×\n"
+                        f"decode (1 query): {data.decode_speedup:.2f}×",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
+            bbox=dict(facecolor="white", edgecolor=style.BOUND, boxstyle="round", alpha=0.9))
     ax.set_xlim(lo, hi)
     ax.set_ylim(data.ceilings.attainable(lo) / 1e12 / 3, data.ceilings.flops_per_s / 1e12 * 4)
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
-    ax.set_ylabel("attainable TFLOP/s  = min(peak, intensity × bandwidth)")
+    ax.set_ylabel("attainable TFLOP/s = min(peak, intensity × bandwidth)")
     causal = ", causal" if data.causal else ""
     ax.set_title(f"Roofline: N={data.n}, d={data.d}, {data.itemsize}-byte elements{causal}; "
                  f"flash tiles block_q={data.block_q}, block_k={data.block_k}\n"

@@ -15,6 +15,7 @@ that tests can tie each plotted value to a formula or a trace.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,14 @@ def traced_forward(n: int, d: int, block_q: int, block_k: int, causal: bool = Fa
     return tracer
 
 
+@functools.lru_cache(maxsize=256)
+def traced_hbm_bytes(n: int, d: int, block_q: int, block_k: int, causal: bool, itemsize: int) -> int:
+    """``traced_forward(...).hbm_bytes`` of the FA2 forward, remembered per shape: a widget control
+    moved back to a setting it has shown redraws without tracing again. (The bytes depend on
+    the shape only, never on the random values.)"""
+    return traced_forward(n, d, block_q, block_k, causal, itemsize).hbm_bytes
+
+
 # -- view 3: traffic vs N ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -93,7 +102,7 @@ def traffic_vs_n_data(d: int = 64, sram_bytes: int = 128 * 1024, itemsize: int =
     fa2 = np.array([tr.fa2_forward_traffic(n, n, d, **kw).total for n in ns])
     fa1 = np.array([tr.fa1_forward_traffic(n, n, d, **kw).total for n in ns])
     theta = ns.astype(float) ** 2 * d**2 / sram_elements * itemsize
-    traced = tuple(traced_forward(int(n), d, block_q, block_k, causal, itemsize).hbm_bytes for n in traced_ns)
+    traced = tuple(traced_hbm_bytes(int(n), d, block_q, block_k, bool(causal), itemsize) for n in traced_ns)
     return TrafficVsN(ns, naive, fa2, fa1, theta, tuple(int(n) for n in traced_ns), traced, d, sram_bytes,
                       itemsize, causal, block_q, block_k)
 
@@ -104,12 +113,13 @@ class TrafficVsNView:
     def __init__(self, data: TrafficVsN, figsize=(8, 5.2), dpi: int = 100, managed: bool = True) -> None:
         self.fig, self.ax = style.new_figure(figsize=figsize, dpi=dpi, managed=managed)
         ax = self.ax
-        self.naive, = ax.loglog([], [], color=style.NAIVE, linewidth=2, label="naive (formula)")
+        # naive drawn wider, so it shows around a flash curve that lies on it (small M, large d)
+        self.naive, = ax.loglog([], [], color=style.NAIVE, linewidth=4, alpha=0.8, label="naive (formula)")
         self.fa1, = ax.loglog([], [], color=style.FLASH_FA1, linewidth=1.5, linestyle="--",
                               label="FlashAttention-1 loop order (formula)")
         self.fa2, = ax.loglog([], [], color=style.FLASH, linewidth=2, label="FlashAttention-2 (formula)")
         self.theta, = ax.loglog([], [], color=style.BOUND, linestyle=":", linewidth=1.5,
-                                label="N²d²/M × itemsize: the Θ(N²d²/M) scaling (paper, Thm 2)")
+                                label="N²d²/M × itemsize, M in elements: the Θ(N²d²/M) scaling (paper, Thm 2)")
         self.traced, = ax.loglog([], [], "o", color=style.FLASH, markeredgecolor="black", markersize=7,
                                  label="traced tiled_attention runs")
         style.bytes_axis(ax.yaxis)
@@ -171,7 +181,10 @@ def traffic_vs_sram_data(n: int = 16384, d: int = 64, itemsize: int = 2, sram_by
     n, d, itemsize = (_positive_int(k, v) for k, v in (("n", n), ("d", d), ("itemsize", itemsize)))
     if sram_bytes is None:
         sram_bytes = np.unique(np.geomspace(4 * d * itemsize * 2, 64 * 2**20, 40).astype(np.int64))
-    sram_bytes = np.asarray(sram_bytes, dtype=np.int64)
+    sram_bytes = np.asarray(sram_bytes, dtype=np.int64)  # (K,)
+    if sram_bytes.ndim != 1 or sram_bytes.size == 0 or sram_bytes.min() // itemsize < 4 * d:
+        raise ValueError(f"sram_bytes={sram_bytes.tolist()!r} must be a non-empty list of sizes in bytes, each "
+                         f"holding at least 4*d = {4 * d} elements of {itemsize} B (the paper's blocks need them)")
     fa1, fa2, theta, bound = [], [], [], []
     for m_bytes in sram_bytes:
         m = int(m_bytes) // itemsize
@@ -200,12 +213,17 @@ def plot_traffic_vs_sram(data: TrafficVsSram | None = None, figsize=(9, 6.2), dp
     ax.loglog(m, data.fa1, color=style.FLASH_FA1, linewidth=2, label="FlashAttention-1 loop order, paper blocks")
     ax.loglog(m, data.fa2, color=style.FLASH, linewidth=2,
               label="FlashAttention-2 loop order, paper blocks (block_q = min(block_k, d) stops growing)")
-    ax.loglog(m, data.theta, color=style.BOUND, linestyle=":", linewidth=1.5, label="N²d²/M × itemsize (falls as 1/M)")
+    ax.loglog(m, data.theta, color=style.BOUND, linestyle=":", linewidth=1.5,
+              label="N²d²/M × itemsize, M in elements (falls as 1/M)")
     bottom = data.compulsory / 3
     ax.fill_between(m, bottom, data.lower_bound, color=style.BOUND, alpha=0.12, linewidth=0,
                     label="below io_lower_bound = max(N²d²/M, 4Nd) × itemsize")
-    ax.text(m[-1] / 1.2, data.compulsory / 1.25, f"read Q, K, V + write O once: {style.format_bytes(data.compulsory)}",
-            fontsize=8, ha="right", va="top")
+    # between the per-SM and the summed marks, on a white box so a line crossing it stays readable
+    per_sm = [size for label, size in data.marks if "per SM" in label] or [m[0]]
+    summed = [size for label, size in data.marks if "per SM" not in label] or [m[-1]]
+    ax.text(np.sqrt(max(per_sm) * min(summed)), data.compulsory / 1.25,
+            f"read Q, K, V + write O once: {style.format_bytes(data.compulsory)}", fontsize=8, ha="center", va="top",
+            bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
     top = max(data.naive, data.fa1.max(), data.theta.max()) * 3
     for k, (label, size) in enumerate(data.marks):
         per_sm = "per SM" in label
@@ -254,19 +272,37 @@ def naive_sram_bytes(nq: int, nk: int, d: int, dv: int | None = None, itemsize: 
     return (nq * d + nk * d + 4 * nq * nk + nk * dv + nq * dv) * itemsize
 
 
+def naive_backward_sram_bytes(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2) -> int:
+    """Bytes naive attention's backward (paper Algorithm 3) reads and writes inside SRAM, counted as
+    tiled.py counts Step.sram_bytes (per-row statistics ignored).
+
+    dV = P^T dO (Nq Nk + Nq dv + Nk dv), dP = dO V^T (Nq dv + Nk dv + Nq Nk), dS = P * (dP - D)
+    (3 Nq Nk), dQ = dS K (Nq Nk + Nk d + Nq d), dK = dS^T Q (Nq Nk + Nq d + Nk d) elements. As in
+    the forward, each kernel streams its operands through SRAM once, so this equals
+    :func:`flashlab.traffic.naive_backward_traffic`.
+    """
+    dv = d if dv is None else dv
+    return (7 * nq * nk + 2 * (nq + nk) * dv + 2 * (nq + nk) * d) * itemsize
+
+
 def moved_vs_touched_data(n: int = 1024, d: int = 64, block_q: int = 64, block_k: int = 64,
                           itemsize: int = 2, causal: bool = False) -> MovedVsTouched:
-    """Naive (formulas) and the three traced tiled algorithms at one shape (one head)."""
+    """Naive forward and backward (formulas) and the three traced tiled algorithms at one shape (one head)."""
     from .. import traffic as tr
 
     n, d, block_q, block_k, itemsize = (_positive_int(k, v) for k, v in (
         ("n", n), ("d", d), ("block_q", block_q), ("block_k", block_k), ("itemsize", itemsize)))
     names, kinds, moved, touched = ["naive forward"], ["naive"], [tr.naive_traffic(n, n, d, itemsize=itemsize).total], \
         [naive_sram_bytes(n, n, d, itemsize=itemsize)]
-    for name, kind in (("FA2 forward", "fa2"), ("FA1 forward", "fa1"), ("FA2 backward", "backward")):
-        tracer = traced_forward(n, d, block_q, block_k, causal, itemsize, algorithm=kind)
+    for name, kind in (("FA2 forward", "fa2"), ("FA1 forward", "fa1"), ("naive backward", "naive"),
+                       ("FA2 backward", "backward")):
         names.append(name)
         kinds.append(kind)
+        if kind == "naive":
+            moved.append(tr.naive_backward_traffic(n, n, d, itemsize=itemsize).total)
+            touched.append(naive_backward_sram_bytes(n, n, d, itemsize=itemsize))
+            continue
+        tracer = traced_forward(n, d, block_q, block_k, causal, itemsize, algorithm=kind)
         moved.append(tracer.hbm_bytes)
         touched.append(tracer.sram_bytes)
     return MovedVsTouched(tuple(names), tuple(kinds), tuple(moved), tuple(touched), n, d, itemsize,
