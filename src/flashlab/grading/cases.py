@@ -377,9 +377,9 @@ def flash_case(rng, z, nq, nk, d, dtype, causal=None, q_scale=1.0, why=""):
 def flash_hidden(rng, causal):
     cases = []
     if causal:  # first: a kernel that loads fully masked key blocks fails here, after one launch
-        # Nq = 64: for any BLOCK_M, BLOCK_N dividing 64 the last query block ends at row 63 and the
-        # key blocks from 64 on are skipped; a loop bound one too far loads the poisoned block at 64.
-        first = 64
+        # Nq = 128: for any BLOCK_M, BLOCK_N dividing 128 the last query block ends at row 127 and the
+        # key blocks from 128 on are skipped; a loop bound one too far loads the poisoned block at 128.
+        first = 128
         base = flash_case(rng, 1, first, 160, 16, "float32", True)
         poisoned, clean = poison_keys(base.kwargs, first)
         cases.append(Case(f"Nq={first} Nk=160 d=16 float32 causal, K/V poisoned from row {first}", poisoned,
