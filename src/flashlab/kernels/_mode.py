@@ -12,7 +12,7 @@ NumPy on the CPU; without it, kernels are compiled for the GPU. Every kernel mod
 * no CUDA GPU but triton already imported without the variable: nothing can be switched any more,
   and :func:`check_device` raises a clear error when a kernel is given CPU tensors.
 
-Interpreter caveats (measured with triton 3.6.0, DEVELOPERS.md): ``tl.dot`` on bf16 operands
+Interpreter caveats (measured with triton 3.6.0 on the CPU machines this course is tested on): ``tl.dot`` on bf16 operands
 returns wrong numbers, so the kernels upcast dot operands to fp32 when :func:`dot_upcast` says
 so; fp32 dots are exact (a GPU uses tf32 unless told otherwise); programs run one after another,
 so races never show; interpreter time says nothing about GPU speed.
