@@ -15,14 +15,7 @@ from flashlab.reference import naive_attention
 from flashlab.tiled import tiled_attention, tiled_attention_fa1
 from flashlab.tracer import TrafficTracer
 from flashlab.traffic import fa1_forward_traffic, fa2_forward_traffic, naive_traffic
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    raise AssertionError("unreachable")
+from flashlab.viz.style import format_bytes  # imports no matplotlib
 
 
 def agreement(nq: int, nk: int, d: int, block_q: int, block_k: int) -> list[tuple[str, bool, float]]:
@@ -71,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in (1024, 4096, 16384, 65536):
         naive = naive_traffic(n, n, args.d, itemsize=args.itemsize).total
         flash = fa2_forward_traffic(n, n, args.d, block_q=128, block_k=64, itemsize=args.itemsize, stat_itemsize=4).total
-        print(f"   {n:>7} {_fmt_bytes(naive):>11} {_fmt_bytes(flash):>17} {naive / flash:>6.0f}x")
+        print(f"   {n:>7} {format_bytes(naive):>11} {format_bytes(flash):>17} {naive / flash:>6.0f}x")
 
     print("   Both grow as N^2: naive writes and re-reads S and P (4 N^2 elements); FlashAttention-2 re-reads K and V"
           "\n   once per query block (2 N^2 d / block_q elements), so the ratio is about 2 * block_q / d."
