@@ -135,12 +135,12 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
     trace, size = _begin(tracer, "fa2_forward", q, dims, block_q, block_k, causal)
 
     for b in range(dims.batch):
-        for i in range(num_blocks(nq, block_q)):  # outer loop over query blocks
+        for i in range(num_blocks(nq, block_q)):  # outer loop over query blocks (FA2 Alg. 1 line 3)
             r0, r1 = _span(i, block_q, nq)
             rows = (r0, r1)
             rq = r1 - r0
             on_chip = (("Q", rows, (0, d)), ("acc", rows, (0, dv)), ("m", rows, (0, 1)), ("l", rows, (0, 1)))
-            # -- load Q_i; initialise m_i = -inf, l_i = 0, acc = 0 on chip
+            # -- load Q_i (line 4); initialise m_i = -inf, l_i = 0, acc = 0 on chip (line 5)
             trace.step(f"load Q_{i}", q_block=i, batch=b, resident=on_chip)
             trace.read("Q", rows, (0, d), b)
             q_i = q3[b, r0:r1]  # (rq, d)
@@ -148,11 +148,11 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
             l_i = np.zeros(rq, dims.work_dtype)  # (rq,)
             acc = np.zeros((rq, dv), dims.work_dtype)  # (rq, dv)
 
-            for j in range(kv_blocks_visited(i, nq, nk, block_q, block_k, causal)):  # inner loop
+            for j in range(kv_blocks_visited(i, nq, nk, block_q, block_k, causal)):  # inner loop (line 6)
                 c0, c1 = _span(j, block_k, nk)
                 k_j, v_j = k3[b, c0:c1], v3[b, c0:c1]  # (ck, d), (ck, dv)
                 ck = c1 - c0
-                # -- load K_j, V_j
+                # -- load K_j, V_j (line 7)
                 trace.step(f"i={i} j={j}", q_block=i, k_block=j, batch=b,
                            resident=on_chip + (("K", (c0, c1), (0, d)), ("V", (c0, c1), (0, dv)),
                                                ("S", rows, (c0, c1))),
@@ -160,11 +160,11 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
                            sram_bytes=size * (rq * d + ck * d + 4 * rq * ck + ck * dv + 2 * rq * dv))
                 trace.read("K", (c0, c1), (0, d), b)
                 trace.read("V", (c0, c1), (0, dv), b)
-                # -- compute S = Q_i K_j^T (masked), then update m_i, l_i and acc
+                # -- S = Q_i K_j^T, masked (line 8); update m_i, l_i (line 9) and acc (line 10)
                 s = _masked_scores(q_i, k_j, scale, causal, r0, c0)  # (rq, ck)
                 m_i, l_i, acc = online_update(m_i, l_i, acc, s, v_j)
 
-            # -- epilogue: O_i = acc / l_i, lse_i = m_i + log(l_i); write both to HBM
+            # -- epilogue: O_i = acc / l_i (line 12), lse_i = m_i + log(l_i) (line 13); write both (lines 14-15)
             trace.step(f"write O_{i}", q_block=i, batch=b, resident=on_chip, sram_bytes=size * 2 * rq * dv)
             with np.errstate(divide="ignore", invalid="ignore"):
                 o[b, r0:r1] = acc / l_i[:, None]  # (rq, dv)
