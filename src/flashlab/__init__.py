@@ -5,7 +5,7 @@ kernels (torch, triton) and the figures (matplotlib, ipywidgets) cost nothing un
 """
 from __future__ import annotations
 
-import importlib
+from flashlab._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -47,14 +47,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flashlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"flashlab.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

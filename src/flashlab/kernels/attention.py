@@ -156,7 +156,7 @@ def best_forward(q, k, v, causal: bool, scale: float):
     """
     from . import flash_fwd, ladder
 
-    hopper = ladder._hopper_module()
+    hopper = ladder.hopper_module()
     if hopper is not None and q.device.type == "cuda" and hopper.supports_checked(q, k, v):
         return hopper.forward(q, k, v, causal, scale, checked=True)
     return flash_fwd.forward_v3(q, k, v, causal, scale)

@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 import importlib
 
-from .attention import check_inputs, on_device
+from .attention import best_forward, check_inputs, on_device
 
 
 @functools.lru_cache(maxsize=None)
-def _hopper_module():
+def hopper_module():
     """``flashlab.kernels.flash_fwd_hopper`` or None when it does not exist (yet)."""
     try:
         return importlib.import_module("flashlab.kernels.flash_fwd_hopper")
@@ -37,7 +37,7 @@ def hopper_applies(q, k, v, causal: bool) -> bool:
     """True when the Hopper rung exists, the tensors are on CUDA and it supports these inputs."""
     if q.device.type != "cuda":
         return False
-    module = _hopper_module()
+    module = hopper_module()
     return module is not None and bool(module.supports(q, k, v, causal))
 
 
@@ -69,14 +69,13 @@ def _entry(forward_name: str):
 
 
 def v4_hopper(q, k, v, causal: bool = False, scale: float | None = None):
-    """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``)."""
-    scale = check_inputs(q, k, v, causal, scale)
-    from . import flash_fwd
+    """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``).
 
+    The same dispatch as ``flash_attention``'s forward (``attention.best_forward``).
+    """
+    scale = check_inputs(q, k, v, causal, scale)
     with on_device(q):
-        if hopper_applies(q, k, v, causal):
-            return _hopper_module().forward(q, k, v, causal, scale)
-        return flash_fwd.forward_v3(q, k, v, causal, scale)
+        return best_forward(q, k, v, causal, scale)
 
 
 RUNGS = {

@@ -15,7 +15,7 @@ matplotlib and ipywidgets are imported only when a figure or widget is made.
 """
 from __future__ import annotations
 
-import importlib
+from flashlab._lazy import lazy_exports
 
 _EXPORTS = {
     "TileSchedule": "tiles", "tile_schedule_data": "tiles", "plot_tile_schedule": "tiles",
@@ -31,14 +31,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flashlab.viz' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"flashlab.viz.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
