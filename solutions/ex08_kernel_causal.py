@@ -35,7 +35,7 @@ def flash_fwd_kernel(Q, K, V, Out,
     # -- causal: key blocks that start past this block's last query row are never loaded
     hi = N_K
     if CAUSAL:
-        hi = tl.minimum(N_K, (start_m + 1) * BLOCK_M)
+        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))  # the last row, not the block end
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         # -- load K_j (transposed) and V_j (lines 6-7)

@@ -120,7 +120,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
         Part("flash_forward", "causal forward kernel", 2, cases.flash_reference,
              lambda rng: [cases.flash_case(rng, 1, 32, 32, 16, "float32", True)], lambda rng: cases.flash_hidden(rng, True),
              ("Inside diagonal tiles: qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, -inf).",
-              "Loop bound: hi = min(N_K, (start_m + 1) * BLOCK_M); later key blocks are fully masked."),
+              "Loop bound: hi = min(N_K, (start_m + 1) * BLOCK_M, N_Q); key blocks past the block's last real row are fully masked: never load them."),
              tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, must_launch=("flash_fwd_kernel",),
              time_limit_s=60.0),
     ), needs_triton=True),
