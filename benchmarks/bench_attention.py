@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 import time
 import traceback
@@ -286,51 +287,72 @@ def hopper_resources(compiled) -> dict:
         rep["sass_HMMA"] = sass.count("HMMA")
         rep["sass_UTMALDG"] = sass.count("UTMALDG")
         rep["sass_LDL_STL"] = sass.count("LDL") + sass.count("STL")
+        rep["sass_MUFU_EX2"] = sass.count("MUFU.EX2")
+        rep["sass_FFMA"] = sass.count("FFMA")
     except Exception as exc:  # noqa: BLE001
         rep["sass_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return rep
 
 
 def parse_configs(text: str | None):
-    """'BQ,BK,WARPS,STAGES[,ws];...' -> HopperConfigs (None: the module's SWEEP_CONFIGS)."""
+    """'BQ,BK,WARPS,STAGES[,ws][,lz][,pf];...' -> HopperConfigs (None: the module's SWEEP_CONFIGS).
+
+    Flags: ws = warp_specialize, lz = lazy_rescale, pf = prefetch_qk, px2 / px4 = poly_exp2 2 / 4.
+    """
     from flashlab.kernels import flash_fwd_hopper as hopper
 
     if not text:
         return hopper.SWEEP_CONFIGS
+    flags = {"ws": "warp_specialize", "lz": "lazy_rescale", "pf": "prefetch_qk"}
+    poly = {"px2": 2, "px4": 4}
     configs = []
     for item in text.split(";"):
-        parts = item.split(",")
-        ws = len(parts) > 4 and parts[4].strip() == "ws"
-        configs.append(hopper.HopperConfig(*(int(x) for x in parts[:4]), warp_specialize=ws))
+        parts = [x.strip() for x in item.split(",")]
+        unknown = [x for x in parts[4:] if x not in flags and x not in poly]
+        if len(parts) < 4 or unknown:
+            raise SystemExit(f"--configs item {item!r}: expected BQ,BK,WARPS,STAGES then flags from "
+                             f"{sorted(flags) + sorted(poly)}")
+        opts = {flags[x]: True for x in parts[4:] if x in flags}
+        opts.update({"poly_exp2": poly[x] for x in parts[4:] if x in poly})
+        configs.append(hopper.HopperConfig(*(int(x) for x in parts[:4]), **opts))
     return tuple(configs)
 
 
+def config_label(c) -> str:
+    flags = [f for f, on in (("ws", c.warp_specialize), ("lz", c.lazy_rescale), ("pf", c.prefetch_qk),
+                             (f"px{c.poly_exp2}", c.poly_exp2)) if on]
+    return f"{c.block_q}x{c.block_k} w{c.num_warps} s{c.num_stages}" + "".join(" " + f for f in flags)
+
+
 def sweep(args) -> dict:
-    """Every sweep config at each (d, N, causal): correctness, fwd TFLOP/s, resources."""
+    """Every sweep config at each (dtype, d, N, causal): correctness, fwd TFLOP/s, resources."""
     import torch
     from flashlab.kernels import flash_fwd_hopper as hopper
 
-    dtype = getattr(torch, (args.dtypes or ("bfloat16",))[0])
     configs = parse_configs(args.configs)
-    out = {"dtype": str(dtype), "entries": [], "sdpa_ms": []}
-    for n in args.seq_lens or (args.sweep_n,):
-        for d in args.head_dims or HEAD_DIMS:
-            batch, heads, scale = TOKENS // n, MODEL_DIM // d, 1.0 / math.sqrt(d)
-            for causal in (False, True):
-                out["sdpa_ms"].append(sweep_one(hopper, configs, out["entries"], n, d, causal,
-                                                batch, heads, scale, dtype))
+    out = {"dtypes": list(args.dtypes or ("bfloat16",)), "entries": [], "sdpa_ms": []}
+    for dtype_name in out["dtypes"]:
+        dtype = getattr(torch, dtype_name)
+        for n in args.seq_lens or (args.sweep_n,):
+            for d in args.head_dims or HEAD_DIMS:
+                batch, heads, scale = TOKENS // n, MODEL_DIM // d, 1.0 / math.sqrt(d)
+                for causal in (bool(c) for c in (args.causal if args.causal else (0, 1))):
+                    entries = []
+                    ref = sweep_one(hopper, configs, entries, n, d, causal, batch, heads, scale, dtype,
+                                    args.rounds)
+                    out["sdpa_ms"].append({"dtype": dtype_name, **ref})
+                    out["entries"] += [{"dtype": dtype_name, **e} for e in entries]
     return out
 
 
-def sweep_one(hopper, configs, entries, n, d, causal, batch, heads, scale, dtype) -> dict:
+def sweep_one(hopper, configs, entries, n, d, causal, batch, heads, scale, dtype, rounds=1) -> dict:
+    """Check each config once, then time SDPA and every config ``rounds`` times, interleaved."""
     flops = fwd_flops(batch, heads, n, d, causal)
-    ref_ms = {}
     q, k, v = make_inputs(batch, heads, n, d, dtype)
-    for name in ("sdpa_flash", "sdpa_cudnn"):
-        f = _common.sdpa(SDPA_BACKENDS[name])
-        ref_ms[name] = bench_ms(lambda: f(q, k, v, causal, scale))
+    sdpa = {name: _common.sdpa(SDPA_BACKENDS[name]) for name in ("sdpa_flash", "sdpa_cudnn")}
+    mine = []
     for cfg in configs:
-        e = {"n": n, "d": d, "causal": causal, "config": cfg.__dict__.copy()}
+        e = {"n": n, "d": d, "causal": causal, "config": cfg.__dict__.copy(), "fwd_ms_rounds": []}
         try:
             qc, kc, vc = make_inputs(batch, heads, n, d, dtype)
             o, lse, compiled = hopper.launch(qc, kc, vc, causal, scale, cfg)
@@ -338,19 +360,31 @@ def sweep_one(hopper, configs, entries, n, d, causal, batch, heads, scale, dtype
             ref = _common.reference(qc[sl], kc[sl], vc[sl], causal, scale)
             e["fwd_err"] = _common.rel_err(o[sl], ref)
             e.update(hopper_resources(compiled))
-            ms = bench_ms(lambda: hopper.launch(q, k, v, causal, scale, cfg))
+        except Exception as exc:  # noqa: BLE001
+            e["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        mine.append(e)
+    ref_rounds = {name: [] for name in sdpa}
+    for _ in range(rounds):
+        for name, f in sdpa.items():
+            ref_rounds[name].append(bench_ms(lambda: f(q, k, v, causal, scale)))
+        for cfg, e in zip(configs, mine):
+            if "error" not in e:
+                e["fwd_ms_rounds"].append(bench_ms(lambda: hopper.launch(q, k, v, causal, scale, cfg)))
+    ref_ms = {name: statistics.median(ms) for name, ms in ref_rounds.items()}
+    for cfg, e in zip(configs, mine):
+        if e["fwd_ms_rounds"]:
+            ms = statistics.median(e["fwd_ms_rounds"])
             e["fwd_ms"], e["fwd_tflops"] = ms, flops / ms / 1e9
             for name, rms in ref_ms.items():
                 e[f"ratio_{name}"] = round(rms / ms, 3)
-        except Exception as exc:  # noqa: BLE001
-            e["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         entries.append(e)
-        c = cfg
-        print(f"[sweep] N{n} d{d} c{int(causal)} {c.block_q}x{c.block_k} w{c.num_warps} s{c.num_stages}"
-              f"{' ws' if c.warp_specialize else ''} -> {e.get('fwd_tflops', 0):.0f} TFLOP/s "
-              f"(/cuDNN {e.get('ratio_sdpa_cudnn')}) err={e.get('fwd_err', 0):.1e} regs={e.get('n_regs')} "
-              f"spills={e.get('n_spills')} smem={e.get('shared_bytes')} {e.get('error', '')[:80]}", flush=True)
-    return {"n": n, "d": d, "causal": causal, **ref_ms,
+        print(f"[sweep] N{n} d{d} c{int(causal)} {config_label(cfg)} -> {e.get('fwd_tflops', 0):.0f} TFLOP/s "
+              f"(/cuDNN {e.get('ratio_sdpa_cudnn')}; rounds {[round(flops / m / 1e9) for m in e['fwd_ms_rounds']]}) "
+              f"err={e.get('fwd_err', 0):.1e} regs={e.get('n_regs')} spills={e.get('n_spills')} "
+              f"smem={e.get('shared_bytes')} ex2={e.get('sass_MUFU_EX2')} ffma={e.get('sass_FFMA')} "
+              f"{e.get('error', '')[:80]}", flush=True)
+    return {"n": n, "d": d, "causal": causal, **ref_ms, "rounds": rounds,
+            **{f"{name}_ms_rounds": ms for name, ms in ref_rounds.items()},
             "sdpa_flash_tflops": flops / ref_ms["sdpa_flash"] / 1e9,
             "sdpa_cudnn_tflops": flops / ref_ms["sdpa_cudnn"] / 1e9}
 
@@ -377,6 +411,8 @@ def parse(argv):
     p.add_argument("--quick", action="store_true", help="d=128, N in {1024, 8192}, bf16")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     p.add_argument("--sweep", action="store_true", help="sweep the Hopper rung's configs instead")
+    p.add_argument("--rounds", type=int, default=1, help="--sweep: time every config this many times, interleaved")
+    p.add_argument("--causal", nargs="*", type=int, choices=(0, 1), help="--sweep: only these causal values")
     p.add_argument("--sweep-n", type=int, default=8192, help="N of the sweep unless --seq-lens is given")
     p.add_argument("--configs", help="sweep these: 'BQ,BK,WARPS,STAGES[,ws];...' (default SWEEP_CONFIGS)")
     p.add_argument("--dtypes", nargs="*", choices=DTYPES)

@@ -83,6 +83,29 @@ def test_hopper_refuses_bf16_in_the_interpreter_instead_of_returning_wrong_numbe
         hopper.forward(q, k, v, False, None, SMALL)
 
 
+@pytest.mark.parametrize("lazy,prefetch,poly", [(True, False, 0), (False, True, 0), (True, True, 0),
+                                               (False, False, 2), (False, False, 4)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_kernel_options_give_the_same_attention_when_the_max_keeps_growing(lazy, prefetch, poly, causal):
+    # Key rows grow in size along the sequence, so the running max of later blocks climbs by more
+    # than 2^8 (the lazy threshold) several times and stays put in between: both branches run.
+    b, h, nq, nk, d = 1, 2, 70, 130, 64
+    q, k, v = _qkv(b, h, nq, nk, d, seed=11 + int(causal))
+    growth = torch.linspace(0.1, 12.0, nk, device=k.device, dtype=torch.float32)[:, None]  # (Nk, 1)
+    k = (k.float() * growth).half()
+    cfg = hopper.HopperConfig(32, 32, 4, 2, lazy_rescale=lazy, prefetch_qk=prefetch, poly_exp2=poly)
+    o, lse = hopper.forward(q, k, v, causal, None, cfg)
+    ref = attention_reference(q, k, v, causal, upcast=True)
+    same = attention_reference(q, k, v, causal, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, same)
+    assert err <= allowed, f"max |o - ref| = {err:.3g} > allowed {allowed:.3g} (lazy={lazy} prefetch={prefetch} poly={poly})"
+    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)  # (b, h, Nq, Nk)
+    if causal:
+        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    lse_err = (lse.double() - torch.logsumexp(s, dim=-1)).abs().max().item()
+    assert lse_err < 1e-3, f"lse off by {lse_err:.3g} (lazy={lazy} prefetch={prefetch} poly={poly})"
+
+
 def test_config_rejects_block_sizes_that_break_the_band_loop():
     with pytest.raises(ValueError, match="block_q=64 must be a multiple of block_k=128"):
         hopper.HopperConfig(block_q=64, block_k=128)
@@ -145,9 +168,9 @@ def test_fast_support_check_agrees_with_the_full_one_on_validated_inputs(dtype, 
     # flash_attention validates once, then asks supports_checked on every call.
     from flashlab.kernels.attention import check_inputs
 
-    q = torch.randn(1, h, 33, d, dtype=dtype)  # (B, H, Nq, d)
-    k = torch.randn(1, hkv, 20, d, dtype=dtype)  # (B, Hkv, Nk, d)
-    v = torch.randn(1, hkv, 20, d, dtype=dtype)  # (B, Hkv, Nk, d)
+    q = torch.randn(1, h, 33, d, dtype=dtype, device=DEVICE)  # (B, H, Nq, d)
+    k = torch.randn(1, hkv, 20, d, dtype=dtype, device=DEVICE)  # (B, Hkv, Nk, d)
+    v = torch.randn(1, hkv, 20, d, dtype=dtype, device=DEVICE)  # (B, Hkv, Nk, d)
     check_inputs(q, k, v)
     for causal in (False, True):
         assert hopper.supports_checked(q, k, v) == hopper.supports(q, k, v, causal), (dtype, h, hkv, d, causal)

@@ -48,6 +48,14 @@ class HopperConfig:
     num_warps: int = 4
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     warp_specialize: bool = False
+    # rescale acc and l_i only when some row's running max grew by more than 2^8 (log2 units: 8);
+    # exact: acc, l_i and m_i stay consistent, P entries stay <= 2^8 (benchmarks/NOTES.md, call 6)
+    lazy_rescale: bool = False
+    # compute the next block's Q K^T before this block's softmax (unmasked blocks only)
+    prefetch_qk: bool = False
+    # 0: every exp2 on the special-function unit (MUFU); 2 or 4: 1/2 or 1/4 of the unmasked
+    # blocks' exp2 as a degree-5 polynomial on the FMA units (relative error 2.4e-7, like MUFU's)
+    poly_exp2: int = 0
 
     def __post_init__(self):
         for name in ("block_q", "block_k"):
@@ -59,6 +67,10 @@ class HopperConfig:
                              "(the causal band loop starts at a block_q boundary)")
         if self.num_warps not in (4, 8):
             raise ValueError(f"num_warps={self.num_warps} must be 4 or 8 (one or two warpgroups)")
+        if self.poly_exp2 not in (0, 2, 4):
+            raise ValueError(f"poly_exp2={self.poly_exp2} must be 0 (off), 2 (half) or 4 (a quarter)")
+        if self.poly_exp2 and self.block_k // self.poly_exp2 < 8:
+            raise ValueError(f"poly_exp2={self.poly_exp2} needs block_k >= {8 * self.poly_exp2}, got {self.block_k}")
         if self.num_stages < 1:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1")
 
@@ -84,15 +96,72 @@ SUPPORTED_HEAD_DIMS = (64, 128)
 
 
 @triton.jit
+def _exp2_poly(x):
+    """2^x for x <= 0 on the FMA units: x = j + f with j = round(x), f in [-1/2, 1/2];
+    2^f by a degree-5 polynomial (fitted here, max relative error 2.4e-7 in fp32), 2^j by adding j
+    to the exponent bits. Inputs below -126 give 0 or a tiny number, as exp2 does."""
+    x = tl.maximum(x, -126.0)
+    t = x + 12582912.0  # 1.5 * 2^23: the low mantissa bits of t hold round(x)
+    f = x - (t - 12582912.0)  # (BM, BN) in [-1/2, 1/2]
+    p = 0.0013276183744892478
+    p = p * f + 0.009675540030002594
+    p = p * f + 0.05550714209675789
+    p = p * f + 0.24022120237350464
+    p = p * f + 0.6931469440460205
+    p = p * f + 1.0000001192092896
+    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _split_cols(x, BM: tl.constexpr, BN: tl.constexpr):
+    """(BM, BN) -> the column halves [0, BN/2) and [BN/2, BN)."""
+    return x.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
+
+
+@triton.jit
+def _join_cols(a, b, BM: tl.constexpr, BN: tl.constexpr):
+    """The inverse of _split_cols."""
+    return tl.join(a, b).permute(0, 2, 1).reshape([BM, BN])
+
+
+@triton.jit
+def _exp2_mixed(x, BM: tl.constexpr, BN: tl.constexpr, POLY: tl.constexpr):
+    """exp2 of a (BM, BN) tile: 1/POLY of its columns by _exp2_poly, the rest by MUFU."""
+    if POLY == 0:
+        return tl.math.exp2(x)
+    else:
+        a, b = _split_cols(x, BM, BN)
+        if POLY == 2:
+            b = _exp2_poly(b)
+        else:
+            b0, b1 = _split_cols(b, BM, BN // 2)
+            b = _join_cols(tl.math.exp2(b0), _exp2_poly(b1), BM, BN // 2)
+        return _join_cols(tl.math.exp2(a), b, BM, BN)
+
+
+@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, qk_scale, N_KV,
                     DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                    CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                    CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LAZY: tl.constexpr,
+                    PREFETCH: tl.constexpr, POLY: tl.constexpr):
+    BLOCK_M: tl.constexpr = q.shape[0]
     offs_n = tl.arange(0, BLOCK_N)
+    if PREFETCH:
+        k = desc_k.load([kv_row0 + lo, 0])  # (BLOCK_N, HEAD_DIM)
+        qk_next = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         # -- S_ij = Q_i K_j^T (paper line 8), fp32 accumulate on the tensor cores
-        k = desc_k.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
-        qk = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
+        if PREFETCH:
+            # issue the next block's Q K^T before this block's softmax, so the tensor cores have
+            # work while the softmax runs (one extra block is computed after the last: discarded)
+            qk = qk_next
+            k = desc_k.load([kv_row0 + start_n + BLOCK_N, 0])
+            qk_next = tl.dot(q, k.T)
+        else:
+            k = desc_k.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
+            qk = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
         # -- m_ij = max(m_i, rowmax(S_ij)), in log2 units (scores pre-multiplied by log2(e))
         if MASKED:
             cols = start_n + offs_n
@@ -101,28 +170,46 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, q
                 keep = keep & (offs_m[:, None] >= cols[None, :])  # (BLOCK_M, BLOCK_N)
             qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            qk = qk - m_ij[:, None]
         else:
             m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            qk = qk * qk_scale - m_ij[:, None]
-        # -- P_ij = exp2(S_ij - m_ij); alpha rescales the old state (paper lines 9-10)
-        p = tl.math.exp2(qk)
-        alpha = tl.math.exp2(m_i - m_ij)
-        l_ij = tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        if LAZY:
+            # -- rescale (paper lines 9-10) only when some row's max grew by more than 8 (2^8 in
+            # exp2): otherwise keep the old m_i, so P = exp2(S - m_i) <= 2^8 and nothing is lost
+            if tl.max(m_ij - m_i, 0) > 8.0:
+                alpha = tl.math.exp2(m_i - m_ij)
+                acc = acc * alpha[:, None]
+                l_i = l_i * alpha
+                m_i = m_ij
+            m_ref = m_i
+        else:
+            m_ref = m_ij
+        # -- P_ij = exp2(S_ij - m_ij)
+        if MASKED:
+            p = tl.math.exp2(qk - m_ref[:, None])
+        else:
+            p = _exp2_mixed(qk * qk_scale - m_ref[:, None], BLOCK_M, BLOCK_N, POLY)
+        if LAZY:
+            l_i = l_i + tl.sum(p, 1)
+        else:
+            # -- alpha rescales the old state (paper lines 9-10)
+            alpha = tl.math.exp2(m_i - m_ij)
+            l_ij = tl.sum(p, 1)
+            acc = acc * alpha[:, None]
         # -- acc += P_ij V_j
         v = desc_v.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
         acc = tl.dot(p.to(DTYPE), v, acc)
-        # -- update m_i and l_i last: shorter live ranges
-        l_i = l_i * alpha + l_ij
-        m_i = m_ij
+        if not LAZY:
+            # -- update m_i and l_i last: shorter live ranges
+            l_i = l_i * alpha + l_ij
+            m_i = m_ij
     return acc, l_i, m_i
 
 
 @triton.jit
 def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV,
                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                             CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LAZY: tl.constexpr,
+                             PREFETCH: tl.constexpr, POLY: tl.constexpr):
     DTYPE: tl.constexpr = Out.dtype.element_ty
     off_hz = tl.program_id(1)
     if CAUSAL:
@@ -151,10 +238,10 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
         hi_band = N_KV
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, 0, hi_full,
                                     offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, False, CAUSAL,
-                                    WARP_SPECIALIZE)
+                                    WARP_SPECIALIZE, LAZY, PREFETCH, POLY)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, hi_full, hi_band,
                                     offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, True, CAUSAL,
-                                    WARP_SPECIALIZE)
+                                    WARP_SPECIALIZE, LAZY, False, 0)
 
     # -- epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
     acc = acc / l_i[:, None]
@@ -231,7 +318,8 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     compiled = _flash_fwd_hopper_kernel[grid](
         desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv,
         HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, CAUSAL=causal,
-        WARP_SPECIALIZE=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        WARP_SPECIALIZE=cfg.warp_specialize, LAZY=cfg.lazy_rescale,
+        PREFETCH=cfg.prefetch_qk, POLY=cfg.poly_exp2, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return o, lse, compiled
 
 
