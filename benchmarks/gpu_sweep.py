@@ -103,6 +103,11 @@ def worker(args) -> list[dict]:
     return results
 
 
+def worst_ratio(r: dict) -> float:
+    """max over o, dq, dk, dv of error / allowed error (a case passes when it is <= 1)."""
+    return max(r[f"err_{n}"] / r[f"allowed_{n}"] for n in ("o", "dq", "dk", "dv"))
+
+
 def summarise(results: list[dict]) -> str:
     lines = ["| dtype | causal | cases | pass | fail | error | not run |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for dtype, causal in itertools.product(DTYPES, [False, True]):
@@ -112,6 +117,16 @@ def summarise(results: list[dict]) -> str:
         n_fail = sum(r["ok"] is False and "error" not in r for r in rs)
         n_skip = sum(r["ok"] is None for r in rs)
         lines.append(f"| {dtype} | {causal} | {len(rs)} | {n_pass} | {n_fail} | {n_err} | {n_skip} |")
+    lines += ["", "Largest error / allowed over o, dq, dk, dv (1.0 would be the limit), by the forward rung that ran:",
+              "", "| dtype | forward rung | cases | worst ratio | at |", "| --- | --- | --- | --- | --- |"]
+    for dtype in DTYPES:
+        for rung in sorted({r.get("rung") for r in results if r["dtype"] == dtype and r["ok"] is not None}, key=str):
+            rs = [r for r in results if r["dtype"] == dtype and r.get("rung") == rung and "err_o" in r]
+            if rs:
+                worst = max(rs, key=worst_ratio)
+                at = (f"{worst['heads']} d={worst['d']} Nq={worst['Nq']} Nk={worst['Nk']}"
+                      + (" causal" if worst["causal"] else ""))
+                lines.append(f"| {dtype} | {rung} | {len(rs)} | {worst_ratio(worst):.2f} | {at} |")
     bad = [r for r in results if r["ok"] is False]
     if bad:
         lines += ["", "Failures (first 40):", ""]

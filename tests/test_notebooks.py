@@ -186,6 +186,29 @@ def test_course_show_refuses_what_is_not_a_figure():
         course.show("not a figure")
 
 
+def test_course_show_saves_the_figure_where_ipython_is_missing(tmp_path, monkeypatch, capsys):
+    # notebooks/_src/*.py run as plain scripts on a machine without IPython (the H200 has none)
+    import sys
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from flashlab import course
+
+    monkeypatch.setenv("FLASHLAB_ARTIFACTS_DIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "IPython.display", None)  # import fails as if not installed
+    for _ in range(2):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [1, 0])
+        course.show(fig)
+    saved = sorted((tmp_path / "figures").glob("figure-*.png"))
+    assert [p.name for p in saved] == ["figure-000.png", "figure-001.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in saved)
+    assert "saved" in capsys.readouterr().out
+    assert not plt.get_fignums(), "show() left a figure open"
+
+
 def test_course_speedup_agrees_with_the_ratios_the_benchmark_recorded():
     """course.speedup recomputes, from the times, the ratios bench_attention.py wrote beside them."""
     from flashlab import course

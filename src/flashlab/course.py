@@ -199,13 +199,25 @@ def show(fig) -> None:
     The library's plot functions return figures; Jupyter's inline backend does not always show
     a figure made in a cell after the first, and showing it by hand as well would draw it twice.
     ``show(fig)`` displays it explicitly and closes it, so it appears exactly once.
+
+    Outside Jupyter (a notebook's source in ``notebooks/_src/`` run as a plain script, where
+    IPython may not be installed) the figure is saved as ``artifacts/figures/figure-NNN.png``
+    instead and the path printed.
     """
     if not hasattr(fig, "savefig"):
         raise TypeError(f"fig={type(fig).__name__} is not a matplotlib Figure")
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
-    display(fig)
+    try:
+        from IPython.display import display
+    except ImportError:
+        folder = artifacts_dir() / "figures"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"figure-{len(list(folder.glob('figure-*.png'))):03d}.png"
+        fig.savefig(path)
+        print(f"(no IPython to display the figure: saved {path})")
+    else:
+        display(fig)
     plt.close(fig)
 
 

@@ -15,6 +15,11 @@ causal two-stage loop of ``flash_fwd.py``), with three changes aimed at Hopper (
 * **Configuration as data**: block sizes, warps and stages come from :class:`HopperConfig`
   tables chosen by (head dim, causal), measured on an H200 (``benchmarks/NOTES.md``), instead of
   autotuning at every new shape.
+* A **persistent grid** can be switched on per config (``persistent=k``: k programs per SM walk
+  the tiles in turn). Measured on the H200 it is level at best and slower causal (NOTES.md,
+  call 10), so no default config uses it. Three other ideas measured slower and were removed
+  (lazy rescaling, issuing the next QK^T before the softmax, exp2 partly on the FMA units;
+  NOTES.md calls 6 and 7, code in commit ad0b83c).
 
 Layout: q, k, v are viewed as 2-D tensors of rows ``(B*H*N, d)``. A tile that runs past the end of
 one head reads rows of the next head (or zeros past the end of the tensor, from the copy engine);
@@ -48,14 +53,7 @@ class HopperConfig:
     num_warps: int = 4
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     warp_specialize: bool = False
-    # rescale acc and l_i only when some row's running max grew by more than 2^8 (log2 units: 8);
-    # exact: acc, l_i and m_i stay consistent, P entries stay <= 2^8 (benchmarks/NOTES.md, call 6)
-    lazy_rescale: bool = False
-    # compute the next block's Q K^T before this block's softmax (unmasked blocks only)
-    prefetch_qk: bool = False
-    # 0: every exp2 on the special-function unit (MUFU); 2 or 4: 1/2 or 1/4 of the unmasked
-    # blocks' exp2 as a degree-5 polynomial on the FMA units (relative error 2.4e-7, like MUFU's)
-    poly_exp2: int = 0
+    persistent: int = 0  # > 0: a grid of this many programs per SM walks all tiles; 0: one per tile
 
     def __post_init__(self):
         for name in ("block_q", "block_k"):
@@ -67,10 +65,8 @@ class HopperConfig:
                              "(the causal band loop starts at a block_q boundary)")
         if self.num_warps not in (4, 8):
             raise ValueError(f"num_warps={self.num_warps} must be 4 or 8 (one or two warpgroups)")
-        if self.poly_exp2 not in (0, 2, 4):
-            raise ValueError(f"poly_exp2={self.poly_exp2} must be 0 (off), 2 (half) or 4 (a quarter)")
-        if self.poly_exp2 and self.block_k // self.poly_exp2 < 8:
-            raise ValueError(f"poly_exp2={self.poly_exp2} needs block_k >= {8 * self.poly_exp2}, got {self.block_k}")
+        if self.persistent < 0:
+            raise ValueError(f"persistent={self.persistent} must be >= 0 (programs per SM; 0 = off)")
         if self.num_stages < 1:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1")
 
@@ -81,7 +77,9 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
     (64, False): HopperConfig(block_q=128, block_k=64, num_warps=4, num_stages=4),  # 434 TFLOP/s
     (64, True): HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3),  # 425 TFLOP/s
     (128, False): HopperConfig(block_q=128, block_k=64, num_warps=4, num_stages=2),  # 532 TFLOP/s
-    (128, True): HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3),  # 473 TFLOP/s
+    # d128 causal: 64x64/4w/3s (473 TFLOP/s in call 1) until sweeps 5 and 6 (five and three interleaved
+    # rounds, bf16 and fp16) put 128x64/4w/2s 2-3 % ahead at N >= 8192 and level at N = 4096
+    (128, True): HopperConfig(block_q=128, block_k=64, num_warps=4, num_stages=2),
 }
 
 # Configs the benchmark sweeps to refill DEFAULT_CONFIGS (benchmarks/bench_attention.py --sweep).
@@ -96,72 +94,15 @@ SUPPORTED_HEAD_DIMS = (64, 128)
 
 
 @triton.jit
-def _exp2_poly(x):
-    """2^x for x <= 0 on the FMA units: x = j + f with j = round(x), f in [-1/2, 1/2];
-    2^f by a degree-5 polynomial (fitted here, max relative error 2.4e-7 in fp32), 2^j by adding j
-    to the exponent bits. Inputs below -126 give 0 or a tiny number, as exp2 does."""
-    x = tl.maximum(x, -126.0)
-    t = x + 12582912.0  # 1.5 * 2^23: the low mantissa bits of t hold round(x)
-    f = x - (t - 12582912.0)  # (BM, BN) in [-1/2, 1/2]
-    p = 0.0013276183744892478
-    p = p * f + 0.009675540030002594
-    p = p * f + 0.05550714209675789
-    p = p * f + 0.24022120237350464
-    p = p * f + 0.6931469440460205
-    p = p * f + 1.0000001192092896
-    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _split_cols(x, BM: tl.constexpr, BN: tl.constexpr):
-    """(BM, BN) -> the column halves [0, BN/2) and [BN/2, BN)."""
-    return x.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
-
-
-@triton.jit
-def _join_cols(a, b, BM: tl.constexpr, BN: tl.constexpr):
-    """The inverse of _split_cols."""
-    return tl.join(a, b).permute(0, 2, 1).reshape([BM, BN])
-
-
-@triton.jit
-def _exp2_mixed(x, BM: tl.constexpr, BN: tl.constexpr, POLY: tl.constexpr):
-    """exp2 of a (BM, BN) tile: 1/POLY of its columns by _exp2_poly, the rest by MUFU."""
-    if POLY == 0:
-        return tl.math.exp2(x)
-    else:
-        a, b = _split_cols(x, BM, BN)
-        if POLY == 2:
-            b = _exp2_poly(b)
-        else:
-            b0, b1 = _split_cols(b, BM, BN // 2)
-            b = _join_cols(tl.math.exp2(b0), _exp2_poly(b1), BM, BN // 2)
-        return _join_cols(tl.math.exp2(a), b, BM, BN)
-
-
-@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, qk_scale, N_KV,
                     DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                    CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LAZY: tl.constexpr,
-                    PREFETCH: tl.constexpr, POLY: tl.constexpr):
-    BLOCK_M: tl.constexpr = q.shape[0]
+                    CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
-    if PREFETCH:
-        k = desc_k.load([kv_row0 + lo, 0])  # (BLOCK_N, HEAD_DIM)
-        qk_next = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         # -- S_ij = Q_i K_j^T (paper line 8), fp32 accumulate on the tensor cores
-        if PREFETCH:
-            # issue the next block's Q K^T before this block's softmax, so the tensor cores have
-            # work while the softmax runs (one extra block is computed after the last: discarded)
-            qk = qk_next
-            k = desc_k.load([kv_row0 + start_n + BLOCK_N, 0])
-            qk_next = tl.dot(q, k.T)
-        else:
-            k = desc_k.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
-            qk = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
+        k = desc_k.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
+        qk = tl.dot(q, k.T)  # (BLOCK_M, BLOCK_N)
         # -- m_ij = max(m_i, rowmax(S_ij)), in log2 units (scores pre-multiplied by log2(e))
         if MASKED:
             cols = start_n + offs_n
@@ -170,53 +111,30 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, q
                 keep = keep & (offs_m[:, None] >= cols[None, :])  # (BLOCK_M, BLOCK_N)
             qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_ij[:, None]
         else:
             m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        if LAZY:
-            # -- rescale (paper lines 9-10) only when some row's max grew by more than 8 (2^8 in
-            # exp2): otherwise keep the old m_i, so P = exp2(S - m_i) <= 2^8 and nothing is lost
-            if tl.max(m_ij - m_i, 0) > 8.0:
-                alpha = tl.math.exp2(m_i - m_ij)
-                acc = acc * alpha[:, None]
-                l_i = l_i * alpha
-                m_i = m_ij
-            m_ref = m_i
-        else:
-            m_ref = m_ij
-        # -- P_ij = exp2(S_ij - m_ij)
-        if MASKED:
-            p = tl.math.exp2(qk - m_ref[:, None])
-        else:
-            p = _exp2_mixed(qk * qk_scale - m_ref[:, None], BLOCK_M, BLOCK_N, POLY)
-        if LAZY:
-            l_i = l_i + tl.sum(p, 1)
-        else:
-            # -- alpha rescales the old state (paper lines 9-10)
-            alpha = tl.math.exp2(m_i - m_ij)
-            l_ij = tl.sum(p, 1)
-            acc = acc * alpha[:, None]
+            qk = qk * qk_scale - m_ij[:, None]
+        # -- P_ij = exp2(S_ij - m_ij); alpha rescales the old state (paper lines 9-10)
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_ij = tl.sum(p, 1)
+        acc = acc * alpha[:, None]
         # -- acc += P_ij V_j
         v = desc_v.load([kv_row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM)
         acc = tl.dot(p.to(DTYPE), v, acc)
-        if not LAZY:
-            # -- update m_i and l_i last: shorter live ranges
-            l_i = l_i * alpha + l_ij
-            m_i = m_ij
+        # -- update m_i and l_i last: shorter live ranges
+        l_i = l_i * alpha + l_ij
+        m_i = m_ij
     return acc, l_i, m_i
 
 
 @triton.jit
-def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV,
-                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, LAZY: tl.constexpr,
-                             PREFETCH: tl.constexpr, POLY: tl.constexpr):
+def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, off_hz,
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """O_i and lse_i of query block ``start_m`` of head ``off_hz`` (B*H flattened)."""
     DTYPE: tl.constexpr = Out.dtype.element_ty
-    off_hz = tl.program_id(1)
-    if CAUSAL:
-        # heaviest query blocks (most key blocks) launch first: a shorter tail at the end
-        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    else:
-        start_m = tl.program_id(0)
     q_row0 = off_hz * N_Q + start_m * BLOCK_M  # first row of Q_i in the (B*H*Nq, d) view
     kv_row0 = off_hz * N_KV  # first row of this head's K and V
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows of this block
@@ -238,10 +156,10 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
         hi_band = N_KV
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, 0, hi_full,
                                     offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, False, CAUSAL,
-                                    WARP_SPECIALIZE, LAZY, PREFETCH, POLY)
+                                    WARP_SPECIALIZE)
     acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, hi_full, hi_band,
                                     offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, True, CAUSAL,
-                                    WARP_SPECIALIZE, LAZY, False, 0)
+                                    WARP_SPECIALIZE)
 
     # -- epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
     acc = acc / l_i[:, None]
@@ -251,6 +169,33 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
     offs_d = tl.arange(0, HEAD_DIM)
     rows = (off_hz * N_Q + offs_m).to(tl.int64)
     tl.store(Out + rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(DTYPE), mask=row_ok[:, None])
+
+
+@triton.jit
+def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, N_HEADS,
+                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                             CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                             PERSISTENT: tl.constexpr):
+    if PERSISTENT:
+        # a fixed grid of a few programs per SM walks the (head, query block) tiles in turn
+        num_m = tl.cdiv(N_Q, BLOCK_M)
+        for tile in tl.range(tl.program_id(0), num_m * N_HEADS, tl.num_programs(0)):
+            off_hz = tile // num_m
+            if CAUSAL:
+                start_m = num_m - 1 - tile % num_m  # heaviest query blocks of a head first
+            else:
+                start_m = tile % num_m
+            _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, off_hz,
+                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WARP_SPECIALIZE)
+    else:
+        off_hz = tl.program_id(1)
+        if CAUSAL:
+            # heaviest query blocks (most key blocks) launch first: a shorter tail at the end
+            start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        else:
+            start_m = tl.program_id(0)
+        _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, off_hz,
+                   HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WARP_SPECIALIZE)
 
 
 def _check_inputs(q, k, v, causal, scale):
@@ -315,11 +260,13 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     desc_k = TensorDescriptor.from_tensor(k2, [cfg.block_k, d])
     desc_v = TensorDescriptor.from_tensor(v2, [cfg.block_k, d])
     grid = (triton.cdiv(n_q, cfg.block_q), B * H)
+    if cfg.persistent:
+        grid = (min(grid[0] * grid[1], cfg.persistent * _sm_count(q.device)),)
     compiled = _flash_fwd_hopper_kernel[grid](
-        desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv,
+        desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, B * H,
         HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, CAUSAL=causal,
-        WARP_SPECIALIZE=cfg.warp_specialize, LAZY=cfg.lazy_rescale,
-        PREFETCH=cfg.prefetch_qk, POLY=cfg.poly_exp2, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return o, lse, compiled
 
 
@@ -377,3 +324,19 @@ def _capability(index: int) -> tuple[int, int]:
     import torch
 
     return torch.cuda.get_device_capability(index)
+
+
+def _sm_count(device) -> int:
+    """Streaming multiprocessors of ``device`` (4 in the CPU interpreter, where it only sets the grid)."""
+    import torch
+
+    if device.type != "cuda":
+        return 4
+    return _sm_count_cuda(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count_cuda(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
