@@ -413,7 +413,7 @@ def parse(argv):
     p.add_argument("--rounds", type=int, default=1, help="--sweep: time every config this many times, interleaved")
     p.add_argument("--causal", nargs="*", type=int, choices=(0, 1), help="--sweep: only these causal values")
     p.add_argument("--sweep-n", type=int, default=8192, help="N of the sweep unless --seq-lens is given")
-    p.add_argument("--configs", help="sweep these: 'BQ,BK,WARPS,STAGES[,ws];...' (default SWEEP_CONFIGS)")
+    p.add_argument("--configs", help="sweep these: 'BQ,BK,WARPS,STAGES[,ws][,pN];...' (default SWEEP_CONFIGS)")
     p.add_argument("--dtypes", nargs="*", choices=DTYPES)
     p.add_argument("--head-dims", nargs="*", type=int)
     p.add_argument("--seq-lens", nargs="*", type=int)

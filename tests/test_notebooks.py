@@ -253,3 +253,47 @@ def test_course_run_benchmark_refuses_under_the_interpreter(monkeypatch):
         course.run_benchmark("ncu", [], "x")
     with pytest.raises(ValueError, match="name="):
         course.run_benchmark("memory", [], "../results/bench_memory")
+
+
+def test_notebook_08_gpu_branch_plots_a_reduced_live_run(tmp_path, monkeypatch):
+    """Notebook 08 with a GPU re-runs a reduced benchmark (bf16, N in {1024, 8192}) and plots that.
+
+    No GPU here: `course.setup` is told there is one and `course.run_benchmark` returns the
+    committed rows of the live run's shape, so the plotting and ratio code of the GPU branch runs
+    on fewer rows than the committed file has, as it will on a learner's GPU.
+    """
+    import dataclasses
+    import runpy
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from flashlab import course
+
+    results = course.load_results()
+    if "bench_attention" not in results or "bench_memory" not in results:
+        pytest.skip("needs the committed benchmark results")
+    real_setup = course.setup
+    calls = []
+
+    def gpu_setup(*args, **kwargs):
+        return dataclasses.replace(real_setup(*args, **kwargs), device="cuda", gpu_name="simulated GPU")
+
+    def live_run(which, args, name):
+        calls.append((which, [str(a) for a in args]))
+        data = json.loads(json.dumps(results["bench_" + which]))  # a copy
+        keep = {int(a) for a in args if str(a).isdigit()}
+        data["rows"] = [r for r in data["rows"] if r["n"] in keep and r.get("dtype", "bfloat16") == "bfloat16"]
+        assert data["rows"], f"no committed {which} rows for N in {sorted(keep)}"
+        return data
+
+    monkeypatch.setattr(course, "setup", gpu_setup)
+    monkeypatch.setattr(course, "run_benchmark", live_run)
+    monkeypatch.setenv("FLASHLAB_ARTIFACTS_DIR", str(tmp_path))
+    monkeypatch.chdir(NOTEBOOKS)
+    import sys
+
+    monkeypatch.setitem(sys.modules, "IPython.display", None)  # figures are saved to tmp_path
+    runpy.run_path(str(NOTEBOOKS / "_src" / "08_performance.py"), run_name="__main__")
+    assert [c[0] for c in calls] == ["attention", "memory"]
+    assert len(list((tmp_path / "figures").glob("figure-*.png"))) >= 3
