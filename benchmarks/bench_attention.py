@@ -309,12 +309,17 @@ def parse_configs(text: str | None):
     configs = []
     for item in text.split(";"):
         parts = [x.strip() for x in item.split(",")]
-        flags = parts[4:]
-        persistent = [int(x[1:]) for x in flags if x[:1] == "p" and x[1:].isdigit()]
-        if len(parts) < 4 or any(x != "ws" and not (x[:1] == "p" and x[1:].isdigit()) for x in flags):
+        opts = {}
+        for flag in parts[4:]:
+            if flag == "ws":
+                opts["warp_specialize"] = True
+            elif flag[:1] == "p" and flag[1:].isdigit():
+                opts["persistent"] = int(flag[1:])
+            else:
+                raise SystemExit(f"--configs item {item!r}: unknown flag {flag!r}; expected BQ,BK,WARPS,STAGES[,ws][,pN]")
+        if len(parts) < 4:
             raise SystemExit(f"--configs item {item!r}: expected BQ,BK,WARPS,STAGES[,ws][,pN]")
-        configs.append(hopper.HopperConfig(*(int(x) for x in parts[:4]), warp_specialize="ws" in flags,
-                                           persistent=persistent[0] if persistent else 0))
+        configs.append(hopper.HopperConfig(*(int(x) for x in parts[:4]), **opts))
     return tuple(configs)
 
 

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -129,8 +130,6 @@ def test_whole_course_executes_within_fifteen_minutes():
 # -- flashlab.course: the helpers every notebook starts with ---------------------------------------
 
 def test_course_setup_switches_triton_to_the_interpreter_before_import_without_gpu(tmp_path):
-    import sys
-
     code = ("import os, sys\n"
             "os.environ.pop('TRITON_INTERPRET', None)\n"
             "from flashlab import course\n"
@@ -188,8 +187,6 @@ def test_course_show_refuses_what_is_not_a_figure():
 
 def test_course_show_saves_the_figure_where_ipython_is_missing(tmp_path, monkeypatch, capsys):
     # notebooks/_src/*.py run as plain scripts on a machine without IPython (the H200 has none)
-    import sys
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -291,8 +288,6 @@ def test_notebook_08_gpu_branch_plots_a_reduced_live_run(tmp_path, monkeypatch):
     monkeypatch.setattr(course, "run_benchmark", live_run)
     monkeypatch.setenv("FLASHLAB_ARTIFACTS_DIR", str(tmp_path))
     monkeypatch.chdir(NOTEBOOKS)
-    import sys
-
     monkeypatch.setitem(sys.modules, "IPython.display", None)  # figures are saved to tmp_path
     runpy.run_path(str(NOTEBOOKS / "_src" / "08_performance.py"), run_name="__main__")
     assert [c[0] for c in calls] == ["attention", "memory"]
