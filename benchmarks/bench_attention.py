@@ -14,8 +14,8 @@ rule. A variant that fails is recorded with its error and not timed.
 
 Variants: SDPA with exactly one backend (FLASH_ATTENTION = FlashAttention-2, CUDNN_ATTENTION,
 EFFICIENT_ATTENTION), naive PyTorch attention, ``flashlab.kernels.attention.flash_attention``
-(forward and forward+backward), the Hopper rung ``flash_fwd_hopper`` (forward), and every rung of
-``flashlab.kernels.ladder`` (forward).
+(forward and forward+backward), the Hopper rung ``flash_fwd_hopper`` (forward), the warp-specialised
+Gluon rung ``flash_fwd_gluon`` (forward), and every rung of ``flashlab.kernels.ladder`` (forward).
 
     python benchmarks/bench_attention.py                 # the full protocol -> results/bench_attention.json
     python benchmarks/bench_attention.py --quick         # d=128, N in {1024, 8192}, bf16
@@ -92,6 +92,13 @@ def load_variants(args) -> dict:
                          "bwd": False, "supports": hopper.supports}
     except Exception as exc:  # noqa: BLE001
         print(f"[bench] flash_fwd_hopper unavailable: {exc!r}")
+    try:
+        from flashlab.kernels import flash_fwd_gluon as gluon
+
+        out["gluon"] = {"fwd": lambda q, k, v, c, s: gluon.forward(q, k, v, c, s)[0],
+                        "bwd": False, "supports": gluon.supports}
+    except Exception as exc:  # noqa: BLE001
+        print(f"[bench] flash_fwd_gluon unavailable: {exc!r}")
     if not args.no_ladder:
         for name, fn in ladder_rungs().items():
             out[f"rung:{name}"] = {"fwd": (lambda f: lambda q, k, v, c, s: f(q, k, v, c, s)[0])(fn),
@@ -210,6 +217,13 @@ def run_row(variants, dtype_name, d, n, causal, do_bwd, ladder_dtypes=DTYPES) ->
     flops = fwd_flops(batch, heads, n, d, causal)
     row = {"dtype": dtype_name, "d": d, "n": n, "batch": batch, "heads": heads, "causal": causal,
            "flops_fwd": flops, "flops_fwdbwd": 3.5 * flops, "results": {}}
+    try:  # which forward rung flash_attention runs for this row's inputs
+        from flashlab.kernels import ladder
+
+        probe = torch.empty(1, heads, n, d, device="cuda", dtype=dtype)  # (1, H, N, d): only its shape and dtype matter
+        row["flashlab_forward_rung"] = ladder.best_rung(probe, probe, probe, causal)
+    except Exception as exc:  # noqa: BLE001
+        row["flashlab_forward_rung"] = f"unknown: {type(exc).__name__}"
     for name, variant in variants.items():
         res = {}
         if name.startswith("rung:") and dtype_name not in ladder_dtypes:
@@ -236,9 +250,9 @@ def run_row(variants, dtype_name, d, n, causal, do_bwd, ladder_dtypes=DTYPES) ->
 
 
 def ratios(results: dict) -> dict:
-    """TFLOP/s of flashlab and the Hopper rung over SDPA's FLASH and CUDNN backends."""
+    """TFLOP/s of flashlab, the Hopper rung and the Gluon rung over SDPA's FLASH and CUDNN backends."""
     out = {}
-    for mine in ("flashlab", "hopper"):
+    for mine in ("flashlab", "hopper", "gluon"):
         for ref in ("sdpa_flash", "sdpa_cudnn"):
             for mode in ("fwd", "fwdbwd"):
                 a = results.get(mine, {}).get(f"{mode}_tflops")
@@ -438,7 +452,7 @@ def main(argv=None) -> int:
         print(f"{len(plan)} rows (dtype, d, N, causal), B = {TOKENS} // N, H = {MODEL_DIM} // d:")
         for row in plan:
             print("  ", row)
-        print("variants: naive, " + ", ".join(SDPA_BACKENDS) + ", flashlab, hopper, rung:* (ladder)")
+        print("variants: naive, " + ", ".join(SDPA_BACKENDS) + ", flashlab, hopper, gluon, rung:* (ladder)")
         return 0
     why = _common.timing_refusal()
     if why:

@@ -260,7 +260,7 @@ def merge(paths: list[str], json_path: str, md_path: str | None) -> None:
     for path in paths:
         with open(path) as f:
             data = json.load(f)
-        metas.append(data["meta"])
+        metas.extend(data["meta"].get("runs", [data["meta"]]))  # an earlier merge lists its runs
         for r in data["results"]:
             key = (r["dtype"], r["causal"], r["heads"], r["d"], r["Nq"], r["Nk"])
             for name in [n for n in r if n.startswith(("err_", "allowed_"))]:

@@ -28,16 +28,16 @@ def main(argv=None) -> int:
     print(f"{env.get('device')}, torch {env.get('torch')}, triton {env.get('triton')}, "
           f"cuDNN {env.get('cudnn')}, {env.get('date_utc')}\n")
     print("| dtype | d | N | causal | flashlab fwd | FA2 fwd | cuDNN fwd | fwd / FA2 | fwd / cuDNN "
-          "| flashlab fwd+bwd | FA2 fwd+bwd | fwd+bwd / FA2 | same kernel 3x (fwd) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| flashlab fwd+bwd | FA2 fwd+bwd | fwd+bwd / FA2 | Hopper rung 2x (fwd) | Gluon rung 2x (fwd) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in data["rows"]:
         mine, fa2, cu = (tflops(r, n, "fwd") for n in ("flashlab", "sdpa_flash", "sdpa_cudnn"))
         mine_b, fa2_b = tflops(r, "flashlab", "fwdbwd"), tflops(r, "sdpa_flash", "fwdbwd")
-        same = [tflops(r, n, "fwd") for n in ("flashlab", "hopper", "rung:v4_hopper")]
-        same = "/".join(f"{x:.0f}" for x in same if x)
+        same = ["/".join(f"{x:.0f}" for x in (tflops(r, n, "fwd") for n in pair) if x)
+                for pair in (("hopper", "rung:v4_hopper"), ("gluon", "rung:v5_gluon_ws"))]
         print(f"| {r['dtype']} | {r['d']} | {r['n']} | {int(r['causal'])} | {mine or 0:.0f} | {fa2 or 0:.0f} "
               f"| {cu or 0:.0f} | {ratio(mine, fa2)} | {ratio(mine, cu)} | {mine_b or 0:.0f} | {fa2_b or 0:.0f} "
-              f"| {ratio(mine_b, fa2_b)} | {same} |")
+              f"| {ratio(mine_b, fa2_b)} | {same[0]} | {same[1]} |")
     print("\nLadder (forward TFLOP/s, bf16):\n")
     rungs = sorted({k for r in data["rows"] for k in r["results"] if k.startswith("rung:")})
     print("| d | N | causal | " + " | ".join(k[5:] for k in rungs) + " |")

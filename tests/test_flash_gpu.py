@@ -69,7 +69,8 @@ def test_compiled_flash_attention_matches_reference(dtype, causal, d, Nq, Nk):
     _run(2, 4, 2, Nq, Nk, d, DTYPES[dtype], causal)
 
 
-@pytest.mark.parametrize("rung", ["v0_grid_bh", "v1_minimal", "v2_exp2_causal", "v3_autotuned", "v4_hopper"])
+@pytest.mark.parametrize("rung", ["v0_grid_bh", "v1_minimal", "v2_exp2_causal", "v3_autotuned", "v4_hopper",
+                                  "v5_gluon_ws"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_compiled_rung_matches_reference(rung, causal, monkeypatch):
     from flashlab.kernels import ladder

@@ -56,6 +56,7 @@ print(course.source(flash_fwd._fwd_v1_minimal))
 # | `v2_exp2_causal` | `exp2` with $\log_2 e$ folded into the scale; a causal two-stage loop |
 # | `v3_autotuned` | `triton.autotune` over block sizes, warps and stages |
 # | `v4_hopper` | Hopper (sm90): tiles loaded through tensor descriptors (TMA), block sizes measured on an H200 (`benchmarks/NOTES.md`); elsewhere, and in the interpreter, it runs v3 |
+# | `v5_gluon_ws` | Hopper (sm90), written in Gluon, Triton's lower-level language: one producer warp loads K and V while two consumer warpgroups overlap each block's softmax with the tensor-core products (warp specialisation, `kernels/flash_fwd_gluon.py`); elsewhere, and in the interpreter, it runs what `v4_hopper` runs |
 #
 # Check each against the float64 reference on random inputs with ragged lengths, using the
 # flash-attention test rule: error at most twice that of PyTorch's own attention in the same dtype,

@@ -161,18 +161,18 @@ if overhead and committed:
         print(f"{r['dtype']:<9}{r['d']:>4}{r['n']:>6}{int(r['causal']):>7}   {text[0]:>23}   {text[1]:>27}")
 
 # %% [markdown]
-# Timings also spread from run to run. Each row of the run timed the same forward kernel three
-# times, as `flashlab`, `hopper` (the Hopper rung called directly) and `rung:v4_hopper`; how far
-# apart were they?
+# Timings also spread from run to run. Each bf16 row of the run timed the same forward kernels
+# twice: the Hopper rung as `hopper` and `rung:v4_hopper`, the Gluon rung as `gluon` and
+# `rung:v5_gluon_ws`; how far apart were the two timings of one kernel?
 
 # %%
 if bench:
     spread = {}
     for r in bench["rows"]:
-        times = [r["results"].get(name, {}).get("fwd_ms") for name in ("flashlab", "hopper", "rung:v4_hopper")]
-        times = [t for t in times if t]
-        if len(times) >= 2 and r["n"] >= 4096:  # at N >= 4096 the host's overhead is negligible
-            spread[(r["dtype"], r["d"], r["n"], r["causal"])] = max(times) / min(times) - 1
+        for pair in (("hopper", "rung:v4_hopper"), ("gluon", "rung:v5_gluon_ws")):
+            times = [r["results"].get(name, {}).get("fwd_ms") for name in pair]
+            if all(times) and r["n"] >= 4096:  # at N >= 4096 the host's overhead is negligible
+                spread[(pair[0], r["dtype"], r["d"], r["n"], r["causal"])] = max(times) / min(times) - 1
     if spread:
         worst = max(spread, key=spread.get)
         typical = sorted(spread.values())[len(spread) // 2]
@@ -214,7 +214,24 @@ if bench:
 # While B x H is about the SM count or more (short N, large batch), the two grids run at the same
 # speed; once it falls below, v0 leaves SMs idle and v1 pulls ahead, by about the factor B x H
 # falls short of the SM count (132 / 16 = 8.25 at N = 16384). The rungs after v1 (exp2 and the causal
-# two-stage loop, autotuning, the Hopper rung) add the rest, as the plot shows.
+# two-stage loop, autotuning, the Hopper rung, the Gluon rung) add the rest, as the plot shows.
+#
+# The last step is the only one that leaves `tl.dot`: `v5_gluon_ws` is written in Gluon, where
+# the kernel itself splits its warps into a producer that copies K and V tiles and two consumers
+# that each overlap a block's softmax with the tensor-core products (`kernels/flash_fwd_gluon.py`).
+# What that buys over the Hopper rung, row by row, and where `flash_attention` uses it (on an
+# sm90 GPU, for fp16/bf16 with as many kv heads as query heads, `flash_fwd_gluon.prefers_shape`):
+
+# %%
+from flashlab.kernels import flash_fwd_gluon
+
+if bench:
+    for r in bf16_rows(128, False) + bf16_rows(128, True):
+        gain = course.speedup(r, "rung:v5_gluon_ws", "rung:v4_hopper")
+        uses = flash_fwd_gluon.prefers_shape(r["d"], r["n"], r["n"], r["causal"])
+        if gain:
+            print(f"bf16 d = 128 N = {r['n']:>5} causal = {int(r['causal'])}: v5 / v4 speed {gain:4.2f}x; "
+                  f"flash_attention uses {'v5_gluon_ws' if uses else 'v4_hopper'}")
 #
 # ## Memory against N
 #
@@ -333,6 +350,7 @@ if bench:
 #   memory-efficient backends; the ratio table and the target counts state where it stands on
 #   every row, computed from the results file.
 # - FA2's grid over query blocks is what keeps the GPU busy at small batch; the later rungs (exp2,
-#   causal two-stage loop, autotuning, tensor-descriptor loads on Hopper) add the rest.
+#   causal two-stage loop, autotuning, tensor-descriptor loads on Hopper, a warp-specialised
+#   Gluon kernel) add the rest.
 # - Naive attention's memory grows as $N^2$ and runs out; the flash kernel's grows as $N$.
 # - Next: notebook 09 looks at decoding, where the picture changes.

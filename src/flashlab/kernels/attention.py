@@ -1,7 +1,8 @@
 """``flash_attention``: the public, differentiable FlashAttention built from the Triton kernels.
 
-Forward: the best rung of :mod:`flashlab.kernels.ladder` for the inputs (``v4_hopper`` on a CUDA
-GPU when ``flashlab.kernels.flash_fwd_hopper.supports`` accepts them, else ``v3_autotuned``). It
+Forward: the best rung of :mod:`flashlab.kernels.ladder` for the inputs (``v5_gluon_ws`` on an
+sm90 GPU where ``flash_fwd_gluon.preferred`` says it is faster, else ``v4_hopper`` where
+``flashlab.kernels.flash_fwd_hopper.supports`` accepts them, else ``v3_autotuned``). It
 saves ``o`` and ``lse`` (float32, natural log, one per query row). Backward: the three kernels of
 :mod:`flashlab.kernels.flash_bwd` (preprocess ``D = rowsum(dO * O)``, then dK/dV, then dQ), which
 recompute ``P`` from ``lse`` instead of storing it (FlashAttention-2, Algorithm 2).
@@ -148,12 +149,22 @@ def on_device(tensor):
 
 
 def best_forward(q, k, v, causal: bool, scale: float):
-    """(o, lse) from the best rung for inputs that passed :func:`check_inputs`: v4_hopper where
-    it applies, else v3_autotuned (``ladder.best_rung`` names the same choice).
+    """(o, lse) from the best rung for inputs that passed :func:`check_inputs`: v5_gluon_ws where
+    it is measured faster, else v4_hopper where it applies, else v3_autotuned
+    (``ladder.best_rung`` names the same choice).
 
     The rungs are called without their own input checks: validating once matters at small N,
     where the host's time per call is comparable to the kernel's (benchmarks/NOTES.md, call 4).
     """
+    from . import flash_fwd_gluon
+
+    if q.device.type == "cuda" and flash_fwd_gluon.preferred(q, k, causal):
+        return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
+    return hopper_forward(q, k, v, causal, scale)
+
+
+def hopper_forward(q, k, v, causal: bool, scale: float):
+    """(o, lse) from v4_hopper where it applies, else v3_autotuned (inputs already checked)."""
     from . import flash_fwd, ladder
 
     hopper = ladder.hopper_module()

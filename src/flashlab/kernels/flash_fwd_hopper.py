@@ -201,12 +201,25 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
 def _check_inputs(q, k, v, causal, scale):
     import torch
 
+    check_rung_inputs(q, k, v, causal, scale, "the Hopper rung", SUPPORTED_HEAD_DIMS)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _mode.check_device(name, x)
+    if q.dtype == torch.bfloat16 and _mode.is_interpreter():
+        raise TypeError("q.dtype=torch.bfloat16 is not supported by the Hopper rung in Triton's CPU interpreter "
+                        "(its bf16 tl.dot returns wrong numbers); use float16, or flashlab.flash_attention, "
+                        "which upcasts bf16 dot operands there")
+
+
+def check_rung_inputs(q, k, v, causal, scale, rung: str, head_dims) -> None:
+    """The checks the Hopper and Gluon rungs share: 4-D torch tensors of one dtype (fp16/bf16),
+    k and v of q's (B, H) and d, v shaped like k, d in ``head_dims``; each error names the argument."""
+    import torch
+
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.ndim != 4:
             raise ValueError(f"{name}.shape={tuple(x.shape)} must be 4-D (B, H, N, d)")
-        _mode.check_device(name, x)
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"q, k, v must share one dtype, float16 or bfloat16; got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
@@ -214,17 +227,29 @@ def _check_inputs(q, k, v, causal, scale):
     if k.shape[3] != q.shape[3] or v.shape != k.shape:
         raise ValueError(f"k must be (B, H, Nk, d) with q's d and v the same shape as k: "
                          f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if q.dtype == torch.bfloat16 and _mode.is_interpreter():
-        raise TypeError("q.dtype=torch.bfloat16 is not supported by the Hopper rung in Triton's CPU interpreter "
-                        "(its bf16 tl.dot returns wrong numbers); use float16, or flashlab.flash_attention, "
-                        "which upcasts bf16 dot operands there")
-    if q.shape[3] not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head dim d={q.shape[3]} is not supported by the Hopper rung; "
-                         f"expected one of {SUPPORTED_HEAD_DIMS}")
+    if q.shape[3] not in head_dims:
+        raise ValueError(f"head dim d={q.shape[3]} is not supported by {rung}; expected one of {head_dims}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {causal!r}")
     if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
         raise ValueError(f"scale={scale!r} must be a positive number or None (1/sqrt(d))")
+
+
+def row_views(q, k, v):
+    """``(q2, k2, v2, o, lse)``: q, k, v as (B*H*N, d) row views, and the outputs to fill,
+    o (B, H, Nq, d) in q's dtype and lse (B, H, Nq) float32 (NaN-filled with FLASHLAB_POISON=1)."""
+    import torch
+
+    from .flash_fwd import new_output
+
+    B, H, n_q, d = q.shape  # (B, H, Nq, d)
+    n_kv = k.shape[2]
+    q2 = q.contiguous().view(B * H * n_q, d)  # (B*H*Nq, d)
+    k2 = k.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
+    v2 = v.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
+    o = new_output((B, H, n_q, d), q.dtype, q.device)  # (B, H, Nq, d)
+    lse = new_output((B, H, n_q), torch.float32, q.device)  # (B, H, Nq)
+    return q2, k2, v2, o, lse
 
 
 def default_config(head_dim: int, causal: bool) -> HopperConfig:
@@ -240,10 +265,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     the code (``asm['ptx']``, ``asm['cubin']``) that the benchmark records. ``checked=True``
     skips the input checks for inputs that :func:`supports_checked` already accepted.
     """
-    import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
-
-    from .flash_fwd import new_output
 
     if not checked:
         _check_inputs(q, k, v, causal, scale)
@@ -251,11 +273,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     n_kv = k.shape[2]
     cfg = config or default_config(d, causal)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    q2 = q.contiguous().view(B * H * n_q, d)  # (B*H*Nq, d)
-    k2 = k.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
-    v2 = v.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
-    o = new_output((B, H, n_q, d), q.dtype, q.device)  # (B, H, Nq, d); NaN with FLASHLAB_POISON=1
-    lse = new_output((B, H, n_q), torch.float32, q.device)  # (B, H, Nq)
+    q2, k2, v2, o, lse = row_views(q, k, v)
     desc_q = TensorDescriptor.from_tensor(q2, [cfg.block_q, d])
     desc_k = TensorDescriptor.from_tensor(k2, [cfg.block_k, d])
     desc_v = TensorDescriptor.from_tensor(v2, [cfg.block_k, d])

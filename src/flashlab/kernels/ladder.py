@@ -11,6 +11,9 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 | ``v3_autotuned`` | v2 with triton.autotune (in the interpreter: one small config) |
 | ``v4_hopper`` | ``flashlab.kernels.flash_fwd_hopper`` (TMA tensor descriptors, configs measured on an H200); |
 |  | where that module is missing or its ``supports`` says no, this entry runs v3 instead |
+| ``v5_gluon_ws`` | ``flashlab.kernels.flash_fwd_gluon``: written in Gluon, a producer warp and two consumer |
+|  | warpgroups (warp specialisation), QK^T of block j overlapping softmax and P V of block j-1; |
+|  | CUDA sm90 only: elsewhere (and in the interpreter) this entry runs what ``v4_hopper`` runs |
 
 ``resolve(name, q, k, v, causal)`` says which rung an entry really runs for given inputs.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from .attention import best_forward, check_inputs, on_device
+from .attention import check_inputs, hopper_forward, on_device
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,17 +44,33 @@ def hopper_applies(q, k, v, causal: bool) -> bool:
     return module is not None and bool(module.supports(q, k, v, causal))
 
 
+def gluon_module():
+    """``flashlab.kernels.flash_fwd_gluon`` (it imports triton only when a kernel is first used)."""
+    from . import flash_fwd_gluon
+
+    return flash_fwd_gluon
+
+
 def resolve(name: str, q, k, v, causal: bool) -> str:
-    """The rung that entry ``name`` actually runs for these inputs (``v4_hopper`` may fall back to v3)."""
+    """The rung that entry ``name`` actually runs for these inputs (``v5_gluon_ws`` may fall back to
+    ``v4_hopper``'s choice, and ``v4_hopper`` to v3)."""
     if name not in RUNGS:
         raise ValueError(f"rung name={name!r} is unknown; expected one of {sorted(RUNGS)}")
+    if name == "v5_gluon_ws":
+        if q.device.type == "cuda" and gluon_module().supports(q, k, v, causal):
+            return name
+        name = "v4_hopper"
     if name == "v4_hopper" and not hopper_applies(q, k, v, causal):
         return "v3_autotuned"
     return name
 
 
 def best_rung(q, k, v, causal: bool) -> str:
-    """The rung ``flash_attention`` uses: v4_hopper where it applies, else v3_autotuned."""
+    """The rung ``flash_attention`` uses (``attention.best_forward``): v5_gluon_ws where it is
+    supported and measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
+    applies, else v3_autotuned."""
+    if q.device.type == "cuda" and gluon_module().preferred(q, k, causal):
+        return "v5_gluon_ws"
     return resolve("v4_hopper", q, k, v, causal)
 
 
@@ -69,13 +88,19 @@ def _entry(forward_name: str):
 
 
 def v4_hopper(q, k, v, causal: bool = False, scale: float | None = None):
-    """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``).
-
-    The same dispatch as ``flash_attention``'s forward (``attention.best_forward``).
-    """
+    """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``)."""
     scale = check_inputs(q, k, v, causal, scale)
     with on_device(q):
-        return best_forward(q, k, v, causal, scale)
+        return hopper_forward(q, k, v, causal, scale)
+
+
+def v5_gluon_ws(q, k, v, causal: bool = False, scale: float | None = None):
+    """The warp-specialised Gluon rung where it is supported; otherwise what v4_hopper runs."""
+    scale = check_inputs(q, k, v, causal, scale)
+    with on_device(q):
+        if q.device.type == "cuda" and gluon_module().supports(q, k, v, causal):
+            return gluon_module().forward(q, k, v, causal, scale, checked=True)
+        return hopper_forward(q, k, v, causal, scale)
 
 
 RUNGS = {
@@ -84,4 +109,5 @@ RUNGS = {
     "v2_exp2_causal": _entry("forward_v2"),
     "v3_autotuned": _entry("forward_v3"),
     "v4_hopper": v4_hopper,
+    "v5_gluon_ws": v5_gluon_ws,
 }

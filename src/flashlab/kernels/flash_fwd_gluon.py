@@ -1,0 +1,373 @@
+"""The warp-specialised Hopper rung (``v5_gluon_ws``): FlashAttention forward written in Gluon.
+
+Same mathematics as every other rung (FlashAttention-2, Algorithm 1: online softmax in log2
+units, the causal two-stage loop), but the schedule is written by hand instead of left to
+Triton's compiler. Gluon (``triton.experimental.gluon``, shipped with triton 3.6) is Triton's
+lower-level language: the kernel names its register layouts, allocates its shared memory,
+issues the tensor-core instructions (``warpgroup_mma``, Hopper's asynchronous ``wgmma``) and the
+bulk copies (TMA) itself, and synchronises them with ``mbarrier`` objects. That is what the
+schedule below needs and what ``tl.dot`` cannot express (benchmarks/NOTES.md, calls 1, 6, 7, 10).
+
+One program (CTA) owns ``BLOCK_M = 128`` query rows of one (batch, head) and runs three
+partitions of warps at once (``gl.warp_specialize``):
+
+* **producer** (1 warp, few registers): loads the two halves of Q once, then walks the key
+  blocks, copying K_j and V_j into a ring of ``NBUF`` shared-memory slots with TMA. Each slot has
+  a *ready* barrier (the copy landed) and an *empty* barrier (both consumers are done with it).
+* **two consumers** (one warpgroup of 4 warps each, most registers): consumer c owns query rows
+  ``c*64 .. c*64+63`` of the block. Both read the same K/V slots. Each overlaps its own work in
+  the FlashAttention-3 order: it issues ``S_j = Q K_j^T`` and ``O += P_{j-1} V_{j-1}`` on the
+  tensor cores, waits only for S_j, computes the softmax of S_j while the P V product still runs,
+  then waits for it and rescales O. While one consumer is in its softmax (special-function
+  units), the other's products keep the tensor cores busy.
+
+Layout and masking as the ``v4_hopper`` rung (``flash_fwd_hopper.py``): q, k, v are viewed as
+(B*H*N, d) rows; a tile past the end of one head reads rows of the next head (or zeros past the
+end of the tensor), masked to a large negative score; query rows past Nq are never stored.
+Causal convention: top-left aligned, query row i sees key column j <= i.
+
+Gluon has no CPU interpreter: this rung runs only on a CUDA sm90 GPU. On a machine without one
+it can still be compiled for sm90 (``tests/test_flash_fwd_gluon.py`` does, to check that it
+builds and does not spill); its numbers are checked on the GPU (``benchmarks/gpu_sweep.py``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+LN2 = math.log(2.0)
+LOG2E = 1.0 / LN2
+SUPPORTED_HEAD_DIMS = (64, 128)
+BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """Launch configuration of the warp-specialised kernel."""
+
+    block_n: int = 128  # key rows per step
+    num_buffers: int = 2  # K/V ring depth in shared memory
+    consumer_regs: int = 240  # registers per thread of a consumer warpgroup (setmaxnreg)
+    producer_regs: int = 24  # registers per thread of the producer warp
+
+    def __post_init__(self):
+        if self.block_n not in (64, 128):
+            raise ValueError(f"block_n={self.block_n} must be 64 or 128 (a divisor of BLOCK_M={BLOCK_M})")
+        if not 1 <= self.num_buffers <= 4:
+            raise ValueError(f"num_buffers={self.num_buffers} must be 1..4")
+        for name in ("consumer_regs", "producer_regs"):
+            regs = getattr(self, name)
+            if not 24 <= regs <= 256 or regs % 8:
+                raise ValueError(f"{name}={regs} must be a multiple of 8 in 24..256 (setmaxnreg)")
+
+    def smem_bytes(self, head_dim: int, itemsize: int = 2) -> int:
+        """Shared memory the kernel allocates: Q (two halves) and the K and V rings."""
+        return (BLOCK_M + 2 * self.num_buffers * self.block_n) * head_dim * itemsize
+
+
+# GluonConfig()'s defaults are the measured choice (benchmarks/NOTES.md, call 12,
+# results/gluon_time_configs.json): at d = 128, N >= 4096 on an H200, 128-key blocks in a ring of
+# two were the fastest of four configs on 11 of 12 rows and within 1 % on the twelfth. Entries here
+# override it per (head dim, causal); none is needed so far.
+DEFAULT_CONFIGS: dict[tuple[int, bool], GluonConfig] = {}
+
+# Where flash_attention prefers this rung to v4_hopper: d = 128 and at least this many query rows
+# and keys (causal or not). Measured in call 12: at d = 128 the Gluon rung is ahead from N = 1024
+# (non-causal) and N = 2048 (causal); at N = 512, and at d = 64, the Hopper rung is as fast or faster.
+PREFERRED_HEAD_DIMS = (128,)
+PREFERRED_MIN_N = {False: 1024, True: 2048}
+
+
+def default_config(head_dim: int, causal: bool) -> GluonConfig:
+    """The config used when none is given (see DEFAULT_CONFIGS; GluonConfig() otherwise)."""
+    return DEFAULT_CONFIGS.get((head_dim, causal), GluonConfig())
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels():
+    """Define the Gluon kernels on first use: ``import flashlab`` must not need triton."""
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+    @gluon.jit
+    def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
+                  v_empty, q_row0, kv_row0, n_blocks,
+                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, NBUF: gl.constexpr):
+        for c in gl.static_range(2):  # the two consumers' halves of Q_i
+            mbarrier.expect(q_bar.index(c), desc_q.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc_q, [q_row0 + c * HALF_M, 0], q_bar.index(c), q_smem.index(c))
+        for j in range(n_blocks):
+            slot = j % NBUF
+            phase = (j // NBUF) & 1
+            # a slot is free once both consumers arrived on its empty barrier; the first pass
+            # waits on the phase before the barrier's first one, which counts as completed
+            mbarrier.wait(k_empty.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc_k, [kv_row0 + j * BLOCK_N, 0], k_ready.index(slot),
+                                            k_smem.index(slot))
+            mbarrier.wait(v_empty.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+            tma.async_copy_global_to_shared(desc_v, [kv_row0 + j * BLOCK_N, 0], v_ready.index(slot),
+                                            v_smem.index(slot))
+
+    @gluon.jit
+    def _softmax(s, m_i, l_i, offs_m, j, qk_scale, N_KV,
+                 BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+        """One online-softmax update in log2 units: (P_j, alpha, m_new, l_new) from S_j = Q K_j^T."""
+        if MASKED:
+            cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+            keep = cols[None, :] < N_KV  # ragged tail of K/V
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            s = s * qk_scale + gl.where(keep, 0.0, -1.0e6)
+            m_new = gl.maximum(m_i, gl.max(s, 1))
+            s = s - m_new[:, None]
+        else:
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            s = s * qk_scale - m_new[:, None]
+        p = gl.exp2(s)
+        alpha = gl.exp2(m_i - m_new)
+        l_new = l_i * alpha + gl.sum(p, 1)
+        return p, alpha, m_new, l_new
+
+    @gluon.jit
+    def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s, acc, p, m_i, l_i,
+              offs_m, qk_scale, N_KV,
+              BLOCK_N: gl.constexpr, NBUF: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+        """Key block j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; softmax of S_j
+        while the second runs; then O is rescaled. Returns the new (acc, p, m_i, l_i)."""
+        o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+        slot = j % NBUF
+        mbarrier.wait(k_ready.index(slot), (j // NBUF) & 1)
+        s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        prev = (j - 1) % NBUF
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // NBUF) & 1)
+        acc_tok = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # S_j done; P_{j-1} V_{j-1} may run on
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, j, qk_scale, N_KV, BLOCK_N, MASKED, CAUSAL)
+        p_next = gl.convert_layout(p_f32.to(p.dtype), p.type.layout)
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+        return acc, p_next, m_i, l_i
+
+    @gluon.jit
+    def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                  qk_scale, N_Q, N_KV, row0, n_full, n_blocks, first_row,
+                  C: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  NBUF: gl.constexpr, CAUSAL: gl.constexpr):
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, BLOCK_N, 16])
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                           instr_shape=[16, HEAD_DIM, 16])
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
+        o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+        offs_m = first_row + C * HALF_M + gl.arange(0, HALF_M, layout=s_rows)  # query rows (this head)
+        zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
+        acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+        m_i = gl.full([HALF_M], float("-inf"), gl.float32, s_rows)
+        l_i = gl.zeros([HALF_M], gl.float32, s_rows)
+        q = q_smem.index(C)
+        mbarrier.wait(q_bar.index(C), 0)
+
+        # key block 0: S_0 alone (nothing to overlap yet); masked, since it may be the only block
+        mbarrier.wait(k_ready.index(0), 0)
+        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        mbarrier.arrive(k_empty.index(0), count=1)
+        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, 0, qk_scale, N_KV, BLOCK_N, True, CAUSAL)
+        p = gl.convert_layout(p_f32.to(dtype), p_layout)
+
+        # stage 1: blocks no mask touches; stage 2: the causal band and the ragged tail
+        for j in range(1, n_full):
+            acc, p, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
+                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, BLOCK_N, NBUF, False, CAUSAL)
+        for j in range(gl.maximum(n_full, 1), n_blocks):
+            acc, p, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
+                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, BLOCK_N, NBUF, True, CAUSAL)
+
+        # the last P V product
+        last = (n_blocks - 1) % NBUF
+        mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NBUF) & 1)
+        acc_tok = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
+        mbarrier.arrive(v_empty.index(last), count=1)
+
+        # epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
+        acc = acc / gl.convert_layout(l_i, o_rows)[:, None]
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        gl.store(Lse + row0 + offs_m, lse, mask=offs_m < N_Q)
+        rows_o = first_row + C * HALF_M + gl.arange(0, HALF_M, layout=o_rows)
+        cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        ptrs = Out + (row0 + rows_o).to(gl.int64)[:, None] * HEAD_DIM + cols_o[None, :]
+        gl.store(ptrs, acc.to(dtype), mask=(rows_o < N_Q)[:, None])
+
+    @gluon.jit
+    def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV,
+                            HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            NBUF: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr):
+        BLOCK: gl.constexpr = 2 * HALF_M  # BLOCK_M
+        off_hz = gl.program_id(1)
+        if CAUSAL:
+            start_m = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest query blocks first
+        else:
+            start_m = gl.program_id(0)
+        first_row = start_m * BLOCK
+        row0 = off_hz * N_Q  # this head's first row in the (B*H*Nq, d) view of Q and O
+        kv_row0 = off_hz * N_KV
+        n_full_cols = (N_KV // BLOCK_N) * BLOCK_N
+        if CAUSAL:
+            hi_full = gl.minimum(first_row, n_full_cols)
+            hi_band = gl.minimum(gl.minimum(first_row + BLOCK, N_Q), N_KV)
+        else:
+            hi_full = n_full_cols
+            hi_band = N_KV
+        n_full = hi_full // BLOCK_N
+        n_blocks = (hi_band + BLOCK_N - 1) // BLOCK_N
+
+        q_smem = gl.allocate_shared_memory(desc_q.dtype, [2] + desc_q.block_type.shape, desc_q.layout)
+        k_smem = gl.allocate_shared_memory(desc_k.dtype, [NBUF] + desc_k.block_type.shape, desc_k.layout)
+        v_smem = gl.allocate_shared_memory(desc_v.dtype, [NBUF] + desc_v.block_type.shape, desc_v.layout)
+        q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
+        for c in gl.static_range(2):
+            mbarrier.init(q_bar.index(c), count=1)
+        for i in gl.static_range(NBUF):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
+            mbarrier.init(v_empty.index(i), count=2)
+
+        # (the argument tuples are written out: a tuple built with + would lose its constexprs)
+        gl.warp_specialize([
+            (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                         qk_scale, N_Q, N_KV, row0, n_full, n_blocks, first_row,
+                         0, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL)),
+            (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                         qk_scale, N_Q, N_KV, row0, n_full, n_blocks, first_row,
+                         1, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL)),
+            (_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
+                         v_empty, row0 + first_row, kv_row0, n_blocks, HALF_M, BLOCK_N, NBUF)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+    return flash_fwd_ws_kernel
+
+
+def _descriptors(q2, k2, v2, block_n: int):
+    """Gluon tensor descriptors over the (rows, d) views: Q in halves of 64 rows, K and V in key blocks."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    d = q2.shape[1]
+    gl_dtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q2.dtype)]
+    half = [BLOCK_M // 2, d]
+    kv = [block_n, d]
+    return (TensorDescriptor.from_tensor(q2, half, gl.NVMMASharedLayout.get_default_for(half, gl_dtype)),
+            TensorDescriptor.from_tensor(k2, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)),
+            TensorDescriptor.from_tensor(v2, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)))
+
+
+def launch(q, k, v, causal: bool = False, scale: float | None = None,
+           config: GluonConfig | None = None, checked: bool = False, warmup: bool = False):
+    """Run the kernel; return ``(o, lse, compiled)``.
+
+    ``warmup=True`` compiles without launching (``compiled`` then carries the PTX, the cubin and
+    the resource report; ``o`` and ``lse`` are unwritten). ``checked=True`` skips the input checks.
+    """
+    import triton
+
+    from .flash_fwd_hopper import row_views
+
+    if not checked:
+        _check_inputs(q, k, v, causal, scale, warmup)
+    B, H, n_q, d = q.shape  # (B, H, Nq, d)
+    n_kv = k.shape[2]
+    cfg = config or default_config(d, causal)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    q2, k2, v2, o, lse = row_views(q, k, v)  # (rows, d) views; o (B, H, Nq, d), lse (B, H, Nq)
+    desc_q, desc_k, desc_v = _descriptors(q2, k2, v2, cfg.block_n)
+    kernel = _kernels()
+    args = (desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv)
+    meta = dict(HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n, NBUF=cfg.num_buffers, CAUSAL=causal,
+                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
+    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
+    if warmup:
+        return o, lse, kernel.warmup(*args, grid=grid, **meta)
+    return o, lse, kernel[grid](*args, **meta)
+
+
+def forward(q, k, v, causal: bool = False, scale: float | None = None,
+            config: GluonConfig | None = None, checked: bool = False):
+    """Warp-specialised FlashAttention forward on Hopper.
+
+    q (B, H, Nq, d), k and v (B, H, Nk, d): CUDA float16/bfloat16 tensors, d in (64, 128).
+    Returns ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32 (natural log).
+    """
+    o, lse, _ = launch(q, k, v, causal, scale, config, checked)
+    return o, lse
+
+
+def supports(q, k, v, causal: bool = False) -> bool:
+    """True where this rung runs and has been verified: CUDA sm90, fp16/bf16, d in (64, 128),
+    as many kv heads as query heads, and Triton with Gluon. Never in the CPU interpreter."""
+    try:
+        _check_inputs(q, k, v, causal, None)
+    except (TypeError, ValueError):
+        return False
+    return _runs_here(q)
+
+
+def preferred(q, k, causal: bool) -> bool:
+    """True where ``flash_attention`` uses this rung: it is supported and measured faster there
+    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N). Inputs must have passed
+    ``attention.check_inputs``; only what that leaves open is tested (this runs on every call)."""
+    import torch
+
+    return (prefers_shape(q.shape[3], q.shape[2], k.shape[2], causal)
+            and q.dtype in (torch.float16, torch.bfloat16) and k.shape[1] == q.shape[1] and _runs_here(q))
+
+
+def prefers_shape(head_dim: int, n_q: int, n_k: int, causal: bool) -> bool:
+    """The shape half of :func:`preferred`: d in PREFERRED_HEAD_DIMS and min(Nq, Nk) >= PREFERRED_MIN_N."""
+    return head_dim in PREFERRED_HEAD_DIMS and min(n_q, n_k) >= PREFERRED_MIN_N[bool(causal)]
+
+
+def _runs_here(q) -> bool:
+    """The device half of :func:`supports`: a CUDA sm90 tensor, Triton compiled (not interpreted), Gluon present."""
+    from . import _mode
+
+    if q.device.type != "cuda" or _mode.is_interpreter() or not _gluon_available():
+        return False
+    from .flash_fwd_hopper import _capability
+    import torch
+
+    return _capability(q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon_available() -> bool:
+    try:
+        from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_inputs(q, k, v, causal, scale, compile_only: bool = False):
+    from .flash_fwd_hopper import check_rung_inputs
+
+    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS)
+    if q.device.type != "cuda" and not compile_only:
+        raise ValueError(f"q is on {q.device}; the Gluon rung runs on a CUDA sm90 (Hopper) GPU only "
+                         "(flashlab.flash_attention picks a rung that runs here)")

@@ -1,0 +1,52 @@
+"""Compile the Gluon rung for an sm90 GPU on a machine that has none; print its resource report as JSON.
+
+    python tests/sm90_compile.py HEAD_DIM CAUSAL DTYPE [BLOCK_N NBUF]
+
+Triton's compiler needs only a *target* (``GPUTarget("cuda", 90, 32)``) and the ``ptxas`` it
+ships; the driver is asked for the target, the device and the stream, so a stand-in answers those
+three. ``kernel.warmup`` then compiles without launching. Run in its own process: the stand-in
+replaces Triton's active driver for the rest of the process.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class Sm90Driver:
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+    driver.set_active(Sm90Driver())
+    from flashlab.kernels import flash_fwd_gluon as fg
+
+    d, causal, dtype = int(sys.argv[1]), sys.argv[2] == "1", getattr(torch, sys.argv[3])
+    cfg = fg.GluonConfig(int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else fg.default_config(d, causal)
+    q = torch.zeros(1, 2, 300, d, dtype=dtype)  # (B, H, N, d): CPU tensors; only their dtype and alignment matter
+    _, _, compiled = fg.launch(q, q, q, causal, config=cfg, warmup=True)
+    cubin = Path(f"/tmp/flashlab_sm90_{d}_{int(causal)}_{sys.argv[3]}.cubin")
+    cubin.write_bytes(compiled.asm["cubin"])
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    usage = subprocess.run([str(tool), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+    fields = dict(item.split(":", 1) for item in usage.split("\n")[-2].split() if ":" in item)
+    ptx = compiled.asm["ptx"]
+    print(json.dumps({"shared": compiled.metadata.shared, "local": int(fields["LOCAL"]), "regs": int(fields["REG"]),
+                      "wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": ptx.count("setmaxnreg"),
+                      "threads": int(ptx.split(".reqntid")[1].split()[0]), "target": ".target sm_90a" in ptx,
+                      "smem_model": cfg.smem_bytes(d)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The warp-specialised Gluon rung (``flash_fwd_gluon``, ladder entry ``v5_gluon_ws``).
+
+Gluon has no CPU interpreter, so on a machine without a GPU this file checks what can be checked
+there: the kernel compiles for sm90 (Triton's compiler and ptxas need no GPU, tests/sm90_compile.py)
+into what the design says (wgmma, register reallocation between partitions, three warpgroups, no
+spilled registers, the shared memory the config predicts); bad configs and inputs are refused with
+the argument named; the dispatch never picks this rung off a GPU. The numbers are checked on a GPU
+(the ``gpu`` tests below, and benchmarks/gpu_sweep.py, benchmarks/gluon_probe.py check).
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from flashlab.kernels import flash_fwd_gluon as fg  # noqa: E402
+from flashlab.kernels import ladder  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory one CTA may use on sm90
+
+
+def _compile(d, causal, dtype, *config):
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent / "src"))
+    env.pop("TRITON_INTERPRET", None)  # compiled mode: under the interpreter Gluon's own helpers are not compilable
+    run = subprocess.run([sys.executable, str(HERE / "sm90_compile.py"), str(d), str(int(causal)), dtype,
+                          *map(str, config)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("d, causal, dtype", [(128, False, "bfloat16"), (128, True, "float16"),
+                                              (64, True, "bfloat16")])
+def test_compiles_for_sm90_without_spills(d, causal, dtype):
+    report = _compile(d, causal, dtype)
+    assert report["target"], "not compiled for sm_90a"
+    assert report["local"] == 0, f"registers spilled to local memory: {report}"
+    assert report["threads"] == 384, f"expected 3 warpgroups (producer + 2 consumers): {report}"
+    assert report["setmaxnreg"] > 0, f"no register reallocation between partitions: {report}"
+    # two consumers, each a QK^T and a PV product at three places (first block, loop, last block)
+    assert report["wgmma"] >= 4, f"expected wgmma instructions: {report}"
+    assert report["smem_model"] <= report["shared"] <= SMEM_LIMIT, report
+
+
+def test_largest_ring_fits_shared_memory():
+    report = _compile(128, False, "bfloat16", 128, 3)  # 3 x (K + V) blocks of 128 x 128 + Q
+    assert report["local"] == 0 and report["shared"] <= SMEM_LIMIT, report
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(block_n=96), "block_n"), (dict(num_buffers=0), "num_buffers"),
+                                          (dict(consumer_regs=250), "consumer_regs"),
+                                          (dict(producer_regs=16), "producer_regs")])
+def test_bad_config_names_the_field(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        fg.GluonConfig(**kwargs)
+
+
+def test_smem_model_counts_q_and_both_rings():
+    assert fg.GluonConfig(block_n=128, num_buffers=2).smem_bytes(128) == (128 + 2 * 2 * 128) * 128 * 2
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda q, k, v: (q.float(), k.float(), v.float()), "float16 or bfloat16"),
+    (lambda q, k, v: (q, k[:, :1], v[:, :1]), r"\(B, H\) must match"),
+    (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), "head dim d=32"),
+    (lambda q, k, v: (q[0], k, v), "q.shape"),
+])
+def test_bad_inputs_are_refused_by_name(change, match):
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    q2, k2, v2 = change(q, q.clone(), q.clone())
+    with pytest.raises((TypeError, ValueError), match=match):
+        fg.forward(q2, k2, v2)
+    assert not fg.supports(q2, k2, v2)
+
+
+def test_cpu_tensors_are_refused_by_name():
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="q is on cpu.*CUDA sm90"):
+        fg.forward(q, q, q)
+
+
+def test_not_supported_or_preferred_off_a_gpu():
+    q = torch.zeros(1, 2, 4096, 128, dtype=torch.float16)  # CPU tensors
+    assert not fg.supports(q, q, q) and not fg.preferred(q, q, False)
+    assert ladder.resolve("v5_gluon_ws", q, q, q, False) == ladder.resolve("v4_hopper", q, q, q, False)
+    assert ladder.best_rung(q, q, q, False) != "v5_gluon_ws"
+
+
+# ------------------------------------------------------------------ on a GPU
+
+
+def _cuda_sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+gpu = pytest.mark.skipif(not _cuda_sm90(), reason="the Gluon rung runs on CUDA sm90 (Hopper) only")
+
+
+@pytest.fixture
+def _poison(monkeypatch):
+    monkeypatch.setenv("FLASHLAB_POISON", "1")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("Nq, Nk", [(1, 1), (17, 300), (300, 17), (1000, 1000), (2048, 2048), (129, 4096)])
+@pytest.mark.parametrize("block_n, nbuf", [(128, 2), (64, 3)])
+def test_gluon_rung_matches_reference_on_gpu(dtype, causal, d, Nq, Nk, block_n, nbuf):
+    from flashlab.kernels.attention import allowed_error, attention_reference, max_error
+
+    seed = random.randrange(2**31)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(2, 3, n, d, device="cuda", generator=g).to(dtype) for n in (Nq, Nk, Nk))
+    o, lse = fg.forward(q, k, v, causal, config=fg.GluonConfig(block_n, nbuf))
+    ref = attention_reference(q.double(), k.double(), v.double(), causal=causal)
+    pt = attention_reference(q, k, v, causal=causal, upcast=False)
+    assert max_error(o, ref) <= allowed_error(ref, pt), f"seed={seed}: error {max_error(o, ref):.3g}"
+    s = q.double() @ k.double().transpose(-2, -1) / d**0.5  # (2, 3, Nq, Nk)
+    if causal:
+        s = s.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+    assert max_error(lse, torch.logsumexp(s, -1)) < 1e-3, f"seed={seed}: lse"
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal):
+    from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
+
+    seed = random.randrange(2**31)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, 2048, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
+    assert ladder.best_rung(q, k, v, causal) == "v5_gluon_ws"
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, causal=causal)
+    ref = attention_reference(q.double(), k.double(), v.double(), causal=causal)
+    pt = attention_reference(q, k, v, causal=causal, upcast=False)
+    assert max_error(out, ref) <= allowed_error(ref, pt), f"seed={seed}"
+    out.float().sum().backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in leaves), f"seed={seed}"
