@@ -102,9 +102,6 @@ def timing(args) -> dict:
     from flashlab.kernels import flash_fwd_gluon as fg
     from flashlab.kernels import flash_fwd_hopper as hopper
 
-    refusal = _common.timing_refusal()
-    if refusal:
-        raise SystemExit(refusal)
     configs = parse_configs(args.configs)
     rows = []
     cudnn = _common.sdpa("CUDNN_ATTENTION")
@@ -144,9 +141,18 @@ def timing(args) -> dict:
     return {"timing": rows}
 
 
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("check", "time"))
+    p.add_argument("what", choices=("check", "time"), nargs="?", default="time")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     p.add_argument("--configs", nargs="*", help="BLOCK_N,NBUF[,CONSUMER_REGS[,PRODUCER_REGS]] per config")
     p.add_argument("--head-dims", nargs="*", type=int, default=[128])
     p.add_argument("--seq-lens", nargs="*", type=int, default=[4096, 8192, 16384])
@@ -156,6 +162,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     args.causal = [bool(c) for c in args.causal]
+    if args.dry_run:
+        configs = args.configs or ["default"]
+        if args.what == "check":
+            print(f"check: configs {configs}, d {args.head_dims}, bf16 and fp16, causal 0/1, "
+                  f"(Nq, Nk) in {LENGTHS} x {LENGTHS}: {2 * 2 * len(args.head_dims) * len(LENGTHS) ** 2} cases per config")
+        else:
+            for dtype, d, n, causal in itertools.product(args.dtypes, args.head_dims, args.seq_lens, args.causal):
+                print(f"time: {dtype} d={d} N={n} causal={int(causal)} B={16384 // n} H={2048 // d}: cuDNN, the Hopper "
+                      f"rung, Gluon configs {configs}, {args.rounds} interleaved rounds")
+        return 0
+    refusal = _common.timing_refusal() if args.what == "time" else None
+    if refusal or (args.what == "check" and not _cuda()):
+        print(f"gluon_probe: refusing to run: {refusal or 'the Gluon rung needs a CUDA GPU'}", file=sys.stderr)
+        return 2
     t0 = time.time()
     payload = {"environment": _common.environment()}
     payload.update(check(args) if args.what == "check" else timing(args))

@@ -124,10 +124,17 @@ def test_bench_refuses_to_time_under_the_interpreter(monkeypatch, capsys):
     assert "TRITON_INTERPRET" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["bench_attention", "bench_memory", "ncu_traffic"])
+@pytest.mark.parametrize("name", ["bench_attention", "bench_memory", "ncu_traffic", "gluon_probe"])
 def test_benchmark_scripts_plan_without_a_gpu(name, capsys):
     assert _load(name).main(["--dry-run"]) == 0
     assert capsys.readouterr().out.strip(), f"{name} --dry-run printed no plan"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+@pytest.mark.parametrize("what", ["check", "time"])
+def test_gluon_probe_refuses_without_a_gpu(what, capsys):
+    assert _load("gluon_probe").main([what]) == 2
+    assert "refusing" in capsys.readouterr().err
 
 
 def test_gpu_sweep_summary_counts_failures_and_names_the_worst_case():

@@ -87,6 +87,14 @@ def test_doctor_reports_compiled_mode_on_a_gpu(monkeypatch):
     d = doctor.diagnose()
     assert d.triton_mode == "compiled"
     assert "NVIDIA H200" in doctor.format_text(d)
+    assert "v5_gluon_ws" in doctor.format_text(d) and "v4_hopper" in doctor.format_text(d)
+
+
+def test_doctor_says_which_forward_rungs_run_off_hopper(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(doctor, "_gpu_name", lambda: "NVIDIA A100-SXM4-80GB (sm_80)")
+    text = doctor.format_text(doctor.diagnose())
+    assert "do not run here" in text and "v3_autotuned" in text
 
 
 PINNED = {"numpy": "2.3.5", "triton": "3.6.0", "torch": "2.13.0+cpu",

@@ -139,12 +139,22 @@ def diagnose() -> Diagnosis:
                         "unset TRITON_INTERPRET before starting Python"))
     if mode == "compiled":
         add(Finding("ok", f"Triton compiles for the GPU {gpu}"))
+        add(Finding("ok", _forward_rungs(gpu)))
     if "triton" in sys.modules and mode == "interpreter" and not interpret:
         add(Finding("warn", "triton was imported before TRITON_INTERPRET was set; its mode is fixed now",
                     "restart the kernel; flashlab sets TRITON_INTERPRET itself when it imports triton first"))
     if not any(f.level != "ok" for f in d.findings):
         add(Finding("ok", "no known problems"))
     return d
+
+
+def _forward_rungs(gpu: str) -> str:
+    """Which forward rungs ``flash_attention`` can use on this GPU (``kernels.ladder.best_rung`` decides per call)."""
+    if gpu.endswith("(sm_90)"):
+        return ("Hopper GPU: flash_attention's forward runs the Gluon rung v5_gluon_ws (fp16/bf16, d = 128, long "
+                "sequences), the Hopper rung v4_hopper (fp16/bf16, d 64 or 128) or v3_autotuned (everything else)")
+    return ("not a Hopper (sm_90) GPU: the v4_hopper and v5_gluon_ws rungs do not run here; flash_attention's "
+            "forward runs v3_autotuned (benchmarks/NOTES.md was measured on an H200)")
 
 
 def format_text(d: Diagnosis) -> str:
