@@ -158,7 +158,7 @@ def best_forward(q, k, v, causal: bool, scale: float):
     """
     from . import flash_fwd_gluon
 
-    if q.device.type == "cuda" and flash_fwd_gluon.preferred(q, k, causal):
+    if flash_fwd_gluon.preferred(q, k, causal):
         return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
     return hopper_forward(q, k, v, causal, scale)
 

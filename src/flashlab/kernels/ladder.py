@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 
+from . import flash_fwd_gluon  # imports triton only when a kernel is first used
 from .attention import check_inputs, hopper_forward, on_device
 
 
@@ -44,20 +45,13 @@ def hopper_applies(q, k, v, causal: bool) -> bool:
     return module is not None and bool(module.supports(q, k, v, causal))
 
 
-def gluon_module():
-    """``flashlab.kernels.flash_fwd_gluon`` (it imports triton only when a kernel is first used)."""
-    from . import flash_fwd_gluon
-
-    return flash_fwd_gluon
-
-
 def resolve(name: str, q, k, v, causal: bool) -> str:
     """The rung that entry ``name`` actually runs for these inputs (``v5_gluon_ws`` may fall back to
     ``v4_hopper``'s choice, and ``v4_hopper`` to v3)."""
     if name not in RUNGS:
         raise ValueError(f"rung name={name!r} is unknown; expected one of {sorted(RUNGS)}")
     if name == "v5_gluon_ws":
-        if q.device.type == "cuda" and gluon_module().supports(q, k, v, causal):
+        if flash_fwd_gluon.supports(q, k, v, causal):
             return name
         name = "v4_hopper"
     if name == "v4_hopper" and not hopper_applies(q, k, v, causal):
@@ -69,7 +63,7 @@ def best_rung(q, k, v, causal: bool) -> str:
     """The rung ``flash_attention`` uses (``attention.best_forward``): v5_gluon_ws where it is
     supported and measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
     applies, else v3_autotuned."""
-    if q.device.type == "cuda" and gluon_module().preferred(q, k, causal):
+    if flash_fwd_gluon.preferred(q, k, causal):
         return "v5_gluon_ws"
     return resolve("v4_hopper", q, k, v, causal)
 
@@ -98,8 +92,8 @@ def v5_gluon_ws(q, k, v, causal: bool = False, scale: float | None = None):
     """The warp-specialised Gluon rung where it is supported; otherwise what v4_hopper runs."""
     scale = check_inputs(q, k, v, causal, scale)
     with on_device(q):
-        if q.device.type == "cuda" and gluon_module().supports(q, k, v, causal):
-            return gluon_module().forward(q, k, v, causal, scale, checked=True)
+        if flash_fwd_gluon.supports(q, k, v, causal):
+            return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
         return hopper_forward(q, k, v, causal, scale)
 
 
