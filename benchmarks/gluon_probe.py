@@ -8,7 +8,11 @@
 pass when the error is at most twice PyTorch's own in the same dtype plus a floor (the rule of
 ``benchmarks/gpu_sweep.py``). ``time``: issue 7's protocol rows (B*N = 16384, H*d = 2048) at the
 given N, d = 128 by default; cuDNN, the Hopper rung and every Gluon config timed in ``rounds``
-interleaved rounds (medians). Writes JSON with ``--out``.
+interleaved rounds, each round the median of ``triton.testing.do_bench`` (``bench_attention.bench_ms``),
+then the median over rounds. Writes JSON with ``--out``.
+
+(The results of calls 12, 13 and 16 in benchmarks/NOTES.md were timed before this script used
+``bench_ms``: each round there is do_bench's default, the *mean* of its repeats.)
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
+from bench_attention import bench_ms  # noqa: E402  (the protocol's timer: median of do_bench)
 
 LENGTHS = (1, 17, 128, 1000, 4096)
 
@@ -90,12 +95,6 @@ def check(args) -> dict:
     return {"check": results, "passed": n_ok, "cases": len(results)}
 
 
-def bench_ms(fn) -> float:
-    import triton
-
-    return triton.testing.do_bench(fn, warmup=20, rep=60)
-
-
 def timing(args) -> dict:
     import torch
 
@@ -130,6 +129,7 @@ def timing(args) -> dict:
             for name, f in variants.items():
                 ms[name].append(bench_ms(f))
         row = {"dtype": dtype_name, "d": d, "n": n, "causal": causal, "B": B, "H": H, "rounds": args.rounds,
+               "per_round": "median of triton.testing.do_bench(warmup=20, rep=60)",
                "ms_rounds": ms, "max_abs_diff_vs_cudnn": errors}
         med = {name: statistics.median(v) for name, v in ms.items()}
         row["tflops"] = {name: round(flops / t / 1e9, 1) for name, t in med.items()}
