@@ -3,6 +3,8 @@
     flashlab bench [ARGS]          # benchmarks/bench_attention.py: flashlab vs SDPA, TFLOP/s
     flashlab bench memory [ARGS]   # benchmarks/bench_memory.py: peak memory, naive vs flash
     flashlab bench ncu [ARGS]      # benchmarks/ncu_traffic.py: DRAM bytes (Nsight Compute) vs model
+    flashlab bench --mine [--exercises-dir DIR] [--module NAME]
+                                   # YOUR forward kernel beside the course's rungs and SDPA
 
 Timing needs a CUDA GPU and compiled Triton kernels. Under ``TRITON_INTERPRET=1`` (the CPU
 interpreter) or without CUDA this command refuses with a message instead of printing numbers
@@ -17,6 +19,9 @@ import sys
 from pathlib import Path
 
 SCRIPTS = {"attention": "bench_attention.py", "memory": "bench_memory.py", "ncu": "ncu_traffic.py"}
+MINE_SHAPES = ((16, 16, 1024), (4, 16, 4096), (2, 16, 8192))  # (B, H, N): B x N = 16384 as in bench_attention
+MINE_D = 64
+MINE_EXERCISE = "ex07_kernel_inner_loop"  # flash_forward(q, k, v) on (Z, N, d); a full-kernel exercise wins
 
 
 def refusal() -> str | None:
@@ -45,8 +50,146 @@ def find_script(name: str) -> Path:
                             "run `flashlab bench` from a flashlab checkout")
 
 
+# ----------------------------------------------------------------------------- --mine
+def find_mine(exercises_dir=None, module: str | None = None):
+    """(module name, flash_forward, takes_4d) of the learner's forward kernel exercise.
+
+    Takes the first exercise module whose ``flash_forward`` has a ``scale`` parameter (a full
+    kernel, ``flash_forward(q, k, v, causal=False, scale=None)`` on (B, H, N, d) tensors), else
+    ex07's ``flash_forward(q, k, v)`` on (Z, N, d) tensors; ``module`` picks one by name.
+    """
+    import inspect
+
+    from flashlab.grading import find_exercises_dir
+
+    folder = find_exercises_dir(exercises_dir)
+    paths = [folder / f"{module}.py"] if module else sorted(folder.glob("ex*.py"))
+    if module and not paths[0].is_file():
+        raise ValueError(f"module={module!r}: no {paths[0]}")
+    full = [p for p in paths if "def flash_forward(" in p.read_text(encoding="utf-8")
+            and "scale" in p.read_text(encoding="utf-8").split("def flash_forward(", 1)[1].split(")", 1)[0]]
+    chosen = paths[0] if module else (full[0] if full else folder / f"{MINE_EXERCISE}.py")
+    if not chosen.is_file():
+        raise ValueError(f"no {chosen.name} in {folder}: nothing of yours to time")
+    spec = importlib.util.spec_from_file_location(f"flashlab_mine_{chosen.stem}", chosen)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(folder))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(folder))
+    fn = getattr(mod, "flash_forward", None)
+    if not callable(fn):
+        raise ValueError(f"{chosen} has no function flash_forward(q, k, v, ...)")
+    return chosen.stem, fn, "scale" in inspect.signature(fn).parameters
+
+
+def _median_ms(fn) -> float:
+    import triton
+
+    return float(triton.testing.do_bench(fn, warmup=20, rep=60, return_mode="median"))
+
+
+def time_mine(fn, takes_4d: bool, shapes=MINE_SHAPES, d: int = MINE_D) -> list[dict]:
+    """Time the learner's ``fn`` beside rungs v0-v3, flash_attention and SDPA (fp16, not causal).
+
+    Each row: {"shape", "ms": {name: ms or None}, "mine_err", "sdpa_err", "ok"}; errors are max |out - ref|
+    against float32 attention on the same inputs, and "ok" is the course's rule: at most twice SDPA's
+    error plus fp16's floor. Needs a CUDA GPU.
+    """
+    import torch
+
+    from flashlab.kernels import ladder
+    from flashlab.kernels.attention import ERROR_FLOOR, attention_reference, flash_attention, max_error
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    rows = []
+    for batch, heads, n in shapes:
+        gen = torch.Generator(device="cuda").manual_seed(n)
+        q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.float16, generator=gen)
+                   for _ in range(3))  # (B, H, N, d)
+        if takes_4d:
+            mine = lambda: fn(q, k, v)  # noqa: E731
+        else:
+            flat = [x.reshape(batch * heads, n, d) for x in (q, k, v)]  # (Z, N, d), Z = B x H
+            mine = lambda: fn(*flat).reshape(batch, heads, n, d)  # noqa: E731
+        sl = (slice(0, 1), slice(0, 2))
+        ref = attention_reference(q[sl], k[sl], v[sl]).float()  # (1, 2, N, d)
+        with torch.no_grad():
+            row = dict(shape=(batch, heads, n, d), ms={})
+            try:
+                row["mine_err"] = max_error(mine()[sl], ref)
+            except Exception as exc:  # noqa: BLE001  the learner's kernel may raise: report, keep going
+                row["mine_err"], row["error"] = float("inf"), f"{type(exc).__name__}: {exc}"
+            row["sdpa_err"] = max_error(sdpa(q[sl], k[sl], v[sl]), ref)
+            row["ok"] = row["mine_err"] <= 2 * row["sdpa_err"] + ERROR_FLOOR["float16"]
+            timed = {"mine": mine if "error" not in row else None}
+            timed.update({name: (lambda f=ladder.RUNGS[name]: f(q, k, v, False, None))
+                          for name in ("v0_grid_bh", "v1_minimal", "v2_exp2_causal", "v3_autotuned")
+                          if name in ladder.RUNGS})
+            timed["flash_attention"] = lambda: flash_attention(q, k, v)
+            timed["sdpa"] = lambda: sdpa(q, k, v)
+            for name, call in timed.items():
+                try:
+                    row["ms"][name] = None if call is None else _median_ms(call)
+                except Exception:  # noqa: BLE001  a rung that does not apply here is left blank
+                    row["ms"][name] = None
+        rows.append(row)
+    return rows
+
+
+def mine_table(rows: list[dict], module: str) -> str:
+    """The rows of :func:`time_mine` as text: ms per implementation, your TFLOP/s and speed vs SDPA."""
+    names = list(rows[0]["ms"]) if rows else []
+    lines = [f"your flash_forward ({module}) beside the course's kernels and PyTorch SDPA: fp16, not causal, "
+             "median ms (triton.testing.do_bench)",
+             f"{'B,H,N,d':<16}" + "".join(f"{n.replace('_causal', '').replace('_autotuned', ''):>14}" for n in names)
+             + f"{'mine TFLOP/s':>14}{'SDPA/mine':>11}  check"]
+    for r in rows:
+        b, h, n, d = r["shape"]
+        ms = r["ms"]
+        cells = "".join(f"{ms[k]:>14.3f}" if ms[k] else f"{'-':>14}" for k in names)
+        tflops = f"{4 * b * h * n * n * d / (ms['mine'] * 1e-3) / 1e12:>14.1f}" if ms.get("mine") else f"{'-':>14}"
+        ratio = f"{ms['sdpa'] / ms['mine']:>10.2f}x" if ms.get("mine") and ms.get("sdpa") else f"{'-':>11}"
+        check = "ok" if r["ok"] else f"WRONG (max err {r['mine_err']:.3g}) {r.get('error', '')}"
+        lines.append(f"{b},{h},{n},{d}".ljust(16) + cells + tflops + ratio + "  " + check)
+    return "\n".join(lines)
+
+
+def mine(exercises_dir=None, module: str | None = None) -> str:
+    """Your forward kernel timed beside the course's (a table), or why it cannot be timed here."""
+    why = refusal()
+    if why:
+        return f"flashlab bench --mine: not timing here: {why}"
+    name, fn, takes_4d = find_mine(exercises_dir, module)
+    return mine_table(time_mine(fn, takes_4d), name)
+
+
+def mine_main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="flashlab bench --mine", description=(
+        "Time your forward kernel exercise beside rungs v0-v3, flash_attention and PyTorch SDPA (GPU only)."))
+    parser.add_argument("--exercises-dir", metavar="DIR", help="the folder of your exercises")
+    parser.add_argument("--module", metavar="NAME", help=f"the exercise module to time (default: a full-kernel "
+                        f"exercise if there is one, else {MINE_EXERCISE})")
+    args = parser.parse_args(argv)
+    why = refusal()
+    if why:
+        print(f"flashlab bench --mine: refusing to time: {why}", file=sys.stderr)
+        return 2
+    try:
+        print(mine(args.exercises_dir, args.module))
+    except ValueError as exc:
+        print(f"flashlab bench --mine: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--mine" in argv:
+        return mine_main([a for a in argv if a != "--mine"])
     which = "attention"
     if argv and argv[0] in SCRIPTS:
         which, argv = argv[0], argv[1:]

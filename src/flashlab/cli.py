@@ -1,4 +1,4 @@
-"""The ``flashlab`` command: doctor, grade, traffic, tiles, bench, tour.
+"""The ``flashlab`` command: doctor, grade, progress, traffic, tiles, bench, tour.
 
 Each sub-command lives in the module that owns its subject; this file only dispatches.
 Every sub-command's ``main(argv)`` takes the remaining arguments and returns an exit code.
@@ -11,6 +11,7 @@ import sys
 COMMANDS = {
     "doctor": ("flashlab.doctor", "main", "versions, GPU or not, Triton mode, known-bad combinations"),
     "grade": ("flashlab.grading.cli", "main", "grade exercises and print a score table"),
+    "progress": ("flashlab.progress", "main", "exercises and self-tests: points so far, what to do next"),
     "traffic": ("flashlab.viz.cli", "traffic_main", "HBM traffic figures as PNG files"),
     "tiles": ("flashlab.viz.cli", "tiles_main", "the tile schedule as PNG and animated GIF"),
     "bench": ("flashlab.bench", "main", "time flash_attention against PyTorch SDPA (GPU only)"),

@@ -1,0 +1,255 @@
+"""``flashlab progress``: where a learner stands, exercise by exercise and self-test by self-test.
+
+Lists, in course order (notebook by notebook), every exercise and each notebook's self-test with
+points earned / possible, then says what to do next: the first unfinished item, with its notebook
+and the command that checks it.
+
+Where the points come from (the output says which):
+- exercises: a quick grade of the public cases only (``flashlab grade --public-only``, about 8 s
+  for all of them); a part whose public cases pass counts as earned here, and only ``flashlab grade``
+  runs the hidden cases that decide the real score. With ``fast=True`` (``--fast``) nothing is run:
+  each exercise is only read, to tell an untouched stub from an edited one, and shows "?" points.
+- self-tests: the answers recorded by ``answer(...)`` in ``selftest_answers.json``
+  (:mod:`flashlab.selftest`), graded again here, so the file's own "correct" flags are not trusted.
+- predictions (:func:`flashlab.selftest.predict`) are listed, never scored.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# Used when the notebook sources are not there to read (an installed package): exercise -> notebook.
+DEFAULT_NOTEBOOK_OF = {"ex01_naive": "01", "ex02_softmax": "02", "ex03_tiled_forward": "03",
+                       "ex04_causal_tiles": "03", "ex05_traffic": "04", "ex06_triton_primer": "05",
+                       "ex07_kernel_inner_loop": "06", "ex08_kernel_causal": "06", "ex09_backward_pieces": "07",
+                       "ex10_tiled_backward": "07", "ex11_quiz": "09"}
+_CHECK = re.compile(r"""check\(\s*["'](\w+)["']""")
+DONE = ("done", "done (public cases)")
+
+
+@dataclass
+class Item:
+    """One line of the progress table."""
+
+    notebook: str  # "03"
+    kind: str  # "exercise" or "self-test"
+    name: str  # exercise id, or "self-test 03"
+    earned: float | None  # None: not graded (fast mode)
+    possible: float
+    status: str
+    todo: str  # what to do for this item, with the command
+
+
+def _notebook_files() -> dict:
+    """{"03": "notebooks/03_tiled_attention.ipynb", ...} of the checkout, or {} when not in one."""
+    from flashlab.course import repo_root
+
+    root = repo_root()
+    if root is None:
+        return {}
+    return {p.name[:2]: f"notebooks/{p.stem}.ipynb" for p in sorted((root / "notebooks" / "_src").glob("[0-9][0-9]_*.py"))}
+
+
+def notebook_of_exercises() -> dict:
+    """exercise id -> notebook ("03"), from the check("...") cells of the notebook sources."""
+    from flashlab.course import repo_root
+
+    found = dict(DEFAULT_NOTEBOOK_OF)
+    root = repo_root()
+    for path in sorted((root / "notebooks" / "_src").glob("[0-9][0-9]_*.py")) if root else []:
+        for name in _CHECK.findall(path.read_text(encoding="utf-8")):
+            found[name] = path.name[:2]
+    return found
+
+
+def _stub_state(path: Path, exercise) -> str:
+    """"not started" when every part is still the stub (raises NotImplementedError or is None)."""
+    if not path.is_file():
+        return "missing"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except SyntaxError:
+        return "edited (syntax error)"
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    values = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Name)}
+    for part in exercise.parts:
+        node = defs.get(part.function)
+        if node is not None:
+            raises = [n for n in ast.walk(node) if isinstance(n, ast.Raise) and n.exc is not None
+                      and "NotImplementedError" in ast.unparse(n.exc)]
+            if not raises:
+                return "edited (not graded)"
+        elif part.function in values and not (isinstance(values[part.function], ast.Constant)
+                                               and values[part.function].value is None):
+            return "edited (not graded)"
+    return "not started"
+
+
+def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> list[Item]:
+    from flashlab.grading import EXERCISES, grade
+    from flashlab.selftest import EXERCISE
+
+    names = [n for n in EXERCISES if n != EXERCISE]
+    graded = {} if fast else {e.name: results for e, results in grade(names, folder, public_only=True, seed=0,
+                                                                       jobs=2)}
+    items = []
+    for name in names:
+        exercise = EXERCISES[name]
+        nb = notebooks.get(name, "??")
+        where = f"notebook {nb} ({files[nb]})" if nb in files else f"notebook {nb}"
+        todo = (f"{where}: complete {folder.name}/{name}.py, then check(\"{name}\") in the notebook "
+                f"or `flashlab grade {name}`")
+        if fast:
+            items.append(Item(nb, "exercise", name, None, exercise.points, _stub_state(folder / f"{name}.py",
+                                                                                          exercise), todo))
+            continue
+        results = graded[name].values()
+        earned = sum(r["points"] for r in results if r["status"] in ("passed", "public passed"))
+        statuses = {r["status"] for r in results}
+        if statuses <= {"passed"}:
+            status = "done"
+        elif statuses <= {"passed", "public passed"}:
+            status = "done (public cases)"
+        elif statuses == {"not attempted"}:
+            status = "not started"
+        else:
+            failing = [r["function"] for r in results if r["status"] not in ("passed", "public passed")]
+            status = f"in progress ({', '.join(failing)} to do)"
+        items.append(Item(nb, "exercise", name, earned, exercise.points, status, todo))
+    return items
+
+
+def _selftest_items(record: dict, files: dict) -> list[Item]:
+    from flashlab.selftest import POINTS, QUESTIONS, is_right
+
+    items = []
+    for nb in sorted({q.notebook for q in QUESTIONS}):
+        questions = [q for q in QUESTIONS if q.notebook == nb]
+        right, wrong, open_ = [], [], []
+        for q in questions:
+            entry = record["answers"].get(q.qid)
+            if not isinstance(entry, dict) or entry.get("answer") is None:
+                open_.append(q.qid)
+            else:
+                (right if _safe_is_right(is_right, q, entry["answer"]) else wrong).append(q.qid)
+        if len(right) == len(questions):
+            status = "done"
+        elif not right and not wrong:
+            status = "not started"
+        else:
+            status = ", ".join(s for s in (f"{len(open_)} unanswered" if open_ else "",
+                                           f"{len(wrong)} wrong ({', '.join(wrong)})" if wrong else "") if s)
+        first = (open_ + wrong)[:1] or [questions[0].qid]
+        where = f"notebook {nb} ({files[nb]})" if nb in files else f"notebook {nb}"
+        todo = f"{where}, self-test at the end: answer(\"{first[0]}\", ...) under the question"
+        items.append(Item(nb, "self-test", f"self-test {nb}", len(right) * POINTS, len(questions) * POINTS,
+                          status, todo))
+    return items
+
+
+def _safe_is_right(is_right, q, value) -> bool:
+    try:
+        return is_right(q, value)
+    except Exception:  # noqa: BLE001  a hand-edited answers file may hold anything
+        return False
+
+
+@dataclass
+class Progress:
+    """The progress table; ``str()`` or the notebook shows it as text."""
+
+    folder: str
+    graded: bool
+    items: list
+    predictions: dict
+
+    @property
+    def next(self) -> Item | None:
+        """The first unfinished item in course order (exercises of a notebook before its self-test)."""
+        return next((i for i in self.items if i.status not in DONE), None)
+
+    def totals(self) -> dict:
+        out = {}
+        for kind in ("exercise", "self-test"):
+            items = [i for i in self.items if i.kind == kind]
+            earned = None if any(i.earned is None for i in items) else sum(i.earned for i in items)
+            out[kind] = (earned, sum(i.possible for i in items))
+        return out
+
+    def __str__(self) -> str:
+        from flashlab.selftest_bank import PREDICTIONS
+
+        how = ("exercises: public cases graded just now (hidden cases: `flashlab grade`)" if self.graded else
+               "exercises: not graded (--fast): only read, to tell a stub from an edited file")
+        lines = [f"flashlab progress: {self.folder}", how,
+                 "self-tests: answers recorded by answer(...) in selftest_answers.json, graded again now", "",
+                 f"{'nb':<3} {'item':<24} {'points':>10}  status"]
+        for i in self.items:
+            points = f"{'?' if i.earned is None else f'{i.earned:g}'}/{i.possible:g}"
+            lines.append(f"{i.notebook:<3} {i.name:<24} {points:>10}  {i.status}")
+        totals = self.totals()
+        lines.append("")
+        for kind, label in (("exercise", "exercises"), ("self-test", "self-tests")):
+            earned, possible = totals[kind]
+            lines.append(f"{label + ':':<12} {'?' if earned is None else f'{earned:g}'}/{possible:g} points")
+        made = [k for k in self.predictions if k in {p.key for p in PREDICTIONS}]
+        lines.append(f"{'predictions:':<12} {len(made)} of {len(PREDICTIONS)} made (not scored)"
+                     + "".join(f"; {k}: {self.predictions[k].get('rel_error', 0):.0%} off" for k in made))
+        nxt = self.next
+        lines += ["", "next: " + (f"{nxt.name}, {nxt.todo}" if nxt else "everything is done. Well done.")]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
+
+    def to_dict(self) -> dict:
+        nxt = self.next
+        return dict(folder=self.folder, graded=self.graded, items=[asdict(i) for i in self.items],
+                    totals={k: list(v) for k, v in self.totals().items()}, predictions=self.predictions,
+                    next=None if nxt is None else asdict(nxt))
+
+
+def progress(exercises_dir=None, fast: bool = False) -> Progress:
+    """The learner's progress (see the module docstring for where the points come from).
+
+    exercises_dir: the learner's folder (default: flashlab.grading.find_exercises_dir()).
+    fast: do not grade the exercises (no child processes); read them only.
+    """
+    from flashlab.grading import find_exercises_dir
+    from flashlab.selftest import recorded
+
+    folder = find_exercises_dir(exercises_dir)
+    record = recorded(folder)
+    files = _notebook_files()
+    notebooks = notebook_of_exercises()
+    items = _exercise_items(folder, fast, notebooks, files) + _selftest_items(record, files)
+    order = {"exercise": 0, "self-test": 1}
+    items.sort(key=lambda i: (i.notebook, order[i.kind]))  # stable: exercises keep the registry's order
+    return Progress(str(folder), not fast, items, record["predictions"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="flashlab progress", description=(
+        "Exercises and self-tests with points earned/possible, and what to do next. Exercises are graded "
+        "on their public cases only (about 8 s); self-tests come from the answers recorded in the notebooks."))
+    parser.add_argument("--exercises-dir", metavar="DIR", help="the folder of your exercises (default: found "
+                        "as `flashlab grade` finds it)")
+    parser.add_argument("--fast", action="store_true", help="do not grade the exercises; only tell stubs from "
+                        "edited files")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    args = parser.parse_args(argv)
+    try:
+        result = progress(args.exercises_dir, fast=args.fast)
+    except ValueError as exc:
+        print(f"flashlab progress: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result)
+    return 0
