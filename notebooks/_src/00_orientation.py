@@ -115,7 +115,23 @@ print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + r
 # Read a cell, predict its output, run it, then change a parameter and run it again. Graded
 # exercises live in `exercises/` (stubs you complete); a cell `check("...")` grades yours.
 # `flashlab grade` does the same from a shell.
+
+# %% [markdown]
+# ## Your progress
 #
+# Every exercise and every notebook's self-test, with points earned / possible, and what to do
+# next. `fast=True` runs nothing: an exercise shows the result of the last graded run while its file
+# is unchanged, else only whether it is still a stub. `progress()` (or `flashlab progress` in a
+# shell) grades the exercises' public cases first, which takes a few seconds; only
+# `flashlab grade` runs the hidden cases that decide the score. Self-tests are the answers you
+# gave with `answer(...)` at the end of notebooks 01-09.
+
+# %%
+from flashlab.progress import progress
+
+progress(fast=True)
+
+# %% [markdown]
 # ## Self-test
 #
 # 1. Which memory does a Triton program's tile live in, and how large can it be on an H200?

@@ -169,15 +169,62 @@ else:
 # The measured peak is S and P, two bf16 N x N matrices (plus O, a rounding error at this size):
 # 4 GiB at N = 32768, where each matrix is the 2 GiB computed above. At the largest N the two
 # matrices need more than the whole GPU holds, and the forward pass fails with `oom`.
-#
+
+# %% [markdown]
 # ## Self-test
 #
-# 1. Which two intermediate matrices does standard attention materialise, and what are their shapes?
-# 2. Per head, at N = 8192 and fp16, how many bytes do S and P move in total (write + read each)?
-# 3. Why does `causal=True` not reduce the naive algorithm's memory?
-# 4. Arithmetic intensity of naive attention at N = 4096, d = 128: above or below the H200's
-#    ridge point? What does that predict about its speed?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **01.1** Which two intermediate matrices does standard attention write to HBM, and what shape are
+# they?
 #
+# - (a) Q and K, each N x d
+# - (b) O and lse, N x d and N
+# - (c) S and P, each Nq x Nk
+# - (d) K^T and V^T, each d x N
+
+# %%
+answer("01.1", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **01.2** Per head, at N = 8192 in fp16, how many MiB do S and P move in total (each written once and
+# read back once)?
+
+# %%
+answer("01.2", None)  # your number (MiB)
+
+# %% [markdown]
+# **01.3** Why does causal=True not reduce the naive algorithm's memory?
+#
+# - (a) the mask is applied to a full S: S and P are still materialised as Nq x Nk matrices
+# - (b) the mask itself is an extra Nq x Nk matrix that cancels the saving
+# - (c) causal attention needs float32 scores
+# - (d) it does: causal halves the bytes
+
+# %%
+answer("01.3", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **01.4** Naive attention at N = 4096, d = 128, fp16: is its arithmetic intensity (FLOPs per HBM
+# byte) above or below the H200's ridge point?
+#
+# - (a) above: compute-bound, limited by the tensor cores
+# - (b) below: memory-bound, limited by HBM bandwidth
+# - (c) exactly at the ridge point
+# - (d) intensity does not apply to attention
+
+# %%
+answer("01.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
 # ## Summary
 #
 # - Naive attention does $4 N^2 d$ matmul FLOPs (for $d_v = d$) and moves $\Theta(N d + N^2)$ bytes;

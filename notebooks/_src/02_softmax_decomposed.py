@@ -142,13 +142,61 @@ check("ex02_softmax")
 # %% [markdown]
 # ## Self-test
 #
-# 1. Above which score does `np.exp` overflow in float32? In float16?
-# 2. A state has $m = 3$, $l = 2$; a new chunk has $m = 5$, $l = 1$. What is the combined $l$?
-# 3. Why may the kernel divide by $l$ only once, at the end, instead of after every tile?
-# 4. What does a state over only masked scores ($-\infty$) look like, and why must combining with
-#    it change nothing?
-# 5. Is the online softmax exact? What did the measurement above show?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **02.1** Above which score x does np.exp(x) overflow to inf in float32?
+
+# %%
+answer("02.1", None)  # your number
+
+# %% [markdown]
+# **02.2** A state has m = 3, l = 2; a new chunk has m = 5, l = 1. What is the combined l?
+
+# %%
+answer("02.2", None)  # your number
+
+# %% [markdown]
+# **02.3** Why may the kernel divide by l only once, at the end, instead of after every tile?
 #
+# - (a) division is not available inside a Triton kernel
+# - (b) l does not change after the first tile
+# - (c) dividing after every tile would overflow float16
+# - (d) acc and l are rescaled by the same factor each step, so acc / l comes out the same
+
+# %%
+answer("02.3", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **02.4** What does the state of a row whose scores are all masked (-inf) look like?
+#
+# - (a) m = 0, l = 0
+# - (b) m = -inf, l = 0: combining with it changes nothing
+# - (c) m = +inf, l = 1
+# - (d) m = NaN, l = NaN
+
+# %%
+answer("02.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **02.5** Is the online softmax exact?
+#
+# - (a) yes: it equals safe softmax up to floating-point rounding
+# - (b) no: it is an approximation with a small bias
+# - (c) only when the chunk size divides N
+# - (d) only in float64
+
+# %%
+answer("02.5", None)  # your letter, e.g. "b"
+
+# %% [markdown]
 # ## Summary
 #
 # - Safe softmax subtracts the row maximum; the pair $(m, l)$ summarises a row, and

@@ -62,6 +62,17 @@ from flashlab.grading import check
 check("ex03_tiled_forward")
 
 # %% [markdown]
+# **Predict, then check.** Before the trace below: how many times more HBM bytes does FlashAttention-1
+# move than FlashAttention-2, at N = 1024, d = 64, 64 x 64 tiles, fp16 tensors and fp32 statistics?
+# Write your number in place of `None` and run the cell: `predict` shows your number, the course's
+# value and the relative error, and records them. Within 10% counts.
+
+# %%
+from flashlab.selftest import predict
+
+predict("fa1_vs_fa2_bytes", None)  # your number
+
+# %% [markdown]
 # ## FlashAttention-1 against FlashAttention-2
 #
 # FlashAttention-1 (Dao et al. 2022, Algorithm 1) swaps the loops: outer over $K_j, V_j$, inner
@@ -173,13 +184,64 @@ course.show(plot_tile_schedule(schedule_tracer, step=5, sram_capacity=hardware.H
 # %% [markdown]
 # ## Self-test
 #
-# 1. In FA2's loop order, how many times is each $Q_i$ read from HBM? Each $K_j$?
-# 2. What does FA1 read and write per inner step that FA2 does not?
-# 3. Why can FA2 run one GPU program per query block, while FA1's loop order cannot easily?
-# 4. With N = 1000 and 64 x 64 tiles, how large is the last (ragged) tile, and what must the code
-#    do about the rows and columns beyond N?
-# 5. Which causal tiles are skipped, and which are computed with a mask?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **03.1** In FlashAttention-2's loop order, how often is each Q_i read from HBM, and each K_j?
 #
+# - (a) both once
+# - (b) Q_i once; K_j once per query block
+# - (c) Q_i once per key block; K_j once
+# - (d) both once per tile
+
+# %%
+answer("03.1", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **03.2** What does FlashAttention-1 read and write back per inner step that FlashAttention-2 does
+# not?
+#
+# - (a) S and P
+# - (b) K_j and V_j
+# - (c) O_i, l_i and m_i (and Q_i again)
+# - (d) only lse
+
+# %%
+answer("03.2", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **03.3** With N = 1000 and 64 x 64 tiles, how many rows does the last (ragged) query block have?
+
+# %%
+answer("03.3", None)  # your number (rows)
+
+# %% [markdown]
+# **03.4** Causal attention, N = 1024, 64 x 64 tiles: of the 256 tiles, how many does the loop compute
+# (diagonal tiles included)?
+
+# %%
+answer("03.4", None)  # your number (tiles)
+
+# %% [markdown]
+# **03.5** Why can FlashAttention-2 run one GPU program per query block?
+#
+# - (a) each query block's outputs depend only on its Q_i and all of K, V: no other program touches
+#   them
+# - (b) query blocks are smaller than key blocks
+# - (c) GPUs cannot loop over key blocks
+# - (d) FA2 stores S in shared memory
+
+# %%
+answer("03.5", None)  # your letter, e.g. "b"
+
+# %% [markdown]
 # ## Summary
 #
 # - Tiled attention equals naive attention to rounding, for any block sizes and ragged tiles.

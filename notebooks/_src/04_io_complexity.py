@@ -182,13 +182,64 @@ for name, nq in (("prefill", n), ("decode", 1)):
 # %% [markdown]
 # ## Self-test
 #
-# 1. For N = 16384, d = 64 and M = 64 Ki elements, estimate $N^2 d^2 / M$. How does it compare
-#    with standard attention's $N^2$?
-# 2. Why does doubling M halve FlashAttention's traffic, and where does that stop?
-# 3. Why is "shared memory summed over all SMs" not the M of the theorem?
-# 4. FLOPs of tiled vs naive attention, non-causal: which is larger?
-# 5. Why does FlashAttention speed up prefill far more than decode?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **04.1** N = 16384, d = 64, SRAM of M = 65536 elements, the paper's block sizes: how many times
+# fewer HBM accesses does FlashAttention make than standard attention?
+
+# %%
+answer("04.1", None)  # your number
+
+# %% [markdown]
+# **04.2** Why does doubling the SRAM size M roughly halve FlashAttention's traffic, and where does
+# that stop?
 #
+# - (a) FLOPs halve with M
+# - (b) the GPU clock rises with M
+# - (c) key blocks get twice as large, halving the passes over Q and O; it stops at reading Q, K, V
+#   and writing O once
+# - (d) it never stops: traffic falls to 0
+
+# %%
+answer("04.2", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **04.3** Why is shared memory summed over all SMs not the M of the theorem?
+#
+# - (a) the sum is too small
+# - (b) shared memory is slower than HBM
+# - (c) M counts registers only
+# - (d) each thread block sees only its own SM's shared memory
+
+# %%
+answer("04.3", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **04.4** Non-causal: does tiled attention do more matmul FLOPs than naive attention, fewer, or the
+# same?
+#
+# - (a) more
+# - (b) the same
+# - (c) fewer
+# - (d) it depends on the block size
+
+# %%
+answer("04.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# To think about (not graded):
+#
+# 1. Why does FlashAttention speed up prefill far more than decode? (Notebook 09 measures it.)
+
+# %% [markdown]
 # ## Summary
 #
 # - The traffic formulas equal traced runs exactly; FLOPs are unchanged by tiling (non-causal).

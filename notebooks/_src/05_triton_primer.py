@@ -125,12 +125,60 @@ check("ex06_triton_primer")
 # %% [markdown]
 # ## Self-test
 #
-# 1. What is a Triton *program*, and how many does `add` launch for n = 1000, `BLOCK_SIZE` = 256?
-# 2. Why must `BLOCK_SIZE` be a `tl.constexpr`?
-# 3. What does the mask do in the last program, and what would go wrong on a GPU without it?
-# 4. Why does the row softmax load padding lanes as $-\infty$ rather than 0?
-# 5. Name two ways the interpreter can pass a kernel that a GPU would reject or run wrongly.
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **05.1** How many programs does the vector add launch for n = 1000 with BLOCK_SIZE = 256?
+
+# %%
+answer("05.1", None)  # your number (programs)
+
+# %% [markdown]
+# **05.2** Why must BLOCK_SIZE be a tl.constexpr?
 #
+# - (a) tensor shapes in a Triton kernel are fixed at compile time
+# - (b) it makes the kernel run in float32
+# - (c) Python requires constants in upper case
+# - (d) it lets the grid change size at run time
+
+# %%
+answer("05.2", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **05.3** Why does the row softmax load padding lanes as -inf rather than 0?
+#
+# - (a) -inf is faster to load
+# - (b) 0 would be rounded in float16
+# - (c) exp(-inf) = 0: padding neither wins the max nor adds to the sum
+# - (d) Triton cannot load 0
+
+# %%
+answer("05.3", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **05.4** Which is true of Triton's CPU interpreter (TRITON_INTERPRET=1)?
+#
+# - (a) it is faster than a GPU for large inputs
+# - (b) it runs programs one at a time with exact fp32 dots, so races and tf32 rounding never show
+# - (c) it rejects every kernel a GPU would reject
+# - (d) it compiles to PTX
+
+# %%
+answer("05.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# To think about (not graded):
+#
+# 1. What does the mask do in the last program of `add`, and what would go wrong on a GPU without it?
+
+# %% [markdown]
 # ## Summary
 #
 # - A Triton kernel describes one program acting on blocks; the grid says how many programs run.

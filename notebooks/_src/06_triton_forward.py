@@ -149,12 +149,68 @@ for bad in (lambda: flashlab.flash_attention(rand(1, 3, 8, 32), rand(1, 2, 8, 32
 # %% [markdown]
 # ## Self-test
 #
-# 1. Which loop of the NumPy code became the grid, and why that one?
-# 2. Where do `m_i`, `l_i` and `acc` live while a program runs? Where does `O_i` go at the end?
-# 3. Which key blocks does a causal program never load?
-# 4. Why does rung 2 use `exp2`, and what must change in the scale?
-# 5. With `H = 8` query heads and `H_kv = 2`, which kv head does query head 5 read?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **06.1** Which loop of the NumPy FA2 code became the kernel's grid?
 #
+# - (a) the inner loop over key blocks
+# - (b) the outer loop over query blocks
+# - (c) the loop over d
+# - (d) none: the kernel has a single program
+
+# %%
+answer("06.1", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **06.2** Where do m_i, l_i and acc live while a program runs?
+#
+# - (a) in registers: O_i and lse_i go to HBM once at the end
+# - (b) in HBM, updated every step
+# - (c) in the L2 cache
+# - (d) in host memory
+
+# %%
+answer("06.2", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **06.3** Causal, N = 4096, BLOCK_M = BLOCK_N = 128: how many K/V blocks does the program of query
+# block 10 (counting from 0) load?
+
+# %%
+answer("06.3", None)  # your number (blocks)
+
+# %% [markdown]
+# **06.4** Why does rung 2 use exp2, and what must change in the scale?
+#
+# - (a) exp2 is more accurate than exp
+# - (b) exp is not available in Triton
+# - (c) exp2 avoids the max subtraction
+# - (d) exp2 is one fast instruction; the scale is multiplied by log2(e)
+
+# %%
+answer("06.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **06.5** Non-causal, B = 2, H = 8, N = 1000, BLOCK_M = 64: how many programs does the FA2 grid
+# launch?
+
+# %%
+answer("06.5", None)  # your number (programs)
+
+# %% [markdown]
+# To think about (not graded):
+#
+# 1. With `H = 8` query heads and `H_kv = 2`, which kv head does query head 5 read?
+
+# %% [markdown]
 # ## Summary
 #
 # - The Triton forward is the FA2 NumPy loop: grid over query blocks, inner loop over K/V blocks,

@@ -146,13 +146,63 @@ for causal in (False, True):
 # %% [markdown]
 # ## Self-test
 #
-# 1. Derive $D_i = dO_i \cdot O_i$ from $D_i = \sum_j P_{ij}\, dP_{ij}$.
-# 2. What does the forward pass save for the backward, and how large is it per head at N = 16384?
-# 3. How many matmuls per tile does the flash backward do, and which one is the recomputation?
-# 4. Why does the dK/dV kernel loop over query blocks while the dQ kernel loops over key blocks?
-# 5. With grouped-query attention, where are the gradients of the query heads that share a kv
-#    head summed?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **07.1** Which facts turn D_i = sum_j P_ij dP_ij into D_i = dO_i . O_i?
 #
+# - (a) P is symmetric
+# - (b) each row of P sums to 1
+# - (c) dP_ij = dO_i . V_j and O_i = sum_j P_ij V_j
+# - (d) dO = O
+
+# %%
+answer("07.1", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **07.2** Besides O, the forward saves lse for the backward. How many KiB is lse per head at N =
+# 16384 in float32?
+
+# %%
+answer("07.2", None)  # your number (KiB)
+
+# %% [markdown]
+# **07.3** How many matmuls per tile does the flash backward do (one of them recomputes S)?
+
+# %%
+answer("07.3", None)  # your number (matmuls)
+
+# %% [markdown]
+# **07.4** Why does the dK/dV kernel loop over query blocks?
+#
+# - (a) query blocks are smaller
+# - (b) so each program accumulates its dK_j, dV_j on chip and writes them once
+# - (c) the forward did the same
+# - (d) to recompute lse
+
+# %%
+answer("07.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **07.5** Forward + flash backward matmul FLOPs, divided by the forward's (non-causal, d = dv)?
+
+# %%
+answer("07.5", None)  # your number
+
+# %% [markdown]
+# To think about (not graded):
+#
+# 1. With grouped-query attention, where are the gradients of the query heads that share a kv head
+#    summed?
+
+# %% [markdown]
 # ## Summary
 #
 # - The backward needs $P$; FlashAttention recomputes it from lse instead of storing $N^2$ numbers,

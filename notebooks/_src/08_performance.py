@@ -188,6 +188,17 @@ if bench:
 # protocol, long N means small batch: at N = 16384, B = 1, so `v0` has only H programs for the
 # GPU's SMs, while `v1` has H x N / `BLOCK_M`.
 
+# %% [markdown]
+# **Predict, then check.** Before the plot below: at N = 16384, B = 1, H = 16 (bf16, d = 128, not
+# causal), how many times faster did `v1_minimal` run than `v0_grid_bh` on the H200 (132 SMs)? Write
+# your number in place of `None` and run the cell: `predict` shows your number, the course's value and
+# the relative error, and records them. Within 25% counts: a measured number.
+
+# %%
+from flashlab.selftest import predict
+
+predict("v1_over_v0_speedup", None)  # your number
+
 # %%
 if bench:
     rungs = sorted({k for r in bench["rows"] for k in r["results"] if k.startswith("rung:")})
@@ -266,12 +277,36 @@ if memory:
               f"flashlab {format_bytes(last['results']['flashlab']['peak_extra_bytes'])}")
 
 # %% [markdown]
+# ## Your kernel beside the course's
+#
+# On a GPU, this times your `flash_forward` (exercise 07's kernel, or a full-kernel exercise if your
+# exercises folder has one) beside rungs v0 to v3, `flash_attention` and PyTorch's SDPA, at a few fp16
+# shapes, and checks its output first. Without a GPU it says why it does not time: the interpreter's
+# time measures Python, not a GPU. `flashlab bench --mine` does the same from a shell.
+
+# %%
+from flashlab import bench
+
+print(bench.mine())
+
+# %% [markdown]
 # ## Bytes through DRAM, measured, against the model
 #
 # Nsight Compute's `dram__bytes_read.sum` and `dram__bytes_write.sum` over every kernel of one
 # call (fp16, B = 1, H = 16, d = 64, forward, committed H200 run), beside `flashlab.traffic`'s
 # model. The last columns give the size of one S matrix for all heads, against the 60 MiB L2
 # cache (`flashlab.hardware.H200_L2_BYTES`).
+
+# %% [markdown]
+# **Predict, then check.** Before the table below: how many GiB did Nsight Compute measure through
+# DRAM for one naive forward at N = 4096, B = 1, H = 16, d = 64, fp16 (its S and P are 16 x 4096 x
+# 4096 each)? Write your number in place of `None` and run the cell: `predict` shows your number, the
+# course's value and the relative error, and records them. Within 25% counts: a measured number.
+
+# %%
+from flashlab.selftest import predict
+
+predict("ncu_naive_dram_gib", None)  # your number
 
 # %%
 from flashlab import hardware
@@ -333,17 +368,64 @@ if bench:
 # naive attention to move, for the same FLOPs), smaller for forward + backward, and it grows with
 # N up to the N printed above. For decode (one query row), notebook 09
 # shows it almost vanishes.
-#
+
+# %% [markdown]
 # ## Self-test
 #
-# 1. Why does `v0_grid_bh` fall behind at long N under this protocol while `v1_minimal` does not?
-# 2. Which SDPA backend is fastest on the H200, and how far is flashlab from it (read the ratio table)?
-# 3. At which N did naive attention run out of the H200's memory for one head, and why there?
-# 4. Why does the flash kernel read fewer DRAM bytes than the traffic model predicts? Why does naive
-#    attention at N = 1024 measure fewer bytes than its model?
-# 5. Give two shapes where FlashAttention's speed-up over naive attention differs by more than 2x.
-# 6. A row is 0.98x its target at N = 1024. What would you check before calling the kernel slower?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **08.1** At N = 16384, B = 1, H = 16, v0_grid_bh launches one program per (batch, head). By what
+# factor does that fall short of the H200's SM count?
+
+# %%
+answer("08.1", None)  # your number
+
+# %% [markdown]
+# **08.2** Why does the flash kernel read fewer DRAM bytes than the traffic model predicts?
 #
+# - (a) ncu does not count reads
+# - (b) neighbouring programs share K and V through the L2 cache
+# - (c) the kernel compresses K and V
+# - (d) the model counts FLOPs
+
+# %%
+answer("08.2", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **08.3** From the ncu table: naive attention at N = 4096, measured DRAM bytes divided by the model's
+# bytes?
+
+# %%
+answer("08.3", None)  # your number
+
+# %% [markdown]
+# **08.4** A row is 0.98x its target at N = 1024. What do you check before calling the kernel slower?
+#
+# - (a) the kernel's FLOPs
+# - (b) the GPU's clock speed only
+# - (c) the number of registers
+# - (d) the spread between repeated runs: within it, a 0.98x is a tie
+
+# %%
+answer("08.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# To think about (not graded):
+#
+# 1. Which SDPA backend is fastest on the H200, and how far is flashlab from it (read the ratio
+#    table)?
+# 2. At which N did naive attention run out of the H200's memory for one head, and why there?
+# 3. Give two shapes where FlashAttention's speed-up over naive attention differs by more than 2x.
+
+# %% [markdown]
 # ## Summary
 #
 # - On the H200, flashlab's kernel is measured beside SDPA's FlashAttention-2, cuDNN and

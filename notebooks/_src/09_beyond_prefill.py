@@ -25,6 +25,17 @@ from flashlab.viz.style import format_bytes
 rng = np.random.default_rng(0)
 
 # %% [markdown]
+# **Predict, then check.** Before this section: for one decode step (Nq = 1) over a cache of Nk =
+# 16384 keys, d = 128, fp16, how many times more HBM bytes does naive attention move than
+# FlashAttention-2? Write your number in place of `None` and run the cell: `predict` shows your
+# number, the course's value and the relative error, and records them. Within 10% counts.
+
+# %%
+from flashlab.selftest import predict
+
+predict("decode_traffic_ratio", None)  # your number
+
+# %% [markdown]
 # ## Decode is memory-bound, whatever the algorithm
 #
 # One decode step reads the whole cache (K and V: $2 N d$ elements per head) and does
@@ -180,13 +191,69 @@ check("ex11_quiz")
 # %% [markdown]
 # ## Self-test
 #
-# 1. What are $N_q$ and $N_k$ in a decode step, and how large are S and P?
-# 2. Estimate a decode step's arithmetic intensity in fp16. Memory- or compute-bound on an H200?
-# 3. How does grouped-query attention with 8 kv heads for 32 query heads change the time of a
-#    decode step, and why?
-# 4. Why does split-KV decoding help at batch 1, and what does the final combine compute?
-# 5. Why must a decode query not use the top-left causal mask?
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
+# secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **09.1** In a decode step, what are Nq and Nk, and how large are S and P?
 #
+# - (a) Nq = 1, Nk = the cache length: S and P are 1 x Nk
+# - (b) Nq = Nk = the cache length
+# - (c) Nq = the cache length, Nk = 1
+# - (d) Nq = Nk = 1
+
+# %%
+answer("09.1", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **09.2** Arithmetic intensity (matmul FLOPs per HBM byte) of one decode step, Nk = 4096, d = 128,
+# fp16?
+
+# %%
+answer("09.2", None)  # your number (FLOP/B)
+
+# %% [markdown]
+# **09.3** Grouped-query attention with 8 kv heads for 32 query heads: how does a decode step's time
+# change?
+#
+# - (a) unchanged: the FLOPs are the same
+# - (b) 4x slower
+# - (c) up to about 4x faster: it reads 4x fewer K/V bytes
+# - (d) 32x faster
+
+# %%
+answer("09.3", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **09.4** Why does split-KV decoding help at batch 1?
+#
+# - (a) it reduces the FLOPs
+# - (b) more programs fill the SMs; the combine merges (m, l, acc) states exactly
+# - (c) it avoids reading V
+# - (d) it approximates softmax
+
+# %%
+answer("09.4", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **09.5** Why must a decode query not use the top-left causal mask?
+#
+# - (a) top-left is slower
+# - (b) it doubles the traffic
+# - (c) decode has no keys
+# - (d) top-left would let the one query see only key 0; it is the last position and must see every
+#   key
+
+# %%
+answer("09.5", None)  # your letter, e.g. "b"
+
+# %% [markdown]
 # ## Summary
 #
 # - Decode reads the whole KV cache for about 1 FLOP per byte: memory-bound, with no $N^2$

@@ -7,8 +7,10 @@ and the command that checks it.
 Where the points come from (the output says which):
 - exercises: a quick grade of the public cases only (``flashlab grade --public-only``, about 8 s
   for all of them); a part whose public cases pass counts as earned here, and only ``flashlab grade``
-  runs the hidden cases that decide the real score. With ``fast=True`` (``--fast``) nothing is run:
-  each exercise is only read, to tell an untouched stub from an edited one, and shows "?" points.
+  runs the hidden cases that decide the real score. Each graded run is cached in the exercises folder
+  (``.flashlab_progress.json``, with a digest of each file). With ``fast=True`` (``--fast``)
+  nothing is run: an exercise unchanged since the last graded run shows its cached result, any
+  other is only read, to tell an untouched stub from an edited one, and shows "?" points.
 - self-tests: the answers recorded by ``answer(...)`` in ``selftest_answers.json``
   (:mod:`flashlab.selftest`), graded again here, so the file's own "correct" flags are not trusted.
 - predictions (:func:`flashlab.selftest.predict`) are listed, never scored.
@@ -17,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import re
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,8 +32,13 @@ DEFAULT_NOTEBOOK_OF = {"ex01_naive": "01", "ex02_softmax": "02", "ex03_tiled_for
                        "ex04_causal_tiles": "03", "ex05_traffic": "04", "ex06_triton_primer": "05",
                        "ex07_kernel_inner_loop": "06", "ex08_kernel_causal": "06", "ex09_backward_pieces": "07",
                        "ex10_tiled_backward": "07", "ex11_quiz": "09"}
+CACHE_FILE = ".flashlab_progress.json"  # in the exercises folder: the last graded run, for --fast
 _CHECK = re.compile(r"""check\(\s*["'](\w+)["']""")
 DONE = ("done", "done (public cases)")
+
+
+def _done(status: str) -> bool:
+    return status.split(" (cached")[0] in DONE
 
 
 @dataclass
@@ -91,6 +100,28 @@ def _stub_state(path: Path, exercise) -> str:
     return "not started"
 
 
+def _digest(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+
+def _load_cache(folder: Path) -> dict:
+    try:
+        return json.loads((folder / CACHE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_cache(folder: Path, items: list[Item]) -> None:
+    """Remember each graded exercise's result with its file's digest, for --fast runs."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    cache = {i.name: dict(digest=_digest(folder / f"{i.name}.py"), earned=i.earned, status=i.status, time=stamp)
+             for i in items}
+    try:
+        (folder / CACHE_FILE).write_text(json.dumps(cache, indent=1), encoding="utf-8")
+    except OSError:
+        pass  # a read-only folder: progress still works, --fast just has nothing cached
+
+
 def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> list[Item]:
     from flashlab.grading import EXERCISES, grade
     from flashlab.selftest import EXERCISE
@@ -98,6 +129,7 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
     names = [n for n in EXERCISES if n != EXERCISE]
     graded = {} if fast else {e.name: results for e, results in grade(names, folder, public_only=True, seed=0,
                                                                        jobs=2)}
+    cache = _load_cache(folder) if fast else {}
     items = []
     for name in names:
         exercise = EXERCISES[name]
@@ -106,8 +138,13 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
         todo = (f"{where}: complete {folder.name}/{name}.py, then check(\"{name}\") in the notebook "
                 f"or `flashlab grade {name}`")
         if fast:
-            items.append(Item(nb, "exercise", name, None, exercise.points, _stub_state(folder / f"{name}.py",
-                                                                                          exercise), todo))
+            hit = cache.get(name, {})
+            if hit.get("digest") and hit["digest"] == _digest(folder / f"{name}.py"):
+                items.append(Item(nb, "exercise", name, hit["earned"], exercise.points,
+                                  f"{hit['status']} (cached {hit['time']})", todo))
+            else:
+                items.append(Item(nb, "exercise", name, None, exercise.points,
+                                  _stub_state(folder / f"{name}.py", exercise), todo))
             continue
         results = graded[name].values()
         earned = sum(r["points"] for r in results if r["status"] in ("passed", "public passed"))
@@ -122,6 +159,8 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
             failing = [r["function"] for r in results if r["status"] not in ("passed", "public passed")]
             status = f"in progress ({', '.join(failing)} to do)"
         items.append(Item(nb, "exercise", name, earned, exercise.points, status, todo))
+    if not fast:
+        _save_cache(folder, items)
     return items
 
 
@@ -172,7 +211,7 @@ class Progress:
     @property
     def next(self) -> Item | None:
         """The first unfinished item in course order (exercises of a notebook before its self-test)."""
-        return next((i for i in self.items if i.status not in DONE), None)
+        return next((i for i in self.items if not _done(i.status)), None)
 
     def totals(self) -> dict:
         out = {}
@@ -186,7 +225,8 @@ class Progress:
         from flashlab.selftest_bank import PREDICTIONS
 
         how = ("exercises: public cases graded just now (hidden cases: `flashlab grade`)" if self.graded else
-               "exercises: not graded (--fast): only read, to tell a stub from an edited file")
+               "exercises: not graded now (--fast): the last graded run's results where a file is unchanged, "
+               "else only read, to tell a stub from an edited file")
         lines = [f"flashlab progress: {self.folder}", how,
                  "self-tests: answers recorded by answer(...) in selftest_answers.json, graded again now", "",
                  f"{'nb':<3} {'item':<24} {'points':>10}  status"]
@@ -242,8 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         "on their public cases only (about 8 s); self-tests come from the answers recorded in the notebooks."))
     parser.add_argument("--exercises-dir", metavar="DIR", help="the folder of your exercises (default: found "
                         "as `flashlab grade` finds it)")
-    parser.add_argument("--fast", action="store_true", help="do not grade the exercises; only tell stubs from "
-                        "edited files")
+    parser.add_argument("--fast", action="store_true", help="do not grade the exercises: cached results of "
+                        "unchanged files, else only tell stubs from edited files")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     args = parser.parse_args(argv)
     try:
