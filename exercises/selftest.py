@@ -66,19 +66,15 @@ q09_4 = None  # choice
 q09_5 = None  # choice
 
 
-def _recorded_answers() -> dict:
-    """{name: answer} from selftest_answers.json beside this file (written by answer() in the notebooks)."""
-    import json
-    from pathlib import Path
+# -- read back the answers that answer(...) recorded in the notebooks (selftest_answers.json)
+import json as _json  # noqa: E402
+from pathlib import Path as _Path  # noqa: E402
 
-    path = Path(__file__).with_name("selftest_answers.json")
-    try:
-        answers = json.loads(path.read_text(encoding="utf-8")).get("answers", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    names = {"q" + str(qid).replace(".", "_"): entry.get("answer") for qid, entry in answers.items()
-             if isinstance(entry, dict)}
-    return {name: value for name, value in names.items() if name in globals() and value is not None}
-
-
-globals().update(_recorded_answers())
+try:
+    _recorded = _json.loads(_Path(__file__).with_name("selftest_answers.json").read_text(encoding="utf-8"))["answers"]
+except (OSError, ValueError, KeyError, TypeError):
+    _recorded = {}
+for _qid, _entry in (_recorded.items() if isinstance(_recorded, dict) else ()):
+    _name = "q" + str(_qid).replace(".", "_")
+    if _name in globals() and isinstance(_entry, dict) and _entry.get("answer") is not None:
+        globals()[_name] = _entry["answer"]

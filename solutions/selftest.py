@@ -7,7 +7,7 @@ q01_3 = "a"
 q01_4 = "b"
 
 # notebook 02
-q02_1 = 88.72283935546875  # numpy: log(np.finfo(np.float32).max)
+q02_1 = 88.72283905206835  # numpy: log(np.finfo(np.float32).max)
 q02_2 = 1.2706705664732254  # flashlab.softmax.combine_states
 q02_3 = "d"
 q02_4 = "b"

@@ -285,9 +285,9 @@ if memory:
 # time measures Python, not a GPU. `flashlab bench --mine` does the same from a shell.
 
 # %%
-from flashlab import bench
+from flashlab.bench import mine
 
-print(bench.mine())
+print(mine())
 
 # %% [markdown]
 # ## Bytes through DRAM, measured, against the model
