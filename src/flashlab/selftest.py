@@ -201,7 +201,8 @@ def predict(key: str, value, *, exercises_dir=None) -> Verdict:
     p: Prediction = PREDICTIONS_BY_KEY[key]
     unit = f" {p.unit}" if p.unit else ""
     if value is None:
-        return Verdict(key, f"Predict: {p.prompt}.\nReplace None with your number ({p.unit or 'a number'}); "
+        kind = "a ratio" if p.unit == "x" else (p.unit or "a number")
+        return Verdict(key, f"Predict: {p.prompt}.\nReplace None with your number ({kind}); "
                        f"within {p.tolerance:.0%} counts.")
     guess = _parse_number(value, "value")
     actual = float(p.actual())
