@@ -51,6 +51,20 @@ def find_script(name: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- --mine
+def _flash_forward_args(path: Path) -> list[str]:
+    """Argument names of ``flash_forward`` in a module, read without importing it ([] if none)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "flash_forward":
+            return [a.arg for a in node.args.args + node.args.kwonlyargs]
+    return []
+
+
 def find_mine(exercises_dir=None, module: str | None = None):
     """(module name, flash_forward, takes_4d) of the learner's forward kernel exercise.
 
@@ -66,8 +80,7 @@ def find_mine(exercises_dir=None, module: str | None = None):
     paths = [folder / f"{module}.py"] if module else sorted(folder.glob("ex*.py"))
     if module and not paths[0].is_file():
         raise ValueError(f"module={module!r}: no {paths[0]}")
-    full = [p for p in paths if "def flash_forward(" in p.read_text(encoding="utf-8")
-            and "scale" in p.read_text(encoding="utf-8").split("def flash_forward(", 1)[1].split(")", 1)[0]]
+    full = [p for p in paths if "scale" in _flash_forward_args(p)]
     chosen = paths[0] if module else (full[0] if full else folder / f"{MINE_EXERCISE}.py")
     if not chosen.is_file():
         raise ValueError(f"no {chosen.name} in {folder}: nothing of yours to time")
