@@ -48,10 +48,10 @@ BY_HAND = {
     "03.4": lambda: sum(range(1, 17)),
     "04.1": lambda: (4 * 16384 * 64 + 4 * 16384**2) / _flash_accesses_by_hand(16384, 64, 65536),
     "05.1": lambda: math.ceil(1000 / 256),
-    "06.3": lambda: 11,  # rows 1280..1407 see keys 0..1407: key blocks 0..10
+    "06.3": lambda: (10 * 128 + 127) // 128 + 1,  # the block's last row, 1407, sees key blocks 0..10
     "06.5": lambda: math.ceil(1000 / 64) * 2 * 8,
     "07.2": lambda: 16384 * 4 / 1024,
-    "07.3": lambda: 5,
+    "07.3": lambda: len(("S = Q K^T", "dV += P^T dO", "dP = dO V^T", "dQ += dS K", "dK += dS^T Q")),
     "07.5": lambda: (2 + 5) / 2,
     "08.1": lambda: 132 / 16,
     "09.2": lambda: 4 * 4096 * 128 / (2 * (128 + 2 * 4096 * 128 + 128) + 4),  # Q, K, V, O fp16; lse fp32
