@@ -1,0 +1,336 @@
+"""Decode attention: ``flash_decode`` (split-KV over a KV cache) and its split rule.
+
+A decode step brings ``Nq`` new queries per sequence (1 up to 16: one token, or a few draft tokens
+of speculative decoding) and attends to the sequence's KV cache. The kernel is
+``flashlab.kernels.flash_decode`` (Flash-Decoding: the cache's key range split across programs,
+the query heads of a kv group packed into one tile, partial states combined exactly as
+``flashlab.softmax.combine_states``). This module holds what is not a kernel:
+
+* :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
+* :func:`flash_decode`, the public function, which validates every argument;
+* :func:`decode_reference`, the float64 twin the tests compare against;
+* :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
+  ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).
+
+Causal alignment at decode is bottom-right: the new queries are the LAST ``Nq`` positions of a
+sequence of ``L`` valid keys (their own keys included), so query i sees keys ``j <= L - Nq + i``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+
+MAX_NQ = 16  # new queries per sequence that flash_decode takes
+MAX_SPLITS = 128  # most chunks the cache is cut into (the combine reads one lse per split)
+PROGRAMS_PER_SM = 4  # target: this many split-KV programs per SM, so loads of several overlap
+MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
+DECODE_MIN_NK = 256  # flash_attention takes the split-KV path from this many keys (Nq <= MAX_NQ)
+INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
+
+
+def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sm_count: int) -> int:
+    """How many chunks to cut each sequence's key range into: the split rule.
+
+    The grid has ``batch * kv_heads * row_blocks`` programs per split (``row_blocks``: query tiles
+    per kv group, 1 unless GROUP * Nq > 64). A decode step is memory-bound, so the aim is enough
+    programs in flight to keep HBM busy: ``PROGRAMS_PER_SM * sm_count`` of them. Hence
+    ``splits = ceil(PROGRAMS_PER_SM * sm_count / (batch * kv_heads * row_blocks))``, then capped so
+    that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len`` (below that, writing
+    and combining the partial states costs more than the extra programs gain) and at
+    ``MAX_SPLITS``; at least 1. A grid that already fills the GPU gets 1 split (no combine).
+    """
+    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
+                        ("max_len", max_len), ("sm_count", sm_count)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    programs = batch * kv_heads * row_blocks
+    wanted = -(-PROGRAMS_PER_SM * sm_count // programs)  # ceil
+    useful = max(1, max_len // MIN_KEYS_PER_SPLIT)
+    return max(1, min(wanted, useful, MAX_SPLITS))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count_of(tensor) -> int:
+    """SMs of the tensor's GPU; ``INTERPRETER_SMS`` for a CPU tensor (the interpreter)."""
+    if tensor.device.type != "cuda":
+        return INTERPRETER_SMS
+    import torch
+
+    index = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+def splits_for(q, k, num_splits_arg=None) -> int:
+    """The number of splits for q (B, H, Nq, d) against k (B, Hkv, N_max, d): ``num_splits_arg``
+    when given, else :func:`num_splits` of the shape and the device's SM count."""
+    if num_splits_arg is not None:
+        return num_splits_arg
+    from .kernels.flash_decode import block_m_for
+
+    B, H, Nq = q.shape[:3]
+    Hkv, n_max = k.shape[1], k.shape[2]
+    rows = (H // Hkv) * Nq
+    row_blocks = -(-rows // block_m_for(rows))
+    return num_splits(B, Hkv, row_blocks, n_max, sm_count_of(q))
+
+
+# --------------------------------------------------------------------------------------------
+# flash_decode: validation, then the kernel
+# --------------------------------------------------------------------------------------------
+def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_arg, return_lse) -> float:
+    import torch
+
+    from .kernels import _mode
+    from .kernels.attention import MAX_GRID_Y, MAX_HEAD_DIM, MAX_INT32, MIN_HEAD_DIM, SUPPORTED_DTYPES
+
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4, (B, H, Nq, d) for q and (B, Hkv, N_max, d) for the caches; "
+                             f"got shape {tuple(t.shape)}")
+        if str(t.dtype).removeprefix("torch.") not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}.dtype={t.dtype} is not supported; expected one of {SUPPORTED_DTYPES}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put every tensor on one device")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}.dtype={t.dtype} must equal q.dtype={q.dtype}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"v_cache.shape={tuple(v_cache.shape)} must equal k_cache.shape={tuple(k_cache.shape)}")
+    B, H, Nq, d = q.shape
+    Bk, Hkv, n_max, dk = k_cache.shape
+    if Bk != B:
+        raise ValueError(f"k_cache has batch size {Bk} but q has {B}; they must match")
+    if dk != d:
+        raise ValueError(f"k_cache has head dim d={dk} but q has d={d}; they must match")
+    if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim d={d} (q.shape[-1]) is outside the supported {MIN_HEAD_DIM}..{MAX_HEAD_DIM}")
+    if B < 1 or H < 1 or Hkv < 1 or n_max < 1:
+        raise ValueError(f"empty input: q.shape={tuple(q.shape)}, k_cache.shape={tuple(k_cache.shape)}")
+    if H % Hkv != 0:
+        raise ValueError(f"q has H={H} heads and k_cache has Hkv={Hkv}: H must be a multiple of Hkv")
+    if not 1 <= Nq <= MAX_NQ:
+        raise ValueError(f"q has Nq={Nq} new queries per sequence (q.shape[2]); flash_decode takes 1..{MAX_NQ} "
+                         "(use flash_attention(causal=True, causal_align='bottom_right') for longer chunks)")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape[2:], t.stride()[2:]))
+        if span > MAX_INT32:
+            raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) spans {span} elements within "
+                             f"one (batch, head) slice; the kernel indexes a slice in int32 (at most {MAX_INT32})")
+        _mode.check_device(name, t)
+    if B * Hkv > MAX_GRID_Y and not _mode.is_interpreter():
+        raise ValueError(f"B*Hkv = {B * Hkv} exceeds CUDA's grid limit of {MAX_GRID_Y}; split the batch")
+    if cache_seqlens is None:
+        if Nq > n_max:
+            raise ValueError(f"q has Nq={Nq} new queries but the cache holds N_max={n_max} keys; Nq must be <= N_max")
+    else:
+        if not isinstance(cache_seqlens, torch.Tensor):
+            raise TypeError(f"cache_seqlens must be a torch.Tensor of dtype int32 or None, got {type(cache_seqlens).__name__}")
+        if cache_seqlens.dtype != torch.int32:
+            raise TypeError(f"cache_seqlens.dtype={cache_seqlens.dtype} must be torch.int32")
+        if tuple(cache_seqlens.shape) != (B,):
+            raise ValueError(f"cache_seqlens.shape={tuple(cache_seqlens.shape)} must be (B,) = ({B},): one length per sequence")
+        if cache_seqlens.device != q.device:
+            raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
+        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
+        if lo < 1 or hi > n_max:
+            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} "
+                             "(k_cache.shape[2])")
+        if lo < Nq:
+            raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
+                             "the new queries' own keys, so it must be >= Nq")
+    if num_splits_arg is not None:
+        if isinstance(num_splits_arg, bool) or not isinstance(num_splits_arg, numbers.Integral) \
+                or not 1 <= num_splits_arg <= MAX_SPLITS:
+            raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r} must be a finite positive number (default 1/sqrt(d))")
+    return float(scale)
+
+
+def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None,
+                 num_splits: int | None = None, return_lse: bool = False):
+    """Attention of a few new queries per sequence over a KV cache, split across the GPU (Flash-Decoding).
+
+    q: (B, H, Nq, d), 1 <= Nq <= 16, the new queries. k_cache, v_cache: (B, Hkv, N_max, d), H a
+    multiple of Hkv (query head h reads kv head h // (H // Hkv): GQA, MQA). cache_seqlens: (B,)
+    int32 valid lengths L_b in 1..N_max, counting the new queries' own keys (None: N_max for every
+    sequence); cache entries at or past L_b are never read. Query i of Nq sees keys
+    ``j <= L_b - Nq + i`` (bottom-right causal). scale: default 1/sqrt(d). num_splits: chunks of
+    the key range (None: :func:`num_splits` of the shape and the SM count). fp16, bf16 or fp32.
+
+    Returns o (B, H, Nq, d) in q's dtype, or (o, lse) with ``return_lse``: lse (B, H, Nq) float32,
+    natural log. No gradient. Checking ``cache_seqlens`` costs one device synchronisation.
+    """
+    scale = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse)
+    from .kernels import flash_decode as kernels
+    from .kernels.attention import on_device
+
+    splits = splits_for(q, k_cache, num_splits)
+    with on_device(q):
+        o, lse = kernels.forward(q, k_cache, v_cache, cache_seqlens, scale, True, splits)
+    return (o, lse) if return_lse else o
+
+
+def decode_reference(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None, upcast: bool = True):
+    """The twin of :func:`flash_decode`: (o (B, H, Nq, d), lse (B, H, Nq)), plain PyTorch.
+
+    Each sequence b uses only its first L_b keys, with the bottom-right causal mask. ``upcast``:
+    in float64 on the CPU (the reference); otherwise in the inputs' dtype on their device (the
+    error of "PyTorch in the same dtype" that the flash-attention test rule allows twice of)."""
+    import torch
+
+    B, H, Nq, d = q.shape
+    Hkv, n_max = k_cache.shape[1], k_cache.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    lengths = [n_max] * B if cache_seqlens is None else [int(x) for x in cache_seqlens.cpu()]
+    dtype, device = (torch.float64, "cpu") if upcast else (q.dtype, q.device)
+    o = torch.empty(B, H, Nq, d, dtype=dtype, device=device)
+    lse = torch.empty(B, H, Nq, dtype=torch.float64 if upcast else torch.float32, device=device)
+    for b, length in enumerate(lengths):
+        qb = q[b].to(device, dtype)  # (H, Nq, d)
+        kb = k_cache[b, :, :length].to(device, dtype).repeat_interleave(H // Hkv, dim=0)  # (H, L, d)
+        vb = v_cache[b, :, :length].to(device, dtype).repeat_interleave(H // Hkv, dim=0)  # (H, L, d)
+        s = qb @ kb.transpose(-1, -2) * scale  # (H, Nq, L)
+        last_key = length - Nq + torch.arange(Nq, device=device)  # (Nq,)
+        s = s.masked_fill(torch.arange(length, device=device)[None, :] > last_key[:, None], float("-inf"))
+        lse[b] = torch.logsumexp(s.to(lse.dtype), dim=-1)
+        o[b] = torch.softmax(s, dim=-1) @ vb
+    return o, lse
+
+
+# --------------------------------------------------------------------------------------------
+# flash_attention's extensions: return_lse, causal_align, and the decode path
+# --------------------------------------------------------------------------------------------
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+
+
+def _needs_grad(*tensors) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def decode_shape(q, k, causal: bool, causal_align: str) -> bool:
+    """True where flash_attention takes the split-KV path: Nq <= MAX_NQ, Nk >= DECODE_MIN_NK,
+    non-causal or bottom-right causal (inputs already checked)."""
+    return (q.shape[2] <= MAX_NQ and k.shape[2] >= DECODE_MIN_NK
+            and (not causal or causal_align == "bottom_right"))
+
+
+def takes_over(q, k, v, causal: bool, return_lse, causal_align) -> bool:
+    """True when :func:`extended_attention` must answer a ``flash_attention`` call: a non-default
+    ``return_lse`` or ``causal_align``, or a decode shape with no gradient needed."""
+    if return_lse is not False or causal_align != "top_left":
+        return True
+    return decode_shape(q, k, causal, causal_align) and not _needs_grad(q, k, v)
+
+
+def _with_lse_function():
+    import torch
+
+    from .kernels import attention, flash_bwd
+
+    class FlashAttentionWithLse(torch.autograd.Function):
+        """flash_attention's forward and backward, returning lse too (not differentiable)."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale):
+            with attention.on_device(q):
+                o, lse = attention.best_forward(q, k, v, causal, scale)  # (B, H, Nq, d), (B, H, Nq)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.scale = causal, scale
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        def backward(ctx, do, _dlse):
+            q, k, v, o, lse = ctx.saved_tensors
+            with attention.on_device(q):
+                dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do.contiguous(), ctx.causal, ctx.scale)
+            return dq, dk, dv, None, None
+
+    return FlashAttentionWithLse
+
+
+@functools.lru_cache(maxsize=None)
+def _function():
+    return _with_lse_function()
+
+
+def _forward_with_lse(q, k, v, causal: bool, scale: float):
+    """(o, lse) of the course's kernels (top-left causal), differentiable in o where needed."""
+    from .kernels import attention
+
+    if _needs_grad(q, k, v):
+        return _function().apply(q, k, v, causal, scale)
+    with attention.on_device(q):
+        return attention.best_forward(q, k, v, causal, scale)
+
+
+def combine_two(o_a, lse_a, o_b, lse_b):
+    """Exact merge of two attention results over disjoint key sets (``combine_states`` with the
+    states (lse, 1, o)): o (B, H, Nq, d), lse (B, H, Nq) float32 each -> (o, lse)."""
+    import torch
+
+    lse = torch.logaddexp(lse_a, lse_b)  # (B, H, Nq)
+    w_a = torch.exp(lse_a - lse).unsqueeze(-1)  # (B, H, Nq, 1)
+    w_b = torch.exp(lse_b - lse).unsqueeze(-1)
+    o = (w_a * o_a.float() + w_b * o_b.float()).to(o_a.dtype)  # (B, H, Nq, d)
+    return o, lse
+
+
+def _bottom_right(q, k, v, scale: float):
+    """Bottom-right causal attention for Nq < Nk without a gradient, from two runs of the course's
+    kernels: the prefix keys [0, Nk - Nq), which every query sees (non-causal), and the last Nq
+    keys, a square with the top-left mask; then :func:`combine_two`."""
+    n_q, n_k = q.shape[2], k.shape[2]
+    o_prefix, lse_prefix = _forward_with_lse(q, k[:, :, : n_k - n_q], v[:, :, : n_k - n_q], False, scale)
+    o_square, lse_square = _forward_with_lse(q, k[:, :, n_k - n_q:], v[:, :, n_k - n_q:], True, scale)
+    return combine_two(o_prefix, lse_prefix, o_square, lse_square)
+
+
+def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_align):
+    """``flash_attention`` with ``return_lse`` / ``causal_align`` / the decode path, for inputs that
+    passed ``attention.check_inputs``. Returns o, or (o, lse) with ``return_lse``."""
+    import torch
+
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"causal_align={causal_align!r} must be one of {CAUSAL_ALIGNS}")
+    n_q, n_k = q.shape[2], k.shape[2]
+    bottom_right = causal and causal_align == "bottom_right" and n_q != n_k  # equal lengths: top-left is the same
+    if bottom_right and n_q > n_k:
+        raise ValueError(f"causal_align='bottom_right' with Nq={n_q} > Nk={n_k}: the first {n_q - n_k} queries "
+                         "would see no key; give at least as many keys as queries")
+    grad = _needs_grad(q, k, v)
+    if not grad and decode_shape(q, k, causal, causal_align):
+        from .kernels import attention
+        from .kernels import flash_decode as kernels
+
+        with attention.on_device(q):
+            o, lse = kernels.forward(q, k, v, None, scale, bottom_right, splits_for(q, k))
+    elif bottom_right and not grad:
+        o, lse = _bottom_right(q, k, v, scale)
+    elif bottom_right:
+        # with a gradient: n_k - n_q leading zero queries make the top-left mask bottom-right for
+        # the real ones (query i, now row n_k - n_q + i, sees j <= n_k - n_q + i); costs their work
+        pad = q.new_zeros(q.shape[0], q.shape[1], n_k - n_q, q.shape[3])  # (B, H, Nk - Nq, d)
+        o, lse = _forward_with_lse(torch.cat([pad, q], dim=2), k, v, True, scale)
+        o, lse = o[:, :, n_k - n_q:], lse[:, :, n_k - n_q:]
+    else:
+        o, lse = _forward_with_lse(q, k, v, causal, scale)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,221 @@
+"""Split-KV decode attention in Triton (Flash-Decoding): few new queries against a long KV cache.
+
+At decode a sequence brings ``Nq`` new queries (1 up to 16) and attends to its whole cache. The
+FlashAttention-2 grid (one program per query block and (batch, head)) then has ``B * H`` programs:
+at batch 1 and 32 heads, 32 programs for an H200's 132 SMs, each streaming the whole cache alone.
+Two changes fill the GPU and read each K/V byte once:
+
+* **GQA packing.** The ``GROUP = H // Hkv`` query heads that share one kv head, times the ``Nq``
+  new queries, are the rows of one query tile: row ``r`` is query ``i = r % Nq`` of head
+  ``h = hkv * GROUP + r // Nq``. One K/V tile loaded from HBM serves the whole group (the kernels of
+  notebook 06 load the kv head once per query head instead).
+* **Split-KV.** The key range ``[0, L_b)`` of sequence b is cut into ``NUM_SPLITS`` chunks of whole
+  ``BLOCK_N`` blocks; the grid is ``(NUM_SPLITS, B * Hkv, row blocks)``. Each program runs the
+  online softmax (FlashAttention-2 Algorithm 1, inner loop) over its chunk and writes a partial
+  ``(o_s, lse_s)`` in fp32; ``_combine_splits`` then merges them exactly, as
+  ``flashlab.softmax.combine_states`` does with the state ``(m, l, acc) = (lse_s, 1, o_s)``:
+  ``lse = logsumexp_s(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``. With one split the first kernel
+  writes ``o`` and ``lse`` itself and the combine is skipped.
+
+Masks: keys at or past ``L_b`` (``cache_seqlens[b]``) are never loaded (masked loads, so a cache
+poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment is bottom-right:
+query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key keeps
+``m_i = -inf, l_i = 0`` and writes ``lse_s = -inf, o_s = 0``, which the combine weighs by 0.
+
+Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
+assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _mode
+from .flash_fwd import _dot, dot_precision, head_dim_padded, new_output
+
+triton = _mode.triton()
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+MAX_BLOCK_M = 64  # rows of one query tile; a larger group is cut into row blocks (grid axis 2)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Launch configuration of the split-KV kernel (``block_m`` follows from the group, not here)."""
+
+    block_n: int = 64  # key/value rows per inner step
+    num_warps: int = 4
+    num_stages: int = 3  # software-pipeline depth of the K/V loads
+
+
+INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1)
+
+
+def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
+    """The config used unless one is given: small tiles in the interpreter, else by head dim/dtype."""
+    if _mode.is_interpreter():
+        return INTERPRETER_DECODE_CONFIG
+    if dtype == torch.float32 or head_dim > 128:
+        return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
+    return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+
+
+def block_m_for(rows: int) -> int:
+    """BLOCK_M for a group of ``rows = GROUP * Nq`` query rows: a power of two in [16, MAX_BLOCK_M]
+    (16: the smallest tile ``tl.dot`` takes)."""
+    return min(MAX_BLOCK_M, max(16, triton.next_power_of_2(rows)))
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 1: one program per (split, batch x kv head, row block)
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS"])
+def _decode_split_kv(
+    Q, K, V, SeqLens, Out, LSE, OPart, LSEPart, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- which chunk of the cache, which (batch, kv head), which rows of the group
+    split = tl.program_id(0)
+    off_zh = tl.program_id(1)
+    off_z = (off_zh // H_KV).to(tl.int64)
+    off_hkv = (off_zh % H_KV).to(tl.int64)
+    if HAS_SEQLENS:
+        seqlen = tl.load(SeqLens + off_z).to(tl.int32)  # L_b: valid keys of this sequence
+    else:
+        seqlen = N_MAX
+    # -- GQA packing: row r of the tile is query i = r % N_Q of head h = hkv * GROUP + r // N_Q
+    offs_r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    row_ok = offs_r < GROUP * N_Q
+    off_i = offs_r % N_Q
+    off_h = off_hkv * GROUP + offs_r // N_Q  # (BLOCK_M,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm + offs_d[None, :] * stride_qk
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
+    # -- this split's keys: [lo, hi), whole BLOCK_N blocks except at the sequence's end
+    per_split = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, seqlen)
+    last_key = seqlen - N_Q + off_i  # (BLOCK_M,) bottom-right causal: query i sees keys j <= last_key
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    # -- m_i, l_i, acc of the online softmax (line 5); scores in log2 units
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    for start_n in range(lo, hi, BLOCK_N):  # line 6
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi  # never load at or past L_b
+        # -- load K_j, V_j (line 7): one load serves every row of the group
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk,
+                    mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+                    mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
+        # -- S_ij (line 8), masked past hi and (causal) past each row's last key
+        qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= last_key[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        # -- m_ij, P_ij, l_i (line 9); a row with nothing visible yet keeps m = -inf, p = 0
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
+        m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.math.exp2(m_i - m_safe)  # (BLOCK_M,)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- acc = diag(alpha) acc + P_ij V_j (line 10)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+        m_i = m_ij
+    # -- o = acc / l_i, lse = m_i + log(l_i) in natural log (lines 12-13); empty rows: o = 0, lse = -inf
+    seen = l_i > 0.0
+    o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)  # (BLOCK_M, HEAD_DIM)
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i  # (BLOCK_M,) flat (b, h, i) index
+    d_ok = offs_d[None, :] < D_HEAD
+    if SPLIT:
+        # -- partial state of this split, fp32: OPart (B*H*Nq, NUM_SPLITS, D_HEAD), LSEPart (B*H*Nq, NUM_SPLITS)
+        tl.store(LSEPart + row * NUM_SPLITS + split, lse, mask=row_ok)
+        tl.store(OPart + (row * NUM_SPLITS + split)[:, None] * D_HEAD + offs_d[None, :], o,
+                 mask=row_ok[:, None] & d_ok)
+    else:
+        tl.store(LSE + row, lse, mask=row_ok)
+        o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
+        tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 2: combine the splits' partial states, one program per (b, h, i) row
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H", "N_Q", "NUM_SPLITS"])
+def _combine_splits(
+    OPart, LSEPart, Out, LSE,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H, N_Q, NUM_SPLITS,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)  # flat (b, h, i)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    s_ok = offs_s < NUM_SPLITS
+    # -- combine_states over the splits, each the state (m, l, acc) = (lse_s, 1, o_s)
+    lse_s = tl.load(LSEPart + row * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"))  # (BLOCK_S,)
+    m = tl.max(lse_s, 0)  # finite: every row sees at least one key in some split
+    w = tl.exp(lse_s - m)  # (BLOCK_S,) exp(lse_s - m); 0 for empty splits
+    l = tl.sum(w, 0)
+    o_s = tl.load(OPart + (row * NUM_SPLITS + offs_s)[:, None] * D_HEAD + offs_d[None, :],
+                  mask=s_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_S, HEAD_DIM)
+    o = tl.sum(w[:, None] * o_s, 0) / l  # (HEAD_DIM,)
+    tl.store(LSE + row, m + tl.log(l))
+    off_i = row % N_Q
+    off_h = (row // N_Q) % H
+    off_z = row // (N_Q * H)
+    tl.store(Out + off_z * stride_oz + off_h * stride_oh + off_i * stride_om + offs_d * stride_ok,
+             o.to(Out.dtype.element_ty), mask=offs_d < D_HEAD)
+
+
+# --------------------------------------------------------------------------------------------
+# Python wrapper
+# --------------------------------------------------------------------------------------------
+def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None):
+    """Split-KV attention of validated inputs. q (B, H, Nq, d); k, v (B, Hkv, N_max, d); seqlens
+    (B,) int32 on q's device, or None for N_max everywhere. Returns (o (B, H, Nq, d) in q's dtype,
+    lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i)."""
+    B, H, Nq, d = q.shape
+    Hkv, n_max = k.shape[1], k.shape[2]
+    group = H // Hkv
+    config = config or default_config(head_dim_padded(d), q.dtype)
+    block_m = block_m_for(group * Nq)
+    row_blocks = triton.cdiv(group * Nq, block_m)
+    split = num_splits > 1
+    o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
+    lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
+    if split:
+        o_part = new_output((B * H * Nq, num_splits, d), torch.float32, q.device)  # (rows, splits, d)
+        lse_part = new_output((B * H * Nq, num_splits), torch.float32, q.device)  # (rows, splits)
+    else:
+        o_part, lse_part = o, lse  # unused by the kernel
+    _decode_split_kv[(num_splits, B * Hkv, row_blocks)](
+        q, k, v, seqlens if seqlens is not None else lse, o, lse, o_part, lse_part, scale,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        Hkv, group, Nq, n_max, num_splits,
+        HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
+        HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split,
+        DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if split:
+        _combine_splits[(B * H * Nq,)](
+            o_part, lse_part, o, lse, *o.stride(), H, Nq, num_splits,
+            HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            num_warps=4 if d >= 128 else 2,
+        )
+    return o, lse
