@@ -6,6 +6,7 @@ as skipped. Variants, each checked against SDPA FLASH's output on the row's inpu
 timed (relative error recorded):
 
 * ``flash_decode``      flashlab.flash_decode: split-KV + GQA packing, splits by ``decode.num_splits``
+* ``decode_2kernels``   the same kernel with the combine as a second kernel (``fused_combine=False``)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
 * ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
@@ -14,13 +15,15 @@ timed (relative error recorded):
                         only where the repeated K and V stay under ``NAIVE_MAX_GIB``
 
 Time: median of ``triton.testing.do_bench`` (it clears the L2 cache before every run, so every run
-reads K and V from HBM). Bandwidth: bytes of K and V read (2 * B * Hkv * Nk * d * 2 B) / time.
+reads K and V from HBM). For flash_decode and SDPA default also: ``graph_us``, one call's share of a
+CUDA graph of 10 calls (GPU time with the host's launch work taken out; consecutive calls may
+then find part of K and V in L2 at the smallest rows), and ``host_us``, the host's time per call. Bandwidth: bytes of K and V read (2 * B * Hkv * Nk * d * 2 B) / time.
 Also: a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
 ``flash_attention(causal=True, causal_align="bottom_right")`` beside a non-causal run of equal
 FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
 
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
-    python benchmarks/bench_decode.py --tune           # configs, splits and the Nk threshold -> decode_tune.json
+    python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -41,7 +44,8 @@ SEQ_LENS = (4096, 32768, 131072)
 BATCHES = (1, 4, 16, 64)
 MAX_KV_GIB = 64.0  # K + V of a row above this: skipped (SDPA's and naive's buffers come on top)
 NAIVE_MAX_GIB = 16.0  # naive repeats K and V to H heads: above this it is not run
-VARIANTS = ("flash_decode", "unsplit", "sdpa_default", "sdpa_flash", "naive")
+VARIANTS = ("flash_decode", "decode_2kernels", "unsplit", "sdpa_default", "sdpa_flash", "naive")
+GRAPH_VARIANTS = ("flash_decode", "sdpa_default")  # also timed as CUDA-graph replays (GPU time, no host)
 
 
 def rows():
@@ -59,6 +63,37 @@ def bench_us(fn, warmup=25, rep=100) -> float:
     import triton
 
     return 1e3 * float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def graph_us(fn) -> float:
+    """Median us of one replay of a CUDA graph of 10 calls of fn, / 10: GPU time without the host."""
+    import torch
+    import triton
+
+    fn()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(10):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    return 1e3 * float(triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")) / 10
+
+
+def host_us(fn, calls=200) -> float:
+    """Host time per call (us) of fn issued back to back, GPU drained first: the launch overhead."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
 
 
 def make_variants(H, Hkv, scale):
@@ -82,8 +117,17 @@ def make_variants(H, Hkv, scale):
         k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Nk, d)
         return _common.naive_attention(q, k, v, False, scale)
 
+    from flashlab import decode
+    from flashlab.kernels import flash_decode as kernels
+
+    def decode_2kernels(q, k, v):
+        base = kernels.default_config(D, q.dtype)
+        config = kernels.DecodeConfig(base.block_n, base.num_warps, base.num_stages, fused_combine=False)
+        return kernels.forward(q, k, v, None, scale, True, decode.splits_for(q, k), config)[0]
+
     return {
         "flash_decode": lambda q, k, v: flashlab.flash_decode(q, k, v, scale=scale),
+        "decode_2kernels": decode_2kernels,
         "unsplit": lambda q, k, v: attention.best_forward(q, k, v, False, scale)[0],
         "sdpa_default": sdpa_default,
         "sdpa_flash": sdpa_flash,
@@ -116,6 +160,9 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
                 err = _common.rel_err(fn(q, k, v), ref)
                 us = bench_us(lambda: fn(q, k, v))
                 row["results"][name] = {"us": us, "tb_s": kv_bytes / us / 1e6, "rel_err_vs_sdpa_flash": err}
+                if name in GRAPH_VARIANTS:
+                    row["results"][name]["graph_us"] = graph_us(lambda: fn(q, k, v))
+                    row["results"][name]["host_us"] = host_us(lambda: fn(q, k, v))
             except Exception as exc:  # a backend that refuses the shape is recorded, not fatal
                 row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             torch.cuda.empty_cache()
@@ -165,20 +212,20 @@ def bottom_right_chunk(B=1, H=32, Hkv=8, nq=2048, nk=32768) -> dict:
 
 # ---------------------------------------------------------------- tuning (call 1)
 
-TUNE_SHAPES = ((1, 32, 32, 32768), (1, 32, 8, 131072), (16, 32, 8, 32768), (1, 32, 8, 4096), (64, 32, 8, 4096),
-               (64, 32, 32, 32768))
-TUNE_CONFIGS = ((64, 4, 2), (64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 4, 3), (128, 8, 3), (32, 4, 3),
-                (32, 4, 4), (64, 8, 3), (32, 2, 4))
+TUNE_SHAPES = ((1, 32, 32, 32768), (1, 32, 8, 131072), (16, 32, 8, 32768), (4, 32, 8, 32768), (16, 32, 32, 131072),
+               (64, 32, 8, 131072))
 
 
 def tune() -> dict:
+    """The split rule's choice beside every power-of-two split count, and the Nk from which the
+    split-KV path beats the unsplit rung (flash_attention's DECODE_MIN_NK)."""
     import torch
 
     from flashlab import decode
     from flashlab.kernels import attention
     from flashlab.kernels import flash_decode as kernels
 
-    out = {"configs": [], "splits": [], "threshold": []}
+    out = {"splits": [], "threshold": []}
     for B, H, Hkv, nk in TUNE_SHAPES:
         g = torch.Generator(device="cuda").manual_seed(nk + B)
         q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -186,36 +233,27 @@ def tune() -> dict:
         v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
         kv_bytes = 2 * k.numel() * 2
         rule = decode.splits_for(q, k)
-        ref = kernels.forward(q, k, v, None, D ** -0.5, False, 1)[0].float()
-        for bn, w, s in TUNE_CONFIGS:
-            cfg = kernels.DecodeConfig(bn, w, s)
-            try:
-                err = _common.rel_err(kernels.forward(q, k, v, None, D ** -0.5, False, rule, cfg)[0], ref)
-                us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, rule, cfg), 10, 40)
-                out["configs"].append({"shape": [B, H, Hkv, nk], "config": [bn, w, s], "splits": rule, "us": us,
-                                       "tb_s": kv_bytes / us / 1e6, "rel_err": err})
-            except Exception as exc:
-                out["configs"].append({"shape": [B, H, Hkv, nk], "config": [bn, w, s], "error": str(exc)[:200]})
         for splits in sorted({1, 2, 4, 8, 16, 32, 64, 128, rule}):
             us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
             out["splits"].append({"shape": [B, H, Hkv, nk], "splits": splits, "rule": rule, "us": us,
                                   "tb_s": kv_bytes / us / 1e6})
         del q, k, v
     for B, Hkv in ((1, 32), (1, 8), (64, 8)):
-        for nk in (64, 128, 256, 512, 1024, 2048):
+        for nk in (16, 64, 256, 1024, 2048):
             g = torch.Generator(device="cuda").manual_seed(nk)
             q = torch.randn(B, 32, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
             k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
             v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
             split = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, decode.splits_for(q, k)), 10, 40)
             unsplit = bench_us(lambda: attention.best_forward(q, k, v, False, D ** -0.5), 10, 40)
-            out["threshold"].append({"B": B, "Hkv": Hkv, "Nk": nk, "split_kv_us": split, "unsplit_us": unsplit})
+            out["threshold"].append({"B": B, "Hkv": Hkv, "Nk": nk, "splits": decode.splits_for(q, k),
+                                     "split_kv_us": split, "unsplit_us": unsplit})
     return out
 
 
 def print_table(rows_out):
-    print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v:>14}" for v in VARIANTS)
-          + " | decode TB/s  vs default")
+    print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v[:14]:>14}" for v in VARIANTS)
+          + " | TB/s  vs default | graph: decode sdpa  host: decode sdpa")
     for r in rows_out:
         if r.get("skipped"):
             print(f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}  skipped: {r['skipped']}")
@@ -227,7 +265,8 @@ def print_table(rows_out):
         fd, sd = r["results"].get("flash_decode", {}), r["results"].get("sdpa_default", {})
         ratio = fd["us"] / sd["us"] if "us" in fd and "us" in sd else float("nan")
         print(f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7} {r['num_splits']:>4} | " + " ".join(cells)
-              + f" | {fd.get('tb_s', float('nan')):>6.2f}  {ratio:>5.2f}x")
+              + f" | {fd.get('tb_s', float('nan')):>4.2f} {ratio:>5.2f}x | {fd.get('graph_us', float('nan')):>7.1f} "
+              f"{sd.get('graph_us', float('nan')):>7.1f} {fd.get('host_us', float('nan')):>6.1f} {sd.get('host_us', float('nan')):>6.1f}")
 
 
 def main(argv=None):
@@ -248,8 +287,6 @@ def main(argv=None):
     if args.tune:
         payload = {"environment": _common.environment(), "tune": tune()}
         _common.write_json(args.out or out_dir / "decode_tune.json", payload)
-        for c in payload["tune"]["configs"]:
-            print("config", c)
         for s in payload["tune"]["splits"]:
             print("splits", s)
         for t in payload["tune"]["threshold"]:

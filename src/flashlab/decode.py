@@ -22,32 +22,42 @@ import math
 import numbers
 
 MAX_NQ = 16  # new queries per sequence that flash_decode takes
-MAX_SPLITS = 128  # most chunks the cache is cut into (the combine reads one lse per split)
-PROGRAMS_PER_SM = 4  # target: this many split-KV programs per SM, so loads of several overlap
+MAX_SPLITS = 128  # most chunks the cache is cut into
 MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
-DECODE_MIN_NK = 256  # flash_attention takes the split-KV path from this many keys (Nq <= MAX_NQ)
+WAVE_EFFICIENCY = 0.95  # the rule's tolerance: fewest splits within 5% of the best wave efficiency
+DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
 
 
-def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sm_count: int) -> int:
+def wave_efficiency(programs: int, slots: int) -> float:
+    """Busy fraction of the last wave: programs / (slots * waves), waves = ceil(programs / slots)."""
+    return programs / (slots * -(-programs // slots))
+
+
+def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, slots: int) -> int:
     """How many chunks to cut each sequence's key range into: the split rule.
 
     The grid has ``batch * kv_heads * row_blocks`` programs per split (``row_blocks``: query tiles
-    per kv group, 1 unless GROUP * Nq > 64). A decode step is memory-bound, so the aim is enough
-    programs in flight to keep HBM busy: ``PROGRAMS_PER_SM * sm_count`` of them. Hence
-    ``splits = ceil(PROGRAMS_PER_SM * sm_count / (batch * kv_heads * row_blocks))``, then capped so
-    that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len`` (below that, writing
-    and combining the partial states costs more than the extra programs gain) and at
-    ``MAX_SPLITS``; at least 1. A grid that already fills the GPU gets 1 split (no combine).
+    per kv group, 1 unless GROUP * Nq > 64), and ``slots`` programs run at once (SMs x programs
+    per SM, ``kernels.flash_decode.programs_per_sm``). Decode is memory-bound and every program
+    streams the same number of keys, so the time is set by the waves: a grid of 1.06 waves takes
+    as long as 2 full ones. The rule: among 1..cap splits, where cap keeps at least
+    ``MIN_KEYS_PER_SPLIT`` keys per chunk (at most ``MAX_SPLITS``), take the FEWEST whose wave
+    efficiency (:func:`wave_efficiency`) is within ``WAVE_EFFICIENCY`` of the best (fewer splits:
+    fewer partial states to write and combine). A grid that already fills its waves gets 1 split.
+    Examples on an H200 (132 SMs x 2 = 264 slots): 32 programs -> 8 splits (256, one wave, 97%
+    busy); 8 -> 32; 128 -> 2; 512 -> 1 (1.94 waves, 97% busy).
     """
     for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
-                        ("max_len", max_len), ("sm_count", sm_count)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                        ("max_len", max_len), ("slots", slots)):
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
+                or value < 1:
             raise ValueError(f"{name}={value!r} must be an int >= 1")
     programs = batch * kv_heads * row_blocks
-    wanted = -(-PROGRAMS_PER_SM * sm_count // programs)  # ceil
-    useful = max(1, max_len // MIN_KEYS_PER_SPLIT)
-    return max(1, min(wanted, useful, MAX_SPLITS))
+    cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
+    efficiency = [wave_efficiency(programs * s, slots) for s in range(1, cap + 1)]
+    best = max(efficiency)
+    return next(s for s, e in enumerate(efficiency, start=1) if e >= WAVE_EFFICIENCY * best)
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,18 +77,27 @@ def sm_count_of(tensor) -> int:
     return _sm_count(index)
 
 
-def splits_for(q, k, num_splits_arg=None) -> int:
-    """The number of splits for q (B, H, Nq, d) against k (B, Hkv, N_max, d): ``num_splits_arg``
-    when given, else :func:`num_splits` of the shape and the device's SM count."""
-    if num_splits_arg is not None:
-        return num_splits_arg
-    from .kernels.flash_decode import block_m_for
+@functools.lru_cache(maxsize=4096)
+def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool, sms: int) -> int:
+    import torch
 
-    B, H, Nq = q.shape[:3]
-    Hkv, n_max = k.shape[1], k.shape[2]
+    from .kernels.flash_decode import block_m_for, default_config, head_dim_padded, programs_per_sm
+
     rows = (H // Hkv) * Nq
     row_blocks = -(-rows // block_m_for(rows))
-    return num_splits(B, Hkv, row_blocks, n_max, sm_count_of(q))
+    head_dim = head_dim_padded(d)
+    config = default_config(head_dim, torch.float32 if is_fp32 else torch.float16)
+    return num_splits(B, Hkv, row_blocks, n_max, sms * programs_per_sm(config, head_dim, itemsize))
+
+
+def splits_for(q, k, num_splits_arg=None) -> int:
+    """The number of splits for q (B, H, Nq, d) against k (B, Hkv, N_max, d): ``num_splits_arg``
+    when given, else :func:`num_splits` of the shape, the device's SM count and the default
+    config's programs per SM (cached per shape)."""
+    if num_splits_arg is not None:
+        return num_splits_arg
+    B, H, Nq, d = q.shape
+    return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2], q.element_size(), q.element_size() == 4, sm_count_of(q))
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,6 +119,8 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
             raise TypeError(f"{name}.dtype={t.dtype} is not supported; expected one of {SUPPORTED_DTYPES}")
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put every tensor on one device")
+    if q.device.type != "cuda":
+        _mode.check_device("q", q)  # CPU tensors only in the interpreter
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != q.dtype:
             raise TypeError(f"{name}.dtype={t.dtype} must equal q.dtype={q.dtype}")
@@ -125,7 +146,6 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
         if span > MAX_INT32:
             raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) spans {span} elements within "
                              f"one (batch, head) slice; the kernel indexes a slice in int32 (at most {MAX_INT32})")
-        _mode.check_device(name, t)
     if B * Hkv > MAX_GRID_Y and not _mode.is_interpreter():
         raise ValueError(f"B*Hkv = {B * Hkv} exceeds CUDA's grid limit of {MAX_GRID_Y}; split the batch")
     if cache_seqlens is None:
@@ -147,10 +167,8 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
         if lo < Nq:
             raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
                              "the new queries' own keys, so it must be >= Nq")
-    if num_splits_arg is not None:
-        if isinstance(num_splits_arg, bool) or not isinstance(num_splits_arg, numbers.Integral) \
-                or not 1 <= num_splits_arg <= MAX_SPLITS:
-            raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
+    if num_splits_arg is not None and not (type(num_splits_arg) is int and 1 <= num_splits_arg <= MAX_SPLITS):
+        raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
     if scale is None:
@@ -223,11 +241,17 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def bottom_right_mask(q, k, causal: bool, causal_align: str) -> bool:
+    """True when the mask is bottom-right: causal with ``causal_align="bottom_right"``, or causal
+    with Nq == Nk (where the two alignments are the same mask)."""
+    return causal and (causal_align == "bottom_right" or q.shape[2] == k.shape[2])
+
+
 def decode_shape(q, k, causal: bool, causal_align: str) -> bool:
     """True where flash_attention takes the split-KV path: Nq <= MAX_NQ, Nk >= DECODE_MIN_NK,
-    non-causal or bottom-right causal (inputs already checked)."""
+    non-causal or a bottom-right mask (inputs already checked)."""
     return (q.shape[2] <= MAX_NQ and k.shape[2] >= DECODE_MIN_NK
-            and (not causal or causal_align == "bottom_right"))
+            and (not causal or bottom_right_mask(q, k, causal, causal_align)))
 
 
 def takes_over(q, k, v, causal: bool, return_lse, causal_align) -> bool:
@@ -322,7 +346,8 @@ def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_a
         from .kernels import flash_decode as kernels
 
         with attention.on_device(q):
-            o, lse = kernels.forward(q, k, v, None, scale, bottom_right, splits_for(q, k))
+            o, lse = kernels.forward(q, k, v, None, scale, bottom_right_mask(q, k, causal, causal_align),
+                                     splits_for(q, k))
     elif bottom_right and not grad:
         o, lse = _bottom_right(q, k, v, scale)
     elif bottom_right:
@@ -334,3 +359,78 @@ def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_a
     else:
         o, lse = _forward_with_lse(q, k, v, causal, scale)
     return (o, lse) if return_lse else o
+
+
+# --------------------------------------------------------------------------------------------
+# For notebook 09: the split rule and the measurements, as tables
+# --------------------------------------------------------------------------------------------
+def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
+                     shapes=((1, 32), (1, 8), (4, 8), (16, 8), (64, 8), (64, 32))) -> str:
+    """The split rule's choice for (batch, kv heads) pairs at one cache length, as a text table:
+    programs without splitting, splits, programs with them, waves and last-wave efficiency.
+    Defaults: an H200 (132 SMs, 2 programs per SM at the bf16 d = 128 config), Nq = 1, GQA groups <= 64 rows."""
+    slots = sms * programs_per_sm
+    lines = [f"{sms} SMs x {programs_per_sm} programs = {slots} slots; cache of {max_len} keys",
+             f"{'batch':>6} {'kv heads':>9} {'programs':>9} {'splits':>7} {'programs':>9} {'waves':>6} {'busy':>6}"]
+    for batch, kv_heads in shapes:
+        splits = num_splits(batch, kv_heads, 1, max_len, slots)
+        programs = batch * kv_heads * splits
+        lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {splits:>7} {programs:>9} "
+                     f"{programs / slots:>6.2f} {wave_efficiency(programs, slots):>6.0%}")
+    return "\n".join(lines)
+
+
+def results_table(payload: dict | None = None) -> str:
+    """``benchmarks/results/bench_decode.json`` as a text table (us per decode step and TB/s of K
+    and V read), or a sentence saying it is missing. ``payload``: the parsed file (default: load it)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("bench_decode.json").get("bench_decode")
+    if not payload or not payload.get("rows"):
+        return "no benchmarks/results/bench_decode.json yet (run `python benchmarks/bench_decode.py` on a GPU)"
+    env = payload.get("environment", {})
+    names = ("naive", "unsplit", "flash_decode", "sdpa_default")
+    lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
+             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time",
+             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>13}" for n in names)
+             + f" {'split TB/s':>10} {'vs SDPA':>8}"]
+    for r in payload["rows"]:
+        head = f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}"
+        if r.get("skipped"):
+            lines.append(f"{head} skipped: {r['skipped']}")
+            continue
+        res = r["results"]
+        cells = [f"{res[n]['us']:>13.1f}" if "us" in res.get(n, {}) else f"{'-':>13}" for n in names]
+        fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
+        ratio = f"{fd['us'] / sd['us']:>7.2f}x" if "us" in fd and "us" in sd else f"{'-':>8}"
+        tb_s = f"{fd['tb_s']:>10.2f}" if "tb_s" in fd else f"{'-':>10}"
+        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio}")
+    return "\n".join(lines)
+
+
+def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = "bfloat16") -> str:
+    """Time, on this machine's GPU, one decode step (Nq = 1, d = 128) of naive attention, the
+    course's unsplit rung and flash_decode at each (B, H, Hkv, Nk); a text table (us, TB/s)."""
+    import torch
+    import triton.testing
+
+    from .kernels import attention
+
+    dtype = getattr(torch, dtype_name)
+    lines = [f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'naive us':>9} {'unsplit us':>10} {'split-KV us':>11} "
+             f"{'split-KV TB/s':>13}"]
+    for B, H, Hkv, n_k in shapes:
+        q = torch.randn(B, H, 1, 128, device="cuda", dtype=dtype)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, n_k, 128, device="cuda", dtype=dtype) for _ in range(2))  # (B, Hkv, Nk, d)
+
+        def naive():
+            kk, vv = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Nk, d)
+            return torch.softmax(q @ kk.transpose(-1, -2) * 128 ** -0.5, dim=-1) @ vv
+
+        times = [1e3 * triton.testing.do_bench(fn, return_mode="median") for fn in (
+            naive, lambda: attention.best_forward(q, k, v, False, 128 ** -0.5), lambda: flash_decode(q, k, v))]
+        kv_bytes = 2 * k.numel() * k.element_size()
+        lines.append(f"{B:>3} {H:>3} {Hkv:>3} {n_k:>7} {times[0]:>9.1f} {times[1]:>10.1f} {times[2]:>11.1f} "
+                     f"{kv_bytes / times[2] / 1e6:>13.2f}")
+    return "\n".join(lines)

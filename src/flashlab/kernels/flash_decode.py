@@ -12,10 +12,13 @@ Two changes fill the GPU and read each K/V byte once:
 * **Split-KV.** The key range ``[0, L_b)`` of sequence b is cut into ``NUM_SPLITS`` chunks of whole
   ``BLOCK_N`` blocks; the grid is ``(NUM_SPLITS, B * Hkv, row blocks)``. Each program runs the
   online softmax (FlashAttention-2 Algorithm 1, inner loop) over its chunk and writes a partial
-  ``(o_s, lse_s)`` in fp32; ``_combine_splits`` then merges them exactly, as
-  ``flashlab.softmax.combine_states`` does with the state ``(m, l, acc) = (lse_s, 1, o_s)``:
-  ``lse = logsumexp_s(lse_s)``, ``o = sum_s exp(lse_s - lse) o_s``. With one split the first kernel
-  writes ``o`` and ``lse`` itself and the combine is skipped.
+  ``(o_s, lse_s)`` in fp32, merged exactly as ``flashlab.softmax.combine_states`` does with the
+  state ``(m, l, acc) = (lse_s, 1, o_s)``: ``lse = logsumexp_s(lse_s)``,
+  ``o = sum_s exp(lse_s - lse) o_s``. Who merges: by default (``fused_combine``) the last program
+  of a tile to finish, which it learns from an atomic count of finished splits (one launch: at
+  small sizes a second launch costs more host time than the GPU work, benchmarks/NOTES.md);
+  otherwise a second kernel, ``_combine_splits``, one program per query row. With one split the
+  first kernel writes ``o`` and ``lse`` itself and nothing is combined.
 
 Masks: keys at or past ``L_b`` (``cache_seqlens[b]``) are never loaded (masked loads, so a cache
 poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment is bottom-right:
@@ -48,18 +51,30 @@ class DecodeConfig:
     block_n: int = 64  # key/value rows per inner step
     num_warps: int = 4
     num_stages: int = 3  # software-pipeline depth of the K/V loads
+    fused_combine: bool = True  # the last split of a group combines (one launch); False: a second kernel
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1)
+SMEM_PER_SM = 228 * 1024  # shared memory of one H100/H200 SM, shared by the programs resident on it
 
 
 def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
-    """The config used unless one is given: small tiles in the interpreter, else by head dim/dtype."""
+    """The config used unless one is given: small tiles in the interpreter, else by head dim/dtype
+    (bf16, d = 128: BLOCK_N = 64, 4 warps, 3 stages, measured on an H200, benchmarks/NOTES.md)."""
     if _mode.is_interpreter():
         return INTERPRETER_DECODE_CONFIG
-    if dtype == torch.float32 or head_dim > 128:
+    if head_dim > 128:
+        return DecodeConfig(block_n=32, num_warps=4, num_stages=2)
+    if dtype == torch.float32:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+
+
+def programs_per_sm(config: DecodeConfig, head_dim: int, itemsize: int) -> int:
+    """How many split-KV programs fit on one SM at once, from the K/V pipeline's shared memory
+    (num_stages x (K tile + V tile)) and the 64-warp limit. The split rule counts waves with it."""
+    smem = config.num_stages * 2 * config.block_n * head_dim * itemsize
+    return max(1, min(SMEM_PER_SM // max(1, smem), 64 // config.num_warps))
 
 
 def block_m_for(rows: int) -> int:
@@ -73,14 +88,14 @@ def block_m_for(rows: int) -> int:
 # --------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS"])
 def _decode_split_kv(
-    Q, K, V, SeqLens, Out, LSE, OPart, LSEPart, sm_scale,
+    Q, K, V, SeqLens, Out, LSE, OPart, LSEPart, Counters, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which chunk of the cache, which (batch, kv head), which rows of the group
@@ -141,14 +156,41 @@ def _decode_split_kv(
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
     row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i  # (BLOCK_M,) flat (b, h, i) index
     d_ok = offs_d[None, :] < D_HEAD
+    o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
     if SPLIT:
         # -- partial state of this split, fp32: OPart (B*H*Nq, NUM_SPLITS, D_HEAD), LSEPart (B*H*Nq, NUM_SPLITS)
         tl.store(LSEPart + row * NUM_SPLITS + split, lse, mask=row_ok)
         tl.store(OPart + (row * NUM_SPLITS + split)[:, None] * D_HEAD + offs_d[None, :], o,
                  mask=row_ok[:, None] & d_ok)
+        if FUSED_COMBINE:
+            # -- count finished splits of this tile; the last one to finish combines them all.
+            #    barrier: every thread's stores above come before the release of the count
+            tl.debug_barrier()
+            tile = off_zh * tl.num_programs(2) + tl.program_id(2)
+            done = tl.atomic_add(Counters + tile, 1, sem="acq_rel", scope="gpu")
+            if done == NUM_SPLITS - 1:
+                # -- combine_states over the splits, state (m, l, acc) = (lse_s, 1, o_s), read from L2 (.cg)
+                m_c = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                l_c = tl.zeros([BLOCK_M], tl.float32)
+                acc_c = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+                for s in range(0, NUM_SPLITS):
+                    lse_s = tl.load(LSEPart + row * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
+                                    cache_modifier=".cg")  # (BLOCK_M,)
+                    o_s = tl.load(OPart + (row * NUM_SPLITS + s)[:, None] * D_HEAD + offs_d[None, :],
+                                  mask=row_ok[:, None] & d_ok, other=0.0, cache_modifier=".cg")  # (BLOCK_M, HEAD_DIM)
+                    m_new = tl.maximum(m_c, lse_s)
+                    m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp(m_c - m_new_safe)  # rescale of the state so far
+                    w = tl.exp(lse_s - m_new_safe)  # weight of split s (0 when it saw no key)
+                    l_c = l_c * alpha + w
+                    acc_c = acc_c * alpha[:, None] + w[:, None] * o_s
+                    m_c = m_new
+                l_c = tl.where(row_ok, l_c, 1.0)  # padding rows (never stored) saw nothing
+                tl.store(LSE + row, m_c + tl.log(l_c), mask=row_ok)
+                tl.store(o_ptrs, (acc_c / l_c[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+                tl.atomic_xchg(Counters + tile, 0)  # leave the count at 0 (tidy; each call zeroes its own)
     else:
         tl.store(LSE + row, lse, mask=row_ok)
-        o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
         tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
 
 
@@ -198,21 +240,23 @@ def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, confi
     split = num_splits > 1
     o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
     lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
+    fused = split and config.fused_combine
     if split:
         o_part = new_output((B * H * Nq, num_splits, d), torch.float32, q.device)  # (rows, splits, d)
         lse_part = new_output((B * H * Nq, num_splits), torch.float32, q.device)  # (rows, splits)
     else:
         o_part, lse_part = o, lse  # unused by the kernel
+    counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else lse  # (tiles,)
     _decode_split_kv[(num_splits, B * Hkv, row_blocks)](
-        q, k, v, seqlens if seqlens is not None else lse, o, lse, o_part, lse_part, scale,
+        q, k, v, seqlens if seqlens is not None else lse, o, lse, o_part, lse_part, counters, scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         Hkv, group, Nq, n_max, num_splits,
         HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
-        HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split,
+        HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
         DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if split:
+    if split and not fused:
         _combine_splits[(B * H * Nq,)](
             o_part, lse_part, o, lse, *o.stride(), H, Nq, num_splits,
             HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
