@@ -24,29 +24,36 @@ import numbers
 MAX_NQ = 16  # new queries per sequence that flash_decode takes
 MAX_SPLITS = 128  # most chunks the cache is cut into
 MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
-WAVE_EFFICIENCY = 0.95  # the rule's tolerance: fewest splits within 5% of the best wave efficiency
+ONE_WAVE_FILL = 0.95  # a grid that can fill one wave to this fraction runs as one wave
+MANY_WAVES = 7  # otherwise: at least this many waves of programs, each short
 DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
 
 
 def wave_efficiency(programs: int, slots: int) -> float:
-    """Busy fraction of the last wave: programs / (slots * waves), waves = ceil(programs / slots)."""
+    """Busy fraction of the waves: programs / (slots * waves), waves = ceil(programs / slots)."""
     return programs / (slots * -(-programs // slots))
 
 
 def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, slots: int) -> int:
     """How many chunks to cut each sequence's key range into: the split rule.
 
-    The grid has ``batch * kv_heads * row_blocks`` programs per split (``row_blocks``: query tiles
-    per kv group, 1 unless GROUP * Nq > 64), and ``slots`` programs run at once (SMs x programs
-    per SM, ``kernels.flash_decode.programs_per_sm``). Decode is memory-bound and every program
-    streams the same number of keys, so the time is set by the waves: a grid of 1.06 waves takes
-    as long as 2 full ones. The rule: among 1..cap splits, where cap keeps at least
-    ``MIN_KEYS_PER_SPLIT`` keys per chunk (at most ``MAX_SPLITS``), take the FEWEST whose wave
-    efficiency (:func:`wave_efficiency`) is within ``WAVE_EFFICIENCY`` of the best (fewer splits:
-    fewer partial states to write and combine). A grid that already fills its waves gets 1 split.
-    Examples on an H200 (132 SMs x 2 = 264 slots): 32 programs -> 8 splits (256, one wave, 97%
-    busy); 8 -> 32; 128 -> 2; 512 -> 1 (1.94 waves, 97% busy).
+    The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
+    query tiles per kv group, 1 unless GROUP * Nq > 64), and ``slots`` programs run at once (SMs x
+    programs per SM, ``kernels.flash_decode.programs_per_sm``). Decode is memory-bound and every
+    program streams the same number of keys, so what costs time is an idle tail: the last,
+    partly filled wave, and programs of a later wave that start late and finish alone. Measured
+    on an H200 (benchmarks/NOTES.md, calls 1-2), two shapes of grid stream at full speed:
+
+    * **one full wave**: if ``programs`` fits ``slots``, the most splits that still fit one wave,
+      provided they fill it to ``ONE_WAVE_FILL`` (all programs start and end together);
+    * **many short waves**: otherwise ``ceil(MANY_WAVES * slots / programs)`` splits (1 when the
+      grid is that large already), so that a late program is a small fraction of the step.
+
+    Then capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len`` and
+    at most ``MAX_SPLITS``; at least 1. Examples on an H200 (132 SMs x 2 = 264 slots): 32
+    programs -> 8 splits (256 programs, one wave); 8 -> 33; 128 -> 2; 512 -> 4 (2048, 7.8 waves);
+    2048 -> 1.
     """
     for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
                         ("max_len", max_len), ("slots", slots)):
@@ -55,9 +62,10 @@ def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, slots: 
             raise ValueError(f"{name}={value!r} must be an int >= 1")
     programs = batch * kv_heads * row_blocks
     cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
-    efficiency = [wave_efficiency(programs * s, slots) for s in range(1, cap + 1)]
-    best = max(efficiency)
-    return next(s for s, e in enumerate(efficiency, start=1) if e >= WAVE_EFFICIENCY * best)
+    one_wave = slots // programs
+    if one_wave >= 1 and programs * one_wave >= ONE_WAVE_FILL * slots:
+        return min(one_wave, cap)
+    return max(1, min(-(-MANY_WAVES * slots // programs), cap))
 
 
 @functools.lru_cache(maxsize=None)
