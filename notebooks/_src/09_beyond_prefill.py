@@ -96,11 +96,12 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # `flashlab.flash_decode` picks the number of splits from the shape and the GPU
 # (`flashlab.decode.num_splits`). Every program streams the same number of keys, so a decode
 # step lasts as many *waves* as its grid needs to pass through the GPU's slots (SMs x programs
-# resident per SM: 132 x 2 on an H200 at bf16, d = 128). A grid of 2.06 waves takes as long as
-# 3 full ones: on the H200, one sequence with 32 kv heads cut into 17 splits (544 programs) read
-# its cache at 3.5 TB/s, cut into 8 (256 programs, one wave) at 3.9 TB/s
-# (`benchmarks/results/decode_tune_call1.json`). The rule: the fewest splits whose last wave is
-# within 5% of the best busy fraction, with at least 256 keys per split.
+# resident per SM: 132 x 2 on an H200 at bf16, d = 128), and the programs of a late wave finish
+# alone. On the H200, one sequence with 32 kv heads cut into 17 splits (544 programs, 2.06 waves)
+# read its cache at 3.5 TB/s, cut into 8 (256 programs, one wave) at 3.9 TB/s
+# (`benchmarks/results/decode_tune_call1.json`); a grid of 512 programs read 4.0 TB/s unsplit and
+# 4.6 TB/s cut into 4 (2048 short programs, `decode_tune_call2.json`). The rule: one full wave when
+# the grid fits one, else at least 7 waves of short programs; at least 256 keys per split.
 
 # %%
 from flashlab import decode
