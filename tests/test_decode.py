@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}  # fp16: output rounding (2^-11) plus P rounded to fp16
+GPU_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the "interpreter" tests run compiled on a GPU
 
 
@@ -184,6 +185,65 @@ def test_flash_attention_decode_shape_matches_rungs():
     assert err < 1e-5
 
 
+def _paged_inputs(B, H, Hkv, Nq, d, page, max_blocks, num_blocks, lengths, seed, dtype=torch.float32, device=DEVICE):
+    """q, a paged cache whose unused blocks, table entries and rows past each length are poisoned
+    (NaN blocks, -1 entries), the block table and cache_seqlens."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Nq, d, generator=g).to(dtype)  # (B, H, Nq, d)
+    k = torch.randn(num_blocks, Hkv, page, d, generator=g).to(dtype)  # (num_blocks, Hkv, page, d)
+    v = torch.randn(num_blocks, Hkv, page, d, generator=g).to(dtype)
+    table = torch.randperm(num_blocks, generator=g)[: B * max_blocks].view(B, max_blocks).to(torch.int32)
+    for b, length in enumerate(lengths):
+        pages = -(-length // page)
+        table[b, pages:] = -1  # past the sequence's last page: names no block
+        last, rows = int(table[b, pages - 1]), length - (pages - 1) * page
+        k[last, :, rows:] = float("nan")
+        v[last, :, rows:] = float("nan")
+    for block in set(range(num_blocks)) - set(table[table >= 0].tolist()):
+        k[block] = float("nan")
+        v[block] = float("nan")
+    seqlens = torch.tensor(lengths, dtype=torch.int32)
+    return q.to(device), k.to(device), v.to(device), table.to(device), seqlens.to(device)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [None, 3])
+def test_paged_cache_matches_the_contiguous_reference(splits, poison):
+    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=21)
+    o, lse = decode.flash_decode(q, k, v, seqlens, num_splits=splits, return_lse=True, block_table=table)
+    ref_o, ref_lse = decode.decode_reference(q, decode.paged_to_contiguous(k, table),
+                                             decode.paged_to_contiguous(v, table), seqlens)
+    assert not o.isnan().any(), "NaN in o: a block or row past a sequence's length was read"
+    assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
+
+
+def test_paged_cache_rejects_bad_tables_naming_the_argument():
+    q, k, v, table, seqlens = _paged_inputs(2, 4, 2, 1, 16, 16, 3, 8, [40, 9], seed=4)
+    for bad, match in ((table.long(), "block_table.dtype"), (table[:1], "block_table.shape"),
+                       (torch.where(table == table[0, 1], 99, table), r"block_table\[0, 1\] = 99")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            decode.flash_decode(q, k, v, seqlens, block_table=bad)
+    with pytest.raises(ValueError, match="page size"):
+        decode.flash_decode(q, k[:, :, :12], v[:, :, :12], seqlens, block_table=table)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        decode.flash_decode(q, k, v, seqlens + 20, block_table=table)  # 60 > 3 blocks x 16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(GPU_DTYPES.values()), ids=list(GPU_DTYPES))
+def test_paged_cache_on_gpu(dtype, poison):
+    q, k, v, table, seqlens = _paged_inputs(4, 32, 8, 3, 128, 64, 40, 200, [2560, 3, 1000, 65], seed=8,
+                                            dtype=dtype, device="cuda")
+    o = decode.flash_decode(q, k, v, seqlens, block_table=table)
+    kk, vv = decode.paged_to_contiguous(k, table), decode.paged_to_contiguous(v, table)
+    ref, _ = decode.decode_reference(q, kk, vv, seqlens)
+    same, _ = decode.decode_reference(q, kk, vv, seqlens, upcast=False)
+    from flashlab.kernels.attention import allowed_error, max_error
+
+    assert max_error(o.cpu(), ref) <= allowed_error(ref, same.cpu())
+
+
 # --------------------------------------------------------------------------------- bad input
 
 def _good(Nq=2, n_max=20):
@@ -239,7 +299,6 @@ def test_flash_attention_rejects_bad_causal_align_and_too_many_queries():
 
 # ----------------------------------------------------------------------------------- on a GPU
 
-GPU_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GPU_CASES = [  # B, H, Hkv, Nq, N_max, ragged
     (1, 32, 32, 1, 4096, False), (4, 32, 8, 1, 20000, True), (3, 32, 1, 4, 9000, True),
     (2, 16, 4, 16, 3000, True), (16, 32, 8, 2, 1024, True), (1, 8, 8, 1, 1, False),

@@ -111,7 +111,8 @@ def splits_for(q, k, num_splits_arg=None) -> int:
 # --------------------------------------------------------------------------------------------
 # flash_decode: validation, then the kernel
 # --------------------------------------------------------------------------------------------
-def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_arg, return_lse) -> float:
+def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_arg, return_lse,
+                         block_table=None) -> float:
     import torch
 
     from .kernels import _mode
@@ -136,7 +137,9 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
         raise ValueError(f"v_cache.shape={tuple(v_cache.shape)} must equal k_cache.shape={tuple(k_cache.shape)}")
     B, H, Nq, d = q.shape
     Bk, Hkv, n_max, dk = k_cache.shape
-    if Bk != B:
+    if block_table is not None:
+        n_max = _check_block_table(block_table, q, k_cache)
+    elif Bk != B:
         raise ValueError(f"k_cache has batch size {Bk} but q has {B}; they must match")
     if dk != d:
         raise ValueError(f"k_cache has head dim d={dk} but q has d={d}; they must match")
@@ -171,10 +174,12 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
         lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
         if lo < 1 or hi > n_max:
             raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} "
-                             "(k_cache.shape[2])")
+                             + ("(block_table.shape[1] * page size)" if block_table is not None else "(k_cache.shape[2])"))
         if lo < Nq:
             raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
                              "the new queries' own keys, so it must be >= Nq")
+    if block_table is not None:
+        _check_pages_used(block_table, cache_seqlens, k_cache.shape[2], k_cache.shape[0])
     if num_splits_arg is not None and not (type(num_splits_arg) is int and 1 <= num_splits_arg <= MAX_SPLITS):
         raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
     if not isinstance(return_lse, bool):
@@ -186,8 +191,53 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
     return float(scale)
 
 
+def _check_block_table(block_table, q, k_cache) -> int:
+    """A paged cache: block_table (B, max_blocks) int32, k_cache (num_blocks, Hkv, page_size, d)
+    with page_size a power of two >= 16. Returns N_max = max_blocks * page_size."""
+    import torch
+
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table must be a torch.Tensor of dtype int32 or None, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table.dtype={block_table.dtype} must be torch.int32")
+    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.shape[1] < 1:
+        raise ValueError(f"block_table.shape={tuple(block_table.shape)} must be (B, max_blocks) = ({q.shape[0]}, >= 1)")
+    if block_table.device != q.device:
+        raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
+    page = k_cache.shape[2]
+    if page < 16 or page & (page - 1):
+        raise ValueError(f"the page size k_cache.shape[2]={page} must be a power of two >= 16 with a block_table")
+    return block_table.shape[1] * page
+
+
+def _check_pages_used(block_table, cache_seqlens, page: int, num_blocks: int) -> None:
+    """Every block a sequence uses (its first ceil(L_b / page) entries) must exist; one device sync."""
+    import torch
+
+    max_blocks = block_table.shape[1]
+    if cache_seqlens is None:
+        used = torch.ones_like(block_table, dtype=torch.bool)  # (B, max_blocks)
+    else:
+        pages = (cache_seqlens + page - 1) // page  # (B,)
+        used = torch.arange(max_blocks, device=block_table.device)[None, :] < pages[:, None]  # (B, max_blocks)
+    bad = used & ((block_table < 0) | (block_table >= num_blocks))
+    if bool(bad.any()):
+        b, j = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {j}] = {int(block_table[b, j])} names no block of k_cache "
+                         f"(0..{num_blocks - 1}), and sequence {b} uses that page")
+
+
+def paged_to_contiguous(cache, block_table):
+    """The logical cache (B, Hkv, max_blocks * page_size, d) of a paged one: ``cache`` (num_blocks,
+    Hkv, page_size, d) gathered through ``block_table`` (B, max_blocks); entries naming no block
+    (e.g. -1 past a sequence's end) give block 0's rows there. For references and teaching."""
+    pages = cache[block_table.long().clamp(0, cache.shape[0] - 1)]  # (B, max_blocks, Hkv, page, d)
+    B, max_blocks, Hkv, page, d = pages.shape
+    return pages.permute(0, 2, 1, 3, 4).reshape(B, Hkv, max_blocks * page, d)
+
+
 def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None,
-                 num_splits: int | None = None, return_lse: bool = False):
+                 num_splits: int | None = None, return_lse: bool = False, *, block_table=None):
     """Attention of a few new queries per sequence over a KV cache, split across the GPU (Flash-Decoding).
 
     q: (B, H, Nq, d), 1 <= Nq <= 16, the new queries. k_cache, v_cache: (B, Hkv, N_max, d), H a
@@ -197,16 +247,27 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     ``j <= L_b - Nq + i`` (bottom-right causal). scale: default 1/sqrt(d). num_splits: chunks of
     the key range (None: :func:`num_splits` of the shape and the SM count). fp16, bf16 or fp32.
 
+    Paged cache (as vLLM's PagedAttention): ``block_table`` (B, max_blocks) int32 maps sequence b's
+    logical block i to a physical block of k_cache, v_cache (num_blocks, Hkv, page_size, d), with
+    page_size a power of two >= 16; key j of sequence b is row j % page_size of block
+    ``block_table[b, j // page_size]``, and N_max = max_blocks * page_size. Entries past a
+    sequence's last page are never read (any value, e.g. -1).
+
     Returns o (B, H, Nq, d) in q's dtype, or (o, lse) with ``return_lse``: lse (B, H, Nq) float32,
-    natural log. No gradient. Checking ``cache_seqlens`` costs one device synchronisation.
+    natural log. No gradient. Checking ``cache_seqlens`` (and ``block_table``) costs one device
+    synchronisation each.
     """
-    scale = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse)
+    scale = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
     from .kernels import flash_decode as kernels
     from .kernels.attention import on_device
 
+    if num_splits is None and block_table is not None:  # the rule sees the logical length
+        B, H, Nq, d = q.shape
+        num_splits = _rule_for(B, H, Nq, d, k_cache.shape[1], block_table.shape[1] * k_cache.shape[2],
+                               q.element_size(), q.element_size() == 4, sm_count_of(q))
     splits = splits_for(q, k_cache, num_splits)
     with on_device(q):
-        o, lse = kernels.forward(q, k_cache, v_cache, cache_seqlens, scale, True, splits)
+        o, lse = kernels.forward(q, k_cache, v_cache, cache_seqlens, scale, True, splits, block_table=block_table)
     return (o, lse) if return_lse else o
 
 

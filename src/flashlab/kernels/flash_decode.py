@@ -25,6 +25,10 @@ poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment
 query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key keeps
 ``m_i = -inf, l_i = 0`` and writes ``lse_s = -inf, o_s = 0``, which the combine weighs by 0.
 
+Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv, PAGE_SIZE, d)
+and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
+BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
+
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
 assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
 """
@@ -88,14 +92,15 @@ def block_m_for(rows: int) -> int:
 # --------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS"])
 def _decode_split_kv(
-    Q, K, V, SeqLens, Out, LSE, OPart, LSEPart, Counters, sm_scale,
+    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
+    stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which chunk of the cache, which (batch, kv head), which rows of the group
@@ -120,8 +125,12 @@ def _decode_split_kv(
     lo = split * per_split
     hi = tl.minimum(lo + per_split, seqlen)
     last_key = seqlen - N_Q + off_i  # (BLOCK_M,) bottom-right causal: query i sees keys j <= last_key
-    k_base = K + off_z * stride_kz + off_hkv * stride_kh
-    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    if PAGED:  # K, V: (num_blocks, Hkv, PAGE_SIZE, d); stride_kz steps one physical block
+        k_base = K + off_hkv * stride_kh
+        v_base = V + off_hkv * stride_vh
+    else:
+        k_base = K + off_z * stride_kz + off_hkv * stride_kh
+        v_base = V + off_z * stride_vz + off_hkv * stride_vh
     # -- m_i, l_i, acc of the online softmax (line 5); scores in log2 units
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -130,10 +139,19 @@ def _decode_split_kv(
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi  # never load at or past L_b
+        if PAGED:
+            # -- paged cache: the tile lies in one page (BLOCK_N divides PAGE_SIZE); look its block up
+            page = tl.load(BlockTable + off_z * stride_bz + (start_n // PAGE_SIZE) * stride_bb).to(tl.int64)
+            offs_row = start_n % PAGE_SIZE + tl.arange(0, BLOCK_N)  # rows inside the physical block
+            k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
+            v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
+        else:
+            k_tile = k_base + offs_n[:, None] * stride_kn
+            v_tile = v_base + offs_n[:, None] * stride_vn
         # -- load K_j, V_j (line 7): one load serves every row of the group
-        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk,
+        k = tl.load(k_tile + offs_d[None, :] * stride_kk,
                     mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
-        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+        v = tl.load(v_tile + offs_d[None, :] * stride_vk,
                     mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
         # -- S_ij (line 8), masked past hi and (causal) past each row's last key
         qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
@@ -227,14 +245,22 @@ def _combine_splits(
 # --------------------------------------------------------------------------------------------
 # Python wrapper
 # --------------------------------------------------------------------------------------------
-def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None):
+def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None,
+            block_table=None):
     """Split-KV attention of validated inputs. q (B, H, Nq, d); k, v (B, Hkv, N_max, d); seqlens
     (B,) int32 on q's device, or None for N_max everywhere. Returns (o (B, H, Nq, d) in q's dtype,
-    lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i)."""
+    lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i).
+    Paged cache: ``block_table`` (B, max_blocks) int32 and k, v (num_blocks, Hkv, page_size, d),
+    page_size a power of two >= 16; logical key j of sequence b is row j % page_size of block
+    block_table[b, j // page_size]; N_max = max_blocks * page_size."""
     B, H, Nq, d = q.shape
-    Hkv, n_max = k.shape[1], k.shape[2]
+    Hkv = k.shape[1]
+    paged = block_table is not None
+    n_max = block_table.shape[1] * k.shape[2] if paged else k.shape[2]
     group = H // Hkv
     config = config or default_config(head_dim_padded(d), q.dtype)
+    if paged and k.shape[2] < config.block_n:  # a tile must lie within one page
+        config = DecodeConfig(k.shape[2], config.num_warps, config.num_stages, config.fused_combine)
     block_m = block_m_for(group * Nq)
     row_blocks = triton.cdiv(group * Nq, block_m)
     split = num_splits > 1
@@ -248,10 +274,12 @@ def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, confi
         o_part, lse_part = o, lse  # unused by the kernel
     counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else lse  # (tiles,)
     _decode_split_kv[(num_splits, B * Hkv, row_blocks)](
-        q, k, v, seqlens if seqlens is not None else lse, o, lse, o_part, lse_part, counters, scale,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        q, k, v, seqlens if seqlens is not None else lse, block_table if paged else lse,
+        o, lse, o_part, lse_part, counters, scale,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *(block_table.stride() if paged else (0, 0)),
         Hkv, group, Nq, n_max, num_splits,
         HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
+        PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1,
         HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
         DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
         num_warps=config.num_warps, num_stages=config.num_stages,
