@@ -218,7 +218,7 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *
 
     ``return_lse=True`` returns (o, lse), lse (B, H, Nq) float32, natural log (not differentiable).
     ``causal_align="bottom_right"`` aligns the last query with the last key (query i sees keys
-    j <= Nk - Nq + i; Nq <= Nk). Decode shapes (Nq <= 16, Nk >= 256, no gradient needed) take the
+    j <= Nk - Nq + i; Nq <= Nk). Decode shapes (Nq <= 16, no gradient needed) take the
     split-KV kernel of ``flashlab.kernels.flash_decode``. These three live in ``flashlab.decode``.
     """
     global _FUNCTION
