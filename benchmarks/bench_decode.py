@@ -29,7 +29,6 @@ FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
