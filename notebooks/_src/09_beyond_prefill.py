@@ -102,6 +102,72 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
       f"{batch * n_heads * 16} with 16 splits ({hardware.H200.sms} SMs on an H200)")
 
 # %% [markdown]
+# ## How many splits? The rule
+#
+# `flashlab.flash_decode` picks the number of splits from the shape and the GPU
+# (`flashlab.decode.num_splits`). Every program streams the same number of keys, so a decode
+# step lasts as many *waves* as its grid needs to pass through the GPU's slots (SMs x programs
+# resident per SM: 132 x 2 on an H200 at bf16, d = 128), and the programs of a late wave finish
+# alone. On the H200, one sequence with 32 kv heads cut into 17 splits (544 programs, 2.06 waves)
+# read its cache at 3.5 TB/s, cut into 8 (256 programs, one wave) at 3.9 TB/s
+# (`benchmarks/results/decode_tune_call1.json`); a grid of 512 programs read 4.0 TB/s unsplit and
+# 4.6 TB/s cut into 4 (2048 short programs, `decode_tune_call2.json`). The rule: one full wave when
+# the grid fits one, else at least 7 waves of short programs; at least 256 keys per split.
+
+# %%
+from flashlab import decode
+
+print(decode.split_rule_table())
+
+# %% [markdown]
+# ## Split-KV in Triton: `flashlab.flash_decode`
+#
+# `flash_decode(q, k_cache, v_cache, cache_seqlens)` runs the split-KV loop above as one Triton
+# kernel (`flashlab/kernels/flash_decode.py`). Two ideas beyond the NumPy version:
+#
+# - **GQA packing.** The query heads that share one kv head, times the $N_q$ new queries, are
+#   the rows of one query tile, so each K/V tile loaded from HBM serves the whole group.
+# - **The combine in the same launch.** Each program writes its partial $(o_s, \mathrm{lse}_s)$
+#   in fp32; the last program of a tile to finish (an atomic counter tells it) merges them with
+#   `combine_states`' arithmetic.
+#
+# `cache_seqlens` gives each sequence's valid length, counting the new queries' own keys; the
+# cache past it is never read. Query $i$ of $N_q$ sees keys $j \le L - N_q + i$: the causal
+# mask aligned bottom-right. Checked against a float64 reference:
+
+# %%
+if env.triton_mode == "missing":
+    print("triton is not installed: skipping the kernel cells; see `flashlab doctor`")
+else:
+    import torch
+
+    q_d = torch.randn(2, 8, 3, 64, device=env.device)  # (B, H, Nq, d): three new tokens per sequence
+    k_c, v_c = (torch.randn(2, 2, 90, 64, device=env.device) for _ in range(2))  # (B, Hkv, N_max, d)
+    lengths = torch.tensor([90, 41], dtype=torch.int32, device=env.device)  # valid keys per sequence
+    o_d = flashlab.flash_decode(q_d, k_c, v_c, cache_seqlens=lengths, num_splits=3)
+    print(f"flash_decode vs float64 reference: max error "
+          f"{(o_d.double().cpu() - decode.decode_reference(q_d, k_c, v_c, lengths)[0]).abs().max().item():.1e}")
+
+# %% [markdown]
+# ## Measured: naive, the unsplit kernel and split-KV
+#
+# Decode steps on an H200 (`benchmarks/results/bench_decode.json`, from
+# `benchmarks/bench_decode.py`): naive attention, the course's FlashAttention-2 kernel with
+# one program per query block and head ("unsplit"), `flash_decode`, and PyTorch's SDPA.
+
+# %%
+print(decode.results_table())
+
+# %% [markdown]
+# With a GPU, time the same three on this machine:
+
+# %%
+if env.has_gpu:
+    print(decode.time_live())
+else:
+    print("No CUDA GPU: no live timing; the table above is the H200's.")
+
+# %% [markdown]
 # ## The kernel on a decode shape
 #
 # `flashlab.flash_attention` accepts $N_q = 1$ and grouped-query shapes; check one decode step
@@ -128,6 +194,12 @@ else:
 # Careful with `causal=True` at decode: the course's causal convention is top-left aligned (query
 # row $i$ sees keys $j \le i$), so a single query row would see only key 0. A decode query is the
 # *last* position and must see the whole cache: call it with `causal=False`, as above.
+
+# %% [markdown]
+# `flash_attention(q, k, v, causal=True, causal_align="bottom_right")` aligns the last query with
+# the last key instead (query $i$ sees keys $j \le N_k - N_q + i$), which a chunk of several new
+# tokens needs; `flash_decode` always uses that alignment. `return_lse=True` also returns the
+# log-sum-exp, the state that `combine_states` merges.
 #
 # ## Misconception: "FlashAttention drops in everywhere with the same gain"
 #

@@ -202,7 +202,8 @@ def _autograd_function():
 _FUNCTION = None
 
 
-def flash_attention(q, k, v, causal: bool = False, scale: float | None = None):
+def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
+                    return_lse: bool = False, causal_align: str = "top_left"):
     """FlashAttention: softmax(q k^T * scale) v without materialising the (Nq, Nk) scores.
 
     q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d) with H a multiple of Hkv (query head h reads kv head
@@ -214,9 +215,20 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None):
 
     Runs compiled on CUDA tensors, or in Triton's CPU interpreter on CPU tensors when
     ``TRITON_INTERPRET=1`` (set automatically on a machine with no GPU; see ``kernels._mode``).
+
+    ``return_lse=True`` returns (o, lse), lse (B, H, Nq) float32, natural log (not differentiable).
+    ``causal_align="bottom_right"`` aligns the last query with the last key (query i sees keys
+    j <= Nk - Nq + i; Nq <= Nk). Decode shapes (Nq <= 16, no gradient needed) take the
+    split-KV kernel of ``flashlab.kernels.flash_decode``. These three live in ``flashlab.decode``.
     """
     global _FUNCTION
     scale = check_inputs(q, k, v, causal, scale)
+    # -- return_lse, causal_align and the split-KV decode path (flashlab.decode)
+    from .. import decode
+
+    if decode.takes_over(q, k, v, causal, return_lse, causal_align):
+        return decode.extended_attention(q, k, v, causal, scale, return_lse, causal_align)
+    # -- end of the decode block
     if _FUNCTION is None:
         _FUNCTION = _autograd_function()
     return _FUNCTION.apply(q, k, v, causal, scale)

@@ -1,0 +1,320 @@
+"""Time decode attention (one new query per sequence against a KV cache) on one GPU.
+
+Rows: bf16, d = 128, Nq = 1, (H, Hkv) in {(32, 32), (32, 8)}, Nk in {4k, 32k, 128k}, B in
+{1, 4, 16, 64}; a row whose K and V would take more than ``MAX_KV_GIB`` is skipped and recorded
+as skipped. Variants, each checked against SDPA FLASH's output on the row's inputs before it is
+timed (relative error recorded):
+
+* ``flash_decode``      flashlab.flash_decode: split-KV + GQA packing, splits by ``decode.num_splits``
+* ``decode_2kernels``   the same kernel with the combine as a second kernel (``fused_combine=False``)
+* ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
+                        (query block, batch x head): what flash_attention ran at decode before
+* ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
+* ``sdpa_flash``        torch SDPA with the FLASH_ATTENTION backend only
+* ``naive``             matmul, softmax, matmul in bf16 (K, V repeated to H heads for GQA);
+                        only where the repeated K and V stay under ``NAIVE_MAX_GIB``
+
+Time: median of ``triton.testing.do_bench`` (it clears the L2 cache before every run, so every run
+reads K and V from HBM). For flash_decode and SDPA default also: ``graph_us``, one call's share of a
+CUDA graph of 10 calls (GPU time with the host's launch work taken out; consecutive calls may
+then find part of K and V in L2 at the smallest rows), and ``host_us``, the host's time per call. Bandwidth: bytes of K and V read (2 * B * Hkv * Nk * d * 2 B) / time.
+Also: a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
+``flash_attention(causal=True, causal_align="bottom_right")`` beside a non-causal run of equal
+FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
+
+    python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
+    python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
+    python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+D = 128
+HEADS = ((32, 32), (32, 8))
+SEQ_LENS = (4096, 32768, 131072)
+BATCHES = (1, 4, 16, 64)
+MAX_KV_GIB = 64.0  # K + V of a row above this: skipped (SDPA's and naive's buffers come on top)
+NAIVE_MAX_GIB = 16.0  # naive repeats K and V to H heads: above this it is not run
+VARIANTS = ("flash_decode", "decode_2kernels", "unsplit", "sdpa_default", "sdpa_flash", "naive")
+GRAPH_VARIANTS = ("flash_decode", "sdpa_default")  # also timed as CUDA-graph replays (GPU time, no host)
+
+
+def rows():
+    """(B, H, Hkv, Nk, skip reason or None) for every row."""
+    out = []
+    for H, Hkv in HEADS:
+        for nk in SEQ_LENS:
+            for B in BATCHES:
+                gib = 2 * B * Hkv * nk * D * 2 / 2**30
+                out.append((B, H, Hkv, nk, f"K+V = {gib:.0f} GiB > {MAX_KV_GIB:.0f} GiB" if gib > MAX_KV_GIB else None))
+    return out
+
+
+def bench_us(fn, warmup=25, rep=100) -> float:
+    import triton
+
+    return 1e3 * float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def graph_us(fn) -> float:
+    """Median us of one replay of a CUDA graph of 10 calls of fn, / 10: GPU time without the host."""
+    import torch
+    import triton
+
+    fn()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(10):
+                fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    return 1e3 * float(triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")) / 10
+
+
+def host_us(fn, calls=200) -> float:
+    """Host time per call (us) of fn issued back to back, GPU drained first: the launch overhead."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def make_variants(H, Hkv, scale):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import flashlab
+    from flashlab.kernels import attention
+
+    gqa = H != Hkv
+
+    def sdpa_default(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+
+    def sdpa_flash(q, k, v):
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+
+    def naive(q, k, v):
+        k, v = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Nk, d)
+        return _common.naive_attention(q, k, v, False, scale)
+
+    from flashlab import decode
+    from flashlab.kernels import flash_decode as kernels
+
+    def decode_2kernels(q, k, v):
+        base = kernels.default_config(D, q.dtype)
+        config = kernels.DecodeConfig(base.block_n, base.num_warps, base.num_stages, fused_combine=False)
+        return kernels.forward(q, k, v, None, scale, True, decode.splits_for(q, k), config)[0]
+
+    return {
+        "flash_decode": lambda q, k, v: flashlab.flash_decode(q, k, v, scale=scale),
+        "decode_2kernels": decode_2kernels,
+        "unsplit": lambda q, k, v: attention.best_forward(q, k, v, False, scale)[0],
+        "sdpa_default": sdpa_default,
+        "sdpa_flash": sdpa_flash,
+        "naive": naive,
+    }
+
+
+def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
+    import torch
+
+    from flashlab import decode
+
+    dtype = getattr(torch, dtype_name)
+    scale = D ** -0.5
+    g = torch.Generator(device="cuda").manual_seed(B * 1000003 + nk + Hkv)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=dtype, generator=g)  # (B, H, 1, d)
+    k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=dtype, generator=g)  # (B, Hkv, Nk, d)
+    v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=dtype, generator=g)  # (B, Hkv, Nk, d)
+    kv_bytes = 2 * k.numel() * k.element_size()
+    row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "Nq": 1, "d": D, "dtype": dtype_name, "kv_bytes": kv_bytes,
+           "num_splits": decode.splits_for(q, k), "results": {}}
+    variants = make_variants(H, Hkv, scale)
+    with torch.no_grad():
+        ref = variants["sdpa_flash"](q, k, v).float()
+        for name, fn in variants.items():
+            if name == "naive" and kv_bytes * H / Hkv / 2**30 > NAIVE_MAX_GIB:
+                row["results"][name] = {"skipped": f"repeated K+V over {NAIVE_MAX_GIB:.0f} GiB"}
+                continue
+            try:
+                err = _common.rel_err(fn(q, k, v), ref)
+                us = bench_us(lambda: fn(q, k, v))
+                row["results"][name] = {"us": us, "tb_s": kv_bytes / us / 1e6, "rel_err_vs_sdpa_flash": err}
+                if name in GRAPH_VARIANTS:
+                    row["results"][name]["graph_us"] = graph_us(lambda: fn(q, k, v))
+                    row["results"][name]["host_us"] = host_us(lambda: fn(q, k, v))
+            except Exception as exc:  # a backend that refuses the shape is recorded, not fatal
+                row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            torch.cuda.empty_cache()
+    del q, k, v
+    torch.cuda.empty_cache()
+    return row
+
+
+def copy_ceiling() -> dict:
+    import torch
+
+    x = torch.randn(2**30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
+    y = torch.empty_like(x)
+    us = bench_us(lambda: y.copy_(x))
+    return {"bytes_read_plus_written": 2 * x.numel() * 2, "us": us, "tb_s": 2 * x.numel() * 2 / us / 1e6}
+
+
+def bottom_right_chunk(B=1, H=32, Hkv=8, nq=2048, nk=32768) -> dict:
+    """Bottom-right causal chunk vs a non-causal run of equal FLOPs (Nk' = Nk - Nq/2)."""
+    import torch
+
+    import flashlab
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(B, H, nq, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, Nq, d)
+    k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, Hkv, Nk, d)
+    v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    equal = nk - nq // 2
+    flops = 4.0 * B * H * nq * D * (nk - nq + (nq + 1) / 2)  # visible (query, key) pairs x 4d
+    with torch.no_grad():
+        o = flashlab.flash_attention(q, k, v, causal=True, causal_align="bottom_right")
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        mask = torch.ones(nq, nk, dtype=torch.bool, device="cuda").tril(nk - nq)  # (Nq, Nk) bottom-right
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            k4, v4 = (t.repeat_interleave(H // Hkv, 1)[:, :4] for t in (k, v))  # (B, 4, Nk, d): heads 0-3
+            ref = torch.nn.functional.scaled_dot_product_attention(q[:, :4], k4, v4, attn_mask=mask).float()
+        err = _common.rel_err(o[:, :4], ref)
+        t_br = bench_us(lambda: flashlab.flash_attention(q, k, v, causal=True, causal_align="bottom_right"))
+        t_eq = bench_us(lambda: flashlab.flash_attention(q, k[:, :, :equal], v[:, :, :equal]))
+        t_top = bench_us(lambda: flashlab.flash_attention(q, k, v, causal=True))
+    return {"B": B, "H": H, "Hkv": Hkv, "Nq": nq, "Nk": nk, "dtype": "bfloat16", "rel_err_vs_sdpa_mask": err,
+            "bottom_right_us": t_br, "noncausal_equal_flops_us": t_eq, "noncausal_equal_flops_Nk": equal,
+            "ratio_bottom_right_over_equal": t_br / t_eq, "top_left_causal_us": t_top,
+            "bottom_right_tflops": flops / t_br / 1e6}
+
+
+# ---------------------------------------------------------------- tuning (call 1)
+
+TUNE_SHAPES = ((1, 32, 32, 32768), (1, 32, 8, 131072), (16, 32, 8, 32768), (4, 32, 8, 32768), (16, 32, 32, 131072),
+               (64, 32, 8, 131072))
+
+
+def tune() -> dict:
+    """The split rule's choice beside every power-of-two split count, and the Nk from which the
+    split-KV path beats the unsplit rung (flash_attention's DECODE_MIN_NK)."""
+    import torch
+
+    from flashlab import decode
+    from flashlab.kernels import attention
+    from flashlab.kernels import flash_decode as kernels
+
+    out = {"splits": [], "threshold": []}
+    for B, H, Hkv, nk in TUNE_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(nk + B)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        kv_bytes = 2 * k.numel() * 2
+        rule = decode.splits_for(q, k)
+        for splits in sorted({1, 2, 4, 8, 16, 32, 64, 128, rule}):
+            us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
+            out["splits"].append({"shape": [B, H, Hkv, nk], "splits": splits, "rule": rule, "us": us,
+                                  "tb_s": kv_bytes / us / 1e6})
+        del q, k, v
+    for B, Hkv in ((1, 32), (1, 8), (64, 8)):
+        for nk in (16, 64, 256, 1024, 2048):
+            g = torch.Generator(device="cuda").manual_seed(nk)
+            q = torch.randn(B, 32, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
+            k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+            v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
+            split = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, decode.splits_for(q, k)), 10, 40)
+            unsplit = bench_us(lambda: attention.best_forward(q, k, v, False, D ** -0.5), 10, 40)
+            out["threshold"].append({"B": B, "Hkv": Hkv, "Nk": nk, "splits": decode.splits_for(q, k),
+                                     "split_kv_us": split, "unsplit_us": unsplit})
+    return out
+
+
+def print_table(rows_out):
+    print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v[:14]:>14}" for v in VARIANTS)
+          + " | TB/s  vs default | graph: decode sdpa  host: decode sdpa")
+    for r in rows_out:
+        if r.get("skipped"):
+            print(f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}  skipped: {r['skipped']}")
+            continue
+        cells = []
+        for v in VARIANTS:
+            res = r["results"].get(v, {})
+            cells.append(f"{res['us']:>12.1f}us" if "us" in res else f"{'-':>14}")
+        fd, sd = r["results"].get("flash_decode", {}), r["results"].get("sdpa_default", {})
+        ratio = fd["us"] / sd["us"] if "us" in fd and "us" in sd else float("nan")
+        print(f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7} {r['num_splits']:>4} | " + " ".join(cells)
+              + f" | {fd.get('tb_s', float('nan')):>4.2f} {ratio:>5.2f}x | {fd.get('graph_us', float('nan')):>7.1f} "
+              f"{sd.get('graph_us', float('nan')):>7.1f} {fd.get('host_us', float('nan')):>6.1f} {sd.get('host_us', float('nan')):>6.1f}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        for r in rows():
+            print(r)
+        return 0
+    refusal = _common.timing_refusal()
+    if refusal:
+        print(refusal)
+        return 2
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else _common.REPO / "benchmarks" / "results"
+    if args.tune:
+        payload = {"environment": _common.environment(), "tune": tune()}
+        _common.write_json(args.out or out_dir / "decode_tune.json", payload)
+        for s in payload["tune"]["splits"]:
+            print("splits", s)
+        for t in payload["tune"]["threshold"]:
+            print("threshold", t)
+        return 0
+    t0 = time.time()
+    payload = {"environment": _common.environment(), "method": {
+        "time": "median of triton.testing.do_bench(warmup=25 ms, rep=100 ms), L2 cleared before every run",
+        "bandwidth": "bytes of K and V read (2*B*Hkv*Nk*d*2 B) / time",
+        "check": "each variant's output vs SDPA FLASH's on the same inputs (relative Frobenius error)",
+        "inputs": "torch.randn, bf16, d = 128, Nq = 1, cache_seqlens None (every key valid)"}}
+    payload["copy_ceiling"] = copy_ceiling()
+    rows_out = []
+    for B, H, Hkv, nk, skip in rows():
+        if skip:
+            rows_out.append({"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "skipped": skip})
+            continue
+        rows_out.append(time_row(B, H, Hkv, nk))
+        payload["rows"] = rows_out
+        _common.write_json(args.out or out_dir / "bench_decode.json", payload)
+    payload["bottom_right_chunk"] = [bottom_right_chunk(Hkv=8), bottom_right_chunk(Hkv=32)]
+    payload["wall_s"] = time.time() - t0
+    _common.write_json(args.out or out_dir / "bench_decode.json", payload)
+    print(f"copy ceiling: {payload['copy_ceiling']['tb_s']:.2f} TB/s (read + written)")
+    for br in payload["bottom_right_chunk"]:
+        print("bottom-right chunk:", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in br.items()})
+    print_table(rows_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

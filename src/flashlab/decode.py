@@ -1,0 +1,505 @@
+"""Decode attention: ``flash_decode`` (split-KV over a KV cache) and its split rule.
+
+A decode step brings ``Nq`` new queries per sequence (1 up to 16: one token, or a few draft tokens
+of speculative decoding) and attends to the sequence's KV cache. The kernel is
+``flashlab.kernels.flash_decode`` (Flash-Decoding: the cache's key range split across programs,
+the query heads of a kv group packed into one tile, partial states combined exactly as
+``flashlab.softmax.combine_states``). This module holds what is not a kernel:
+
+* :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
+* :func:`flash_decode`, the public function, which validates every argument;
+* :func:`decode_reference`, the float64 twin the tests compare against;
+* :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
+  ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).
+
+Causal alignment at decode is bottom-right: the new queries are the LAST ``Nq`` positions of a
+sequence of ``L`` valid keys (their own keys included), so query i sees keys ``j <= L - Nq + i``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+
+MAX_NQ = 16  # new queries per sequence that flash_decode takes
+MAX_SPLITS = 128  # most chunks the cache is cut into
+MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
+ONE_WAVE_FILL = 0.95  # a grid that can fill one wave to this fraction runs as one wave
+MANY_WAVES = 7  # otherwise: at least this many waves of programs, each short
+DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys
+INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
+
+
+def wave_efficiency(programs: int, slots: int) -> float:
+    """Busy fraction of the waves: programs / (slots * waves), waves = ceil(programs / slots)."""
+    return programs / (slots * -(-programs // slots))
+
+
+def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, slots: int) -> int:
+    """How many chunks to cut each sequence's key range into: the split rule.
+
+    The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
+    query tiles per kv group, 1 unless GROUP * Nq > 64), and ``slots`` programs run at once (SMs x
+    programs per SM, ``kernels.flash_decode.programs_per_sm``). Decode is memory-bound and every
+    program streams the same number of keys, so what costs time is an idle tail: the last,
+    partly filled wave, and programs of a later wave that start late and finish alone. Measured
+    on an H200 (benchmarks/NOTES.md, calls 1-2), two shapes of grid stream at full speed:
+
+    * **one full wave**: if ``programs`` fits ``slots``, the most splits that still fit one wave,
+      provided they fill it to ``ONE_WAVE_FILL`` (all programs start and end together);
+    * **many short waves**: otherwise ``ceil(MANY_WAVES * slots / programs)`` splits (1 when the
+      grid is that large already), so that a late program is a small fraction of the step.
+
+    Then capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len`` and
+    at most ``MAX_SPLITS``; at least 1. Examples on an H200 (132 SMs x 2 = 264 slots): 32
+    programs -> 8 splits (256 programs, one wave); 8 -> 33; 128 -> 2; 512 -> 4 (2048, 7.8 waves);
+    2048 -> 1.
+    """
+    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
+                        ("max_len", max_len), ("slots", slots)):
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
+                or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    programs = batch * kv_heads * row_blocks
+    cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
+    one_wave = slots // programs
+    if one_wave >= 1 and programs * one_wave >= ONE_WAVE_FILL * slots:
+        return min(one_wave, cap)
+    return max(1, min(-(-MANY_WAVES * slots // programs), cap))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count_of(tensor) -> int:
+    """SMs of the tensor's GPU; ``INTERPRETER_SMS`` for a CPU tensor (the interpreter)."""
+    if tensor.device.type != "cuda":
+        return INTERPRETER_SMS
+    import torch
+
+    index = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool, sms: int) -> int:
+    import torch
+
+    from .kernels.flash_decode import block_m_for, default_config, head_dim_padded, programs_per_sm
+
+    rows = (H // Hkv) * Nq
+    row_blocks = -(-rows // block_m_for(rows))
+    head_dim = head_dim_padded(d)
+    config = default_config(head_dim, torch.float32 if is_fp32 else torch.float16)
+    return num_splits(B, Hkv, row_blocks, n_max, sms * programs_per_sm(config, head_dim, itemsize))
+
+
+def splits_for(q, k, num_splits_arg=None) -> int:
+    """The number of splits for q (B, H, Nq, d) against k (B, Hkv, N_max, d): ``num_splits_arg``
+    when given, else :func:`num_splits` of the shape, the device's SM count and the default
+    config's programs per SM (cached per shape)."""
+    if num_splits_arg is not None:
+        return num_splits_arg
+    B, H, Nq, d = q.shape
+    return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2], q.element_size(), q.element_size() == 4, sm_count_of(q))
+
+
+# --------------------------------------------------------------------------------------------
+# flash_decode: validation, then the kernel
+# --------------------------------------------------------------------------------------------
+def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_arg, return_lse,
+                         block_table=None) -> float:
+    import torch
+
+    from .kernels import _mode
+    from .kernels.attention import MAX_GRID_Y, MAX_HEAD_DIM, MAX_INT32, MIN_HEAD_DIM, SUPPORTED_DTYPES
+
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4, (B, H, Nq, d) for q and (B, Hkv, N_max, d) for the caches; "
+                             f"got shape {tuple(t.shape)}")
+        if str(t.dtype).removeprefix("torch.") not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}.dtype={t.dtype} is not supported; expected one of {SUPPORTED_DTYPES}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put every tensor on one device")
+    if q.device.type != "cuda":
+        _mode.check_device("q", q)  # CPU tensors only in the interpreter
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}.dtype={t.dtype} must equal q.dtype={q.dtype}")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"v_cache.shape={tuple(v_cache.shape)} must equal k_cache.shape={tuple(k_cache.shape)}")
+    B, H, Nq, d = q.shape
+    Bk, Hkv, n_max, dk = k_cache.shape
+    if block_table is not None:
+        n_max = _check_block_table(block_table, q, k_cache)
+    elif Bk != B:
+        raise ValueError(f"k_cache has batch size {Bk} but q has {B}; they must match")
+    if dk != d:
+        raise ValueError(f"k_cache has head dim d={dk} but q has d={d}; they must match")
+    if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim d={d} (q.shape[-1]) is outside the supported {MIN_HEAD_DIM}..{MAX_HEAD_DIM}")
+    if B < 1 or H < 1 or Hkv < 1 or n_max < 1:
+        raise ValueError(f"empty input: q.shape={tuple(q.shape)}, k_cache.shape={tuple(k_cache.shape)}")
+    if H % Hkv != 0:
+        raise ValueError(f"q has H={H} heads and k_cache has Hkv={Hkv}: H must be a multiple of Hkv")
+    if not 1 <= Nq <= MAX_NQ:
+        raise ValueError(f"q has Nq={Nq} new queries per sequence (q.shape[2]); flash_decode takes 1..{MAX_NQ} "
+                         "(use flash_attention(causal=True, causal_align='bottom_right') for longer chunks)")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape[2:], t.stride()[2:]))
+        if span > MAX_INT32:
+            raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) spans {span} elements within "
+                             f"one (batch, head) slice; the kernel indexes a slice in int32 (at most {MAX_INT32})")
+    if B * Hkv > MAX_GRID_Y and not _mode.is_interpreter():
+        raise ValueError(f"B*Hkv = {B * Hkv} exceeds CUDA's grid limit of {MAX_GRID_Y}; split the batch")
+    if cache_seqlens is None:
+        if Nq > n_max:
+            raise ValueError(f"q has Nq={Nq} new queries but the cache holds N_max={n_max} keys; Nq must be <= N_max")
+    else:
+        if not isinstance(cache_seqlens, torch.Tensor):
+            raise TypeError(f"cache_seqlens must be a torch.Tensor of dtype int32 or None, got {type(cache_seqlens).__name__}")
+        if cache_seqlens.dtype != torch.int32:
+            raise TypeError(f"cache_seqlens.dtype={cache_seqlens.dtype} must be torch.int32")
+        if tuple(cache_seqlens.shape) != (B,):
+            raise ValueError(f"cache_seqlens.shape={tuple(cache_seqlens.shape)} must be (B,) = ({B},): one length per sequence")
+        if cache_seqlens.device != q.device:
+            raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
+        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
+        if lo < 1 or hi > n_max:
+            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} "
+                             + ("(block_table.shape[1] * page size)" if block_table is not None else "(k_cache.shape[2])"))
+        if lo < Nq:
+            raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
+                             "the new queries' own keys, so it must be >= Nq")
+    if block_table is not None:
+        _check_pages_used(block_table, cache_seqlens, k_cache.shape[2], k_cache.shape[0])
+    if num_splits_arg is not None and not (type(num_splits_arg) is int and 1 <= num_splits_arg <= MAX_SPLITS):
+        raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r} must be a finite positive number (default 1/sqrt(d))")
+    return float(scale)
+
+
+def _check_block_table(block_table, q, k_cache) -> int:
+    """A paged cache: block_table (B, max_blocks) int32, k_cache (num_blocks, Hkv, page_size, d)
+    with page_size a power of two >= 16. Returns N_max = max_blocks * page_size."""
+    import torch
+
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table must be a torch.Tensor of dtype int32 or None, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table.dtype={block_table.dtype} must be torch.int32")
+    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.shape[1] < 1:
+        raise ValueError(f"block_table.shape={tuple(block_table.shape)} must be (B, max_blocks) = ({q.shape[0]}, >= 1)")
+    if block_table.device != q.device:
+        raise ValueError(f"block_table is on {block_table.device} but q is on {q.device}")
+    page = k_cache.shape[2]
+    if page < 16 or page & (page - 1):
+        raise ValueError(f"the page size k_cache.shape[2]={page} must be a power of two >= 16 with a block_table")
+    return block_table.shape[1] * page
+
+
+def _check_pages_used(block_table, cache_seqlens, page: int, num_blocks: int) -> None:
+    """Every block a sequence uses (its first ceil(L_b / page) entries) must exist; one device sync."""
+    import torch
+
+    max_blocks = block_table.shape[1]
+    if cache_seqlens is None:
+        used = torch.ones_like(block_table, dtype=torch.bool)  # (B, max_blocks)
+    else:
+        pages = (cache_seqlens + page - 1) // page  # (B,)
+        used = torch.arange(max_blocks, device=block_table.device)[None, :] < pages[:, None]  # (B, max_blocks)
+    bad = used & ((block_table < 0) | (block_table >= num_blocks))
+    if bool(bad.any()):
+        b, j = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {j}] = {int(block_table[b, j])} names no block of k_cache "
+                         f"(0..{num_blocks - 1}), and sequence {b} uses that page")
+
+
+def paged_to_contiguous(cache, block_table):
+    """The logical cache (B, Hkv, max_blocks * page_size, d) of a paged one: ``cache`` (num_blocks,
+    Hkv, page_size, d) gathered through ``block_table`` (B, max_blocks); entries naming no block
+    (e.g. -1 past a sequence's end) give block 0's rows there. For references and teaching."""
+    pages = cache[block_table.long().clamp(0, cache.shape[0] - 1)]  # (B, max_blocks, Hkv, page, d)
+    B, max_blocks, Hkv, page, d = pages.shape
+    return pages.permute(0, 2, 1, 3, 4).reshape(B, Hkv, max_blocks * page, d)
+
+
+def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None,
+                 num_splits: int | None = None, return_lse: bool = False, *, block_table=None):
+    """Attention of a few new queries per sequence over a KV cache, split across the GPU (Flash-Decoding).
+
+    q: (B, H, Nq, d), 1 <= Nq <= 16, the new queries. k_cache, v_cache: (B, Hkv, N_max, d), H a
+    multiple of Hkv (query head h reads kv head h // (H // Hkv): GQA, MQA). cache_seqlens: (B,)
+    int32 valid lengths L_b in 1..N_max, counting the new queries' own keys (None: N_max for every
+    sequence); cache entries at or past L_b are never read. Query i of Nq sees keys
+    ``j <= L_b - Nq + i`` (bottom-right causal). scale: default 1/sqrt(d). num_splits: chunks of
+    the key range (None: :func:`num_splits` of the shape and the SM count). fp16, bf16 or fp32.
+
+    Paged cache (as vLLM's PagedAttention): ``block_table`` (B, max_blocks) int32 maps sequence b's
+    logical block i to a physical block of k_cache, v_cache (num_blocks, Hkv, page_size, d), with
+    page_size a power of two >= 16; key j of sequence b is row j % page_size of block
+    ``block_table[b, j // page_size]``, and N_max = max_blocks * page_size. Entries past a
+    sequence's last page are never read (any value, e.g. -1).
+
+    Returns o (B, H, Nq, d) in q's dtype, or (o, lse) with ``return_lse``: lse (B, H, Nq) float32,
+    natural log. No gradient. Checking ``cache_seqlens`` (and ``block_table``) costs one device
+    synchronisation each.
+    """
+    scale = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
+    from .kernels import flash_decode as kernels
+    from .kernels.attention import on_device
+
+    if num_splits is None and block_table is not None:  # the rule sees the logical length
+        B, H, Nq, d = q.shape
+        num_splits = _rule_for(B, H, Nq, d, k_cache.shape[1], block_table.shape[1] * k_cache.shape[2],
+                               q.element_size(), q.element_size() == 4, sm_count_of(q))
+    splits = splits_for(q, k_cache, num_splits)
+    with on_device(q):
+        o, lse = kernels.forward(q, k_cache, v_cache, cache_seqlens, scale, True, splits, block_table=block_table)
+    return (o, lse) if return_lse else o
+
+
+def decode_reference(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None, upcast: bool = True):
+    """The twin of :func:`flash_decode`: (o (B, H, Nq, d), lse (B, H, Nq)), plain PyTorch.
+
+    Each sequence b uses only its first L_b keys, with the bottom-right causal mask. ``upcast``:
+    in float64 on the CPU (the reference); otherwise in the inputs' dtype on their device (the
+    error of "PyTorch in the same dtype" that the flash-attention test rule allows twice of)."""
+    import torch
+
+    B, H, Nq, d = q.shape
+    Hkv, n_max = k_cache.shape[1], k_cache.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    lengths = [n_max] * B if cache_seqlens is None else [int(x) for x in cache_seqlens.cpu()]
+    dtype, device = (torch.float64, "cpu") if upcast else (q.dtype, q.device)
+    o = torch.empty(B, H, Nq, d, dtype=dtype, device=device)
+    lse = torch.empty(B, H, Nq, dtype=torch.float64 if upcast else torch.float32, device=device)
+    for b, length in enumerate(lengths):
+        qb = q[b].to(device, dtype)  # (H, Nq, d)
+        kb = k_cache[b, :, :length].to(device, dtype).repeat_interleave(H // Hkv, dim=0)  # (H, L, d)
+        vb = v_cache[b, :, :length].to(device, dtype).repeat_interleave(H // Hkv, dim=0)  # (H, L, d)
+        s = qb @ kb.transpose(-1, -2) * scale  # (H, Nq, L)
+        last_key = length - Nq + torch.arange(Nq, device=device)  # (Nq,)
+        s = s.masked_fill(torch.arange(length, device=device)[None, :] > last_key[:, None], float("-inf"))
+        lse[b] = torch.logsumexp(s.to(lse.dtype), dim=-1)
+        o[b] = torch.softmax(s, dim=-1) @ vb
+    return o, lse
+
+
+# --------------------------------------------------------------------------------------------
+# flash_attention's extensions: return_lse, causal_align, and the decode path
+# --------------------------------------------------------------------------------------------
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+
+
+def _needs_grad(*tensors) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def bottom_right_mask(q, k, causal: bool, causal_align: str) -> bool:
+    """True when the mask is bottom-right: causal with ``causal_align="bottom_right"``, or causal
+    with Nq == Nk (where the two alignments are the same mask)."""
+    return causal and (causal_align == "bottom_right" or q.shape[2] == k.shape[2])
+
+
+def decode_shape(q, k, causal: bool, causal_align: str) -> bool:
+    """True where flash_attention takes the split-KV path: Nq <= MAX_NQ, Nk >= DECODE_MIN_NK,
+    non-causal or a bottom-right mask (inputs already checked)."""
+    return (q.shape[2] <= MAX_NQ and k.shape[2] >= DECODE_MIN_NK
+            and (not causal or bottom_right_mask(q, k, causal, causal_align)))
+
+
+def takes_over(q, k, v, causal: bool, return_lse, causal_align) -> bool:
+    """True when :func:`extended_attention` must answer a ``flash_attention`` call: a non-default
+    ``return_lse`` or ``causal_align``, or a decode shape with no gradient needed."""
+    if return_lse is not False or causal_align != "top_left":
+        return True
+    return decode_shape(q, k, causal, causal_align) and not _needs_grad(q, k, v)
+
+
+def _with_lse_function():
+    import torch
+
+    from .kernels import attention, flash_bwd
+
+    class FlashAttentionWithLse(torch.autograd.Function):
+        """flash_attention's forward and backward, returning lse too (not differentiable)."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale):
+            with attention.on_device(q):
+                o, lse = attention.best_forward(q, k, v, causal, scale)  # (B, H, Nq, d), (B, H, Nq)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.causal, ctx.scale = causal, scale
+            ctx.mark_non_differentiable(lse)
+            return o, lse
+
+        @staticmethod
+        def backward(ctx, do, _dlse):
+            q, k, v, o, lse = ctx.saved_tensors
+            with attention.on_device(q):
+                dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do.contiguous(), ctx.causal, ctx.scale)
+            return dq, dk, dv, None, None
+
+    return FlashAttentionWithLse
+
+
+@functools.lru_cache(maxsize=None)
+def _function():
+    return _with_lse_function()
+
+
+def _forward_with_lse(q, k, v, causal: bool, scale: float):
+    """(o, lse) of the course's kernels (top-left causal), differentiable in o where needed."""
+    from .kernels import attention
+
+    if _needs_grad(q, k, v):
+        return _function().apply(q, k, v, causal, scale)
+    with attention.on_device(q):
+        return attention.best_forward(q, k, v, causal, scale)
+
+
+def combine_two(o_a, lse_a, o_b, lse_b):
+    """Exact merge of two attention results over disjoint key sets (``combine_states`` with the
+    states (lse, 1, o)): o (B, H, Nq, d), lse (B, H, Nq) float32 each -> (o, lse)."""
+    import torch
+
+    lse = torch.logaddexp(lse_a, lse_b)  # (B, H, Nq)
+    w_a = torch.exp(lse_a - lse).unsqueeze(-1)  # (B, H, Nq, 1)
+    w_b = torch.exp(lse_b - lse).unsqueeze(-1)
+    o = (w_a * o_a.float() + w_b * o_b.float()).to(o_a.dtype)  # (B, H, Nq, d)
+    return o, lse
+
+
+def _bottom_right(q, k, v, scale: float):
+    """Bottom-right causal attention for Nq < Nk without a gradient, from two runs of the course's
+    kernels: the prefix keys [0, Nk - Nq), which every query sees (non-causal), and the last Nq
+    keys, a square with the top-left mask; then :func:`combine_two`."""
+    n_q, n_k = q.shape[2], k.shape[2]
+    o_prefix, lse_prefix = _forward_with_lse(q, k[:, :, : n_k - n_q], v[:, :, : n_k - n_q], False, scale)
+    o_square, lse_square = _forward_with_lse(q, k[:, :, n_k - n_q:], v[:, :, n_k - n_q:], True, scale)
+    return combine_two(o_prefix, lse_prefix, o_square, lse_square)
+
+
+def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_align):
+    """``flash_attention`` with ``return_lse`` / ``causal_align`` / the decode path, for inputs that
+    passed ``attention.check_inputs``. Returns o, or (o, lse) with ``return_lse``."""
+    import torch
+
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be True or False, got {return_lse!r}")
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"causal_align={causal_align!r} must be one of {CAUSAL_ALIGNS}")
+    n_q, n_k = q.shape[2], k.shape[2]
+    bottom_right = causal and causal_align == "bottom_right" and n_q != n_k  # equal lengths: top-left is the same
+    if bottom_right and n_q > n_k:
+        raise ValueError(f"causal_align='bottom_right' with Nq={n_q} > Nk={n_k}: the first {n_q - n_k} queries "
+                         "would see no key; give at least as many keys as queries")
+    grad = _needs_grad(q, k, v)
+    if not grad and decode_shape(q, k, causal, causal_align):
+        from .kernels import attention
+        from .kernels import flash_decode as kernels
+
+        with attention.on_device(q):
+            o, lse = kernels.forward(q, k, v, None, scale, bottom_right_mask(q, k, causal, causal_align),
+                                     splits_for(q, k))
+    elif bottom_right and not grad:
+        o, lse = _bottom_right(q, k, v, scale)
+    elif bottom_right:
+        # with a gradient: n_k - n_q leading zero queries make the top-left mask bottom-right for
+        # the real ones (query i, now row n_k - n_q + i, sees j <= n_k - n_q + i); costs their work
+        pad = q.new_zeros(q.shape[0], q.shape[1], n_k - n_q, q.shape[3])  # (B, H, Nk - Nq, d)
+        o, lse = _forward_with_lse(torch.cat([pad, q], dim=2), k, v, True, scale)
+        o, lse = o[:, :, n_k - n_q:], lse[:, :, n_k - n_q:]
+    else:
+        o, lse = _forward_with_lse(q, k, v, causal, scale)
+    return (o, lse) if return_lse else o
+
+
+# --------------------------------------------------------------------------------------------
+# For notebook 09: the split rule and the measurements, as tables
+# --------------------------------------------------------------------------------------------
+def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
+                     shapes=((1, 32), (1, 8), (4, 8), (16, 8), (64, 8), (64, 32))) -> str:
+    """The split rule's choice for (batch, kv heads) pairs at one cache length, as a text table:
+    programs without splitting, splits, programs with them, waves and last-wave efficiency.
+    Defaults: an H200 (132 SMs, 2 programs per SM at the bf16 d = 128 config), Nq = 1, GQA groups <= 64 rows."""
+    slots = sms * programs_per_sm
+    lines = [f"{sms} SMs x {programs_per_sm} programs = {slots} slots; cache of {max_len} keys",
+             f"{'batch':>6} {'kv heads':>9} {'programs':>9} {'splits':>7} {'programs':>9} {'waves':>6} {'busy':>6}"]
+    for batch, kv_heads in shapes:
+        splits = num_splits(batch, kv_heads, 1, max_len, slots)
+        programs = batch * kv_heads * splits
+        lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {splits:>7} {programs:>9} "
+                     f"{programs / slots:>6.2f} {wave_efficiency(programs, slots):>6.0%}")
+    return "\n".join(lines)
+
+
+def results_table(payload: dict | None = None) -> str:
+    """``benchmarks/results/bench_decode.json`` as a text table (us per decode step and TB/s of K
+    and V read), or a sentence saying it is missing. ``payload``: the parsed file (default: load it)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("bench_decode.json").get("bench_decode")
+    if not payload or not payload.get("rows"):
+        return "no benchmarks/results/bench_decode.json yet (run `python benchmarks/bench_decode.py` on a GPU)"
+    env = payload.get("environment", {})
+    names = ("naive", "unsplit", "flash_decode", "sdpa_default")
+    lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
+             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time",
+             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>13}" for n in names)
+             + f" {'split TB/s':>10} {'vs SDPA':>8}"]
+    for r in payload["rows"]:
+        head = f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}"
+        if r.get("skipped"):
+            lines.append(f"{head} skipped: {r['skipped']}")
+            continue
+        res = r["results"]
+        cells = [f"{res[n]['us']:>13.1f}" if "us" in res.get(n, {}) else f"{'-':>13}" for n in names]
+        fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
+        ratio = f"{fd['us'] / sd['us']:>7.2f}x" if "us" in fd and "us" in sd else f"{'-':>8}"
+        tb_s = f"{fd['tb_s']:>10.2f}" if "tb_s" in fd else f"{'-':>10}"
+        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio}")
+    return "\n".join(lines)
+
+
+def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = "bfloat16") -> str:
+    """Time, on this machine's GPU, one decode step (Nq = 1, d = 128) of naive attention, the
+    course's unsplit rung and flash_decode at each (B, H, Hkv, Nk); a text table (us, TB/s)."""
+    import torch
+    import triton.testing
+
+    from .kernels import attention
+
+    dtype = getattr(torch, dtype_name)
+    lines = [f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'naive us':>9} {'unsplit us':>10} {'split-KV us':>11} "
+             f"{'split-KV TB/s':>13}"]
+    for B, H, Hkv, n_k in shapes:
+        q = torch.randn(B, H, 1, 128, device="cuda", dtype=dtype)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, n_k, 128, device="cuda", dtype=dtype) for _ in range(2))  # (B, Hkv, Nk, d)
+
+        def naive():
+            kk, vv = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Nk, d)
+            return torch.softmax(q @ kk.transpose(-1, -2) * 128 ** -0.5, dim=-1) @ vv
+
+        times = [1e3 * triton.testing.do_bench(fn, return_mode="median") for fn in (
+            naive, lambda: attention.best_forward(q, k, v, False, 128 ** -0.5), lambda: flash_decode(q, k, v))]
+        kv_bytes = 2 * k.numel() * k.element_size()
+        lines.append(f"{B:>3} {H:>3} {Hkv:>3} {n_k:>7} {times[0]:>9.1f} {times[1]:>10.1f} {times[2]:>11.1f} "
+                     f"{kv_bytes / times[2] / 1e6:>13.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,293 @@
+"""Split-KV decode attention in Triton (Flash-Decoding): few new queries against a long KV cache.
+
+At decode a sequence brings ``Nq`` new queries (1 up to 16) and attends to its whole cache. The
+FlashAttention-2 grid (one program per query block and (batch, head)) then has ``B * H`` programs:
+at batch 1 and 32 heads, 32 programs for an H200's 132 SMs, each streaming the whole cache alone.
+Two changes fill the GPU and read each K/V byte once:
+
+* **GQA packing.** The ``GROUP = H // Hkv`` query heads that share one kv head, times the ``Nq``
+  new queries, are the rows of one query tile: row ``r`` is query ``i = r % Nq`` of head
+  ``h = hkv * GROUP + r // Nq``. One K/V tile loaded from HBM serves the whole group (the kernels of
+  notebook 06 load the kv head once per query head instead).
+* **Split-KV.** The key range ``[0, L_b)`` of sequence b is cut into ``NUM_SPLITS`` chunks of whole
+  ``BLOCK_N`` blocks; the grid is ``(NUM_SPLITS, B * Hkv, row blocks)``. Each program runs the
+  online softmax (FlashAttention-2 Algorithm 1, inner loop) over its chunk and writes a partial
+  ``(o_s, lse_s)`` in fp32, merged exactly as ``flashlab.softmax.combine_states`` does with the
+  state ``(m, l, acc) = (lse_s, 1, o_s)``: ``lse = logsumexp_s(lse_s)``,
+  ``o = sum_s exp(lse_s - lse) o_s``. Who merges: by default (``fused_combine``) the last program
+  of a tile to finish, which it learns from an atomic count of finished splits (one launch: at
+  small sizes a second launch costs more host time than the GPU work, benchmarks/NOTES.md);
+  otherwise a second kernel, ``_combine_splits``, one program per query row. With one split the
+  first kernel writes ``o`` and ``lse`` itself and nothing is combined.
+
+Masks: keys at or past ``L_b`` (``cache_seqlens[b]``) are never loaded (masked loads, so a cache
+poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment is bottom-right:
+query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key keeps
+``m_i = -inf, l_i = 0`` and writes ``lse_s = -inf, o_s = 0``, which the combine weighs by 0.
+
+Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv, PAGE_SIZE, d)
+and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
+BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
+
+Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
+assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _mode
+from .flash_fwd import _dot, dot_precision, head_dim_padded, new_output
+
+triton = _mode.triton()
+import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+MAX_BLOCK_M = 64  # rows of one query tile; a larger group is cut into row blocks (grid axis 2)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Launch configuration of the split-KV kernel (``block_m`` follows from the group, not here)."""
+
+    block_n: int = 64  # key/value rows per inner step
+    num_warps: int = 4
+    num_stages: int = 3  # software-pipeline depth of the K/V loads
+    fused_combine: bool = True  # the last split of a group combines (one launch); False: a second kernel
+
+
+INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1)
+SMEM_PER_SM = 228 * 1024  # shared memory of one H100/H200 SM, shared by the programs resident on it
+
+
+def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
+    """The config used unless one is given: small tiles in the interpreter, else by head dim/dtype
+    (bf16, d = 128: BLOCK_N = 64, 4 warps, 3 stages, measured on an H200, benchmarks/NOTES.md)."""
+    if _mode.is_interpreter():
+        return INTERPRETER_DECODE_CONFIG
+    if head_dim > 128:
+        return DecodeConfig(block_n=32, num_warps=4, num_stages=2)
+    if dtype == torch.float32:
+        return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
+    return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+
+
+def programs_per_sm(config: DecodeConfig, head_dim: int, itemsize: int) -> int:
+    """How many split-KV programs fit on one SM at once, from the K/V pipeline's shared memory
+    (num_stages x (K tile + V tile)) and the 64-warp limit. The split rule counts waves with it."""
+    smem = config.num_stages * 2 * config.block_n * head_dim * itemsize
+    return max(1, min(SMEM_PER_SM // max(1, smem), 64 // config.num_warps))
+
+
+def block_m_for(rows: int) -> int:
+    """BLOCK_M for a group of ``rows = GROUP * Nq`` query rows: a power of two in [16, MAX_BLOCK_M]
+    (16: the smallest tile ``tl.dot`` takes)."""
+    return min(MAX_BLOCK_M, max(16, triton.next_power_of_2(rows)))
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 1: one program per (split, batch x kv head, row block)
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS"])
+def _decode_split_kv(
+    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    stride_bz, stride_bb,
+    H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- which chunk of the cache, which (batch, kv head), which rows of the group
+    split = tl.program_id(0)
+    off_zh = tl.program_id(1)
+    off_z = (off_zh // H_KV).to(tl.int64)
+    off_hkv = (off_zh % H_KV).to(tl.int64)
+    if HAS_SEQLENS:
+        seqlen = tl.load(SeqLens + off_z).to(tl.int32)  # L_b: valid keys of this sequence
+    else:
+        seqlen = N_MAX
+    # -- GQA packing: row r of the tile is query i = r % N_Q of head h = hkv * GROUP + r // N_Q
+    offs_r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    row_ok = offs_r < GROUP * N_Q
+    off_i = offs_r % N_Q
+    off_h = off_hkv * GROUP + offs_r // N_Q  # (BLOCK_M,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm + offs_d[None, :] * stride_qk
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
+    # -- this split's keys: [lo, hi), whole BLOCK_N blocks except at the sequence's end
+    per_split = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, seqlen)
+    last_key = seqlen - N_Q + off_i  # (BLOCK_M,) bottom-right causal: query i sees keys j <= last_key
+    if PAGED:  # K, V: (num_blocks, Hkv, PAGE_SIZE, d); stride_kz steps one physical block
+        k_base = K + off_hkv * stride_kh
+        v_base = V + off_hkv * stride_vh
+    else:
+        k_base = K + off_z * stride_kz + off_hkv * stride_kh
+        v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    # -- m_i, l_i, acc of the online softmax (line 5); scores in log2 units
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    for start_n in range(lo, hi, BLOCK_N):  # line 6
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi  # never load at or past L_b
+        if PAGED:
+            # -- paged cache: the tile lies in one page (BLOCK_N divides PAGE_SIZE); look its block up
+            page = tl.load(BlockTable + off_z * stride_bz + (start_n // PAGE_SIZE) * stride_bb).to(tl.int64)
+            offs_row = start_n % PAGE_SIZE + tl.arange(0, BLOCK_N)  # rows inside the physical block
+            k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
+            v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
+        else:
+            k_tile = k_base + offs_n[:, None] * stride_kn
+            v_tile = v_base + offs_n[:, None] * stride_vn
+        # -- load K_j, V_j (line 7): one load serves every row of the group
+        k = tl.load(k_tile + offs_d[None, :] * stride_kk,
+                    mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(v_tile + offs_d[None, :] * stride_vk,
+                    mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
+        # -- S_ij (line 8), masked past hi and (causal) past each row's last key
+        qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= last_key[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        # -- m_ij, P_ij, l_i (line 9); a row with nothing visible yet keeps m = -inf, p = 0
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
+        m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.math.exp2(m_i - m_safe)  # (BLOCK_M,)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- acc = diag(alpha) acc + P_ij V_j (line 10)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+        m_i = m_ij
+    # -- o = acc / l_i, lse = m_i + log(l_i) in natural log (lines 12-13); empty rows: o = 0, lse = -inf
+    seen = l_i > 0.0
+    o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)  # (BLOCK_M, HEAD_DIM)
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i  # (BLOCK_M,) flat (b, h, i) index
+    d_ok = offs_d[None, :] < D_HEAD
+    o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
+    if SPLIT:
+        # -- partial state of this split, fp32: OPart (B*H*Nq, NUM_SPLITS, D_HEAD), LSEPart (B*H*Nq, NUM_SPLITS)
+        tl.store(LSEPart + row * NUM_SPLITS + split, lse, mask=row_ok)
+        tl.store(OPart + (row * NUM_SPLITS + split)[:, None] * D_HEAD + offs_d[None, :], o,
+                 mask=row_ok[:, None] & d_ok)
+        if FUSED_COMBINE:
+            # -- count finished splits of this tile; the last one to finish combines them all.
+            #    barrier: every thread's stores above come before the release of the count
+            tl.debug_barrier()
+            tile = off_zh * tl.num_programs(2) + tl.program_id(2)
+            done = tl.atomic_add(Counters + tile, 1, sem="acq_rel", scope="gpu")
+            if done == NUM_SPLITS - 1:
+                # -- combine_states over the splits, state (m, l, acc) = (lse_s, 1, o_s), read from L2 (.cg)
+                m_c = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                l_c = tl.zeros([BLOCK_M], tl.float32)
+                acc_c = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+                for s in range(0, NUM_SPLITS):
+                    lse_s = tl.load(LSEPart + row * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
+                                    cache_modifier=".cg")  # (BLOCK_M,)
+                    o_s = tl.load(OPart + (row * NUM_SPLITS + s)[:, None] * D_HEAD + offs_d[None, :],
+                                  mask=row_ok[:, None] & d_ok, other=0.0, cache_modifier=".cg")  # (BLOCK_M, HEAD_DIM)
+                    m_new = tl.maximum(m_c, lse_s)
+                    m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp(m_c - m_new_safe)  # rescale of the state so far
+                    w = tl.exp(lse_s - m_new_safe)  # weight of split s (0 when it saw no key)
+                    l_c = l_c * alpha + w
+                    acc_c = acc_c * alpha[:, None] + w[:, None] * o_s
+                    m_c = m_new
+                l_c = tl.where(row_ok, l_c, 1.0)  # padding rows (never stored) saw nothing
+                tl.store(LSE + row, m_c + tl.log(l_c), mask=row_ok)
+                tl.store(o_ptrs, (acc_c / l_c[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+                tl.atomic_xchg(Counters + tile, 0)  # leave the count at 0 (tidy; each call zeroes its own)
+    else:
+        tl.store(LSE + row, lse, mask=row_ok)
+        tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 2: combine the splits' partial states, one program per (b, h, i) row
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H", "N_Q", "NUM_SPLITS"])
+def _combine_splits(
+    OPart, LSEPart, Out, LSE,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H, N_Q, NUM_SPLITS,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)  # flat (b, h, i)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, HEAD_DIM)
+    s_ok = offs_s < NUM_SPLITS
+    # -- combine_states over the splits, each the state (m, l, acc) = (lse_s, 1, o_s)
+    lse_s = tl.load(LSEPart + row * NUM_SPLITS + offs_s, mask=s_ok, other=float("-inf"))  # (BLOCK_S,)
+    m = tl.max(lse_s, 0)  # finite: every row sees at least one key in some split
+    w = tl.exp(lse_s - m)  # (BLOCK_S,) exp(lse_s - m); 0 for empty splits
+    l = tl.sum(w, 0)
+    o_s = tl.load(OPart + (row * NUM_SPLITS + offs_s)[:, None] * D_HEAD + offs_d[None, :],
+                  mask=s_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_S, HEAD_DIM)
+    o = tl.sum(w[:, None] * o_s, 0) / l  # (HEAD_DIM,)
+    tl.store(LSE + row, m + tl.log(l))
+    off_i = row % N_Q
+    off_h = (row // N_Q) % H
+    off_z = row // (N_Q * H)
+    tl.store(Out + off_z * stride_oz + off_h * stride_oh + off_i * stride_om + offs_d * stride_ok,
+             o.to(Out.dtype.element_ty), mask=offs_d < D_HEAD)
+
+
+# --------------------------------------------------------------------------------------------
+# Python wrapper
+# --------------------------------------------------------------------------------------------
+def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None,
+            block_table=None):
+    """Split-KV attention of validated inputs. q (B, H, Nq, d); k, v (B, Hkv, N_max, d); seqlens
+    (B,) int32 on q's device, or None for N_max everywhere. Returns (o (B, H, Nq, d) in q's dtype,
+    lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i).
+    Paged cache: ``block_table`` (B, max_blocks) int32 and k, v (num_blocks, Hkv, page_size, d),
+    page_size a power of two >= 16; logical key j of sequence b is row j % page_size of block
+    block_table[b, j // page_size]; N_max = max_blocks * page_size."""
+    B, H, Nq, d = q.shape
+    Hkv = k.shape[1]
+    paged = block_table is not None
+    n_max = block_table.shape[1] * k.shape[2] if paged else k.shape[2]
+    group = H // Hkv
+    config = config or default_config(head_dim_padded(d), q.dtype)
+    if paged and k.shape[2] < config.block_n:  # a tile must lie within one page
+        config = DecodeConfig(k.shape[2], config.num_warps, config.num_stages, config.fused_combine)
+    block_m = block_m_for(group * Nq)
+    row_blocks = triton.cdiv(group * Nq, block_m)
+    split = num_splits > 1
+    o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
+    lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
+    fused = split and config.fused_combine
+    if split:
+        o_part = new_output((B * H * Nq, num_splits, d), torch.float32, q.device)  # (rows, splits, d)
+        lse_part = new_output((B * H * Nq, num_splits), torch.float32, q.device)  # (rows, splits)
+    else:
+        o_part, lse_part = o, lse  # unused by the kernel
+    counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else lse  # (tiles,)
+    _decode_split_kv[(num_splits, B * Hkv, row_blocks)](
+        q, k, v, seqlens if seqlens is not None else lse, block_table if paged else lse,
+        o, lse, o_part, lse_part, counters, scale,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *(block_table.stride() if paged else (0, 0)),
+        Hkv, group, Nq, n_max, num_splits,
+        HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
+        PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1,
+        HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
+        DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if split and not fused:
+        _combine_splits[(B * H * Nq,)](
+            o_part, lse_part, o, lse, *o.stride(), H, Nq, num_splits,
+            HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
+            num_warps=4 if d >= 128 else 2,
+        )
+    return o, lse

@@ -1,0 +1,345 @@
+"""flash_decode (split-KV decode attention) and flash_attention's return_lse / causal_align.
+
+Interpreter tests use small sizes in fp32 and fp16 (bf16 ``tl.dot`` is wrong in Triton's CPU
+interpreter); the ``gpu`` tests add bf16 and real sizes on a CUDA GPU. Every cache is poisoned with
+NaN past each sequence's length, and every output buffer with NaN before the kernel runs
+(``FLASHLAB_POISON=1``), so an entry read that should not be, or an output never written, fails.
+"""
+import math
+
+import pytest
+
+from flashlab import decode
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}  # fp16: output rounding (2^-11) plus P rounded to fp16
+GPU_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the "interpreter" tests run compiled on a GPU
+
+
+# ------------------------------------------------------------------------------- the split rule
+
+SLOTS = 2 * 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
+
+
+def test_split_rule_fills_one_wave_with_few_programs():
+    assert decode.num_splits(1, 32, 1, 32768, SLOTS) == 8  # 256 programs: one wave of 264
+    assert decode.num_splits(1, 8, 1, 131072, SLOTS) == 33  # 264 programs: exactly one wave
+    assert decode.num_splits(16, 8, 1, 32768, SLOTS) == 2  # 256
+
+
+def test_split_rule_makes_many_short_waves_of_a_large_grid():
+    assert decode.num_splits(64, 8, 1, 131072, SLOTS) == 4  # 512 programs -> 2048, 7.8 waves
+    assert decode.num_splits(64, 32, 1, 32768, SLOTS) == 1  # 2048 programs already
+    assert decode.num_splits(1, 200, 1, 32768, SLOTS) == math.ceil(decode.MANY_WAVES * SLOTS / 200)  # 76% of a wave
+
+
+def test_split_rule_keeps_chunks_long_enough_and_bounded():
+    assert decode.num_splits(1, 1, 1, 3 * decode.MIN_KEYS_PER_SPLIT, SLOTS) == 3
+    assert decode.num_splits(1, 1, 1, 10, SLOTS) == 1  # shorter than one chunk: no split
+    assert decode.num_splits(1, 1, 1, 1 << 30, 100000) == decode.MAX_SPLITS
+
+
+def test_split_rule_fills_its_waves():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
+        max_len, slots = rng.randint(1, 1 << 18), rng.randint(1, 600)
+        s = decode.num_splits(batch, kv_heads, rows, max_len, slots)
+        programs = batch * kv_heads * rows
+        cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
+        case = (batch, kv_heads, rows, max_len, slots, s)
+        assert 1 <= s <= cap, case
+        if s < cap:  # not capped: one wave filled to ONE_WAVE_FILL, or at least MANY_WAVES waves
+            one_wave = programs * s <= slots and programs * s >= decode.ONE_WAVE_FILL * slots
+            assert one_wave or programs * s >= decode.MANY_WAVES * slots, case
+            assert one_wave or s == 1 or programs * (s - 1) < decode.MANY_WAVES * slots, "more splits than needed"
+            assert decode.wave_efficiency(programs * s, slots) >= 0.85, f"a mostly idle last wave: {case}"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_split_rule_rejects_bad_sizes(bad):
+    with pytest.raises(ValueError, match="batch"):
+        decode.num_splits(bad, 8, 1, 1024, 132)
+
+
+# --------------------------------------------------------------------------- interpreter checks
+
+def _inputs(B, H, Hkv, Nq, n_max, d, dtype, lengths, seed, device=DEVICE):
+    """q, poisoned caches (NaN at and past each length), and cache_seqlens (int32) or None."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Nq, d, generator=g).to(device, dtype)  # (B, H, Nq, d)
+    k = torch.randn(B, Hkv, n_max, d, generator=g).to(device, dtype)  # (B, Hkv, N_max, d)
+    v = torch.randn(B, Hkv, n_max, d, generator=g).to(device, dtype)  # (B, Hkv, N_max, d)
+    if lengths is None:
+        return q, k, v, None
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)  # (B,)
+    for b, length in enumerate(lengths):
+        k[b, :, length:] = float("nan")
+        v[b, :, length:] = float("nan")
+    return q, k, v, seqlens
+
+
+@pytest.fixture
+def poison(monkeypatch):
+    monkeypatch.setenv("FLASHLAB_POISON", "1")
+
+
+CASES = [  # B, H, Hkv, Nq, N_max, d, lengths, num_splits
+    (2, 4, 2, 1, 50, 32, [50, 17], None),  # GQA, one query, full and ragged
+    (2, 4, 1, 3, 70, 32, [1 + 2, 70], 3),  # MQA, length = Nq (each query sees its prefix only)
+    (3, 2, 2, 5, 40, 16, [5, 33, 40], 4),  # MHA, splits past the shortest sequence stay empty
+    (1, 4, 2, 16, 37, 16, [37], 2),  # Nq = 16
+    (2, 4, 4, 1, 33, 24, None, 5),  # all N_max (no cache_seqlens), head dim not a power of two
+    (1, 2, 1, 1, 1, 32, [1], None),  # length 1
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_flash_decode_matches_float64_reference_on_poisoned_caches(case, dtype, poison):
+    B, H, Hkv, Nq, n_max, d, lengths, splits = case
+    q, k, v, seqlens = _inputs(B, H, Hkv, Nq, n_max, d, dtype, lengths, seed=sum(case[:6]))
+    o, lse = decode.flash_decode(q, k, v, seqlens, num_splits=splits, return_lse=True)
+    ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens)
+    assert o.shape == q.shape and o.dtype == dtype and lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    assert not o.isnan().any(), "NaN in o: a poisoned cache entry was read, or an element never written"
+    err_o = (o.double().cpu() - ref_o).abs().max().item()
+    err_lse = (lse.double().cpu() - ref_lse).abs().max().item()
+    assert err_o <= ATOL[dtype], f"o error {err_o:.3g} > {ATOL[dtype]}"
+    assert err_lse <= 1e-5, f"lse error {err_lse:.3g}"
+
+
+@pytest.mark.interpreter
+def test_flash_decode_gives_one_answer_whatever_the_number_of_splits():
+    q, k, v, seqlens = _inputs(2, 4, 2, 2, 70, 16, torch.float32, [70, 41], seed=7)
+    outs = [decode.flash_decode(q, k, v, seqlens, num_splits=s) for s in (1, 3, 8)]
+    for s, o in zip((3, 8), outs[1:]):
+        assert (o - outs[0]).abs().max().item() < 1e-5, f"num_splits={s} differs from 1 split"
+
+
+@pytest.mark.interpreter
+def test_fused_combine_matches_the_combine_kernel(poison):
+    from flashlab.kernels import flash_decode as kernels
+
+    q, k, v, seqlens = _inputs(2, 8, 1, 3, 80, 16, torch.float32, [80, 30], seed=9)
+    base = kernels.default_config(16, torch.float32)
+    fused, separate = (kernels.forward(q, k, v, seqlens, 0.25, True, 5, kernels.DecodeConfig(
+        base.block_n, base.num_warps, base.num_stages, fused_combine=f)) for f in (True, False))
+    ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens, scale=0.25)
+    for name, (o, lse) in (("fused", fused), ("combine kernel", separate)):
+        assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, name
+        assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5, name
+
+
+@pytest.mark.interpreter
+def test_flash_attention_return_lse_and_bottom_right(poison):
+    from flashlab import flash_attention
+
+    g = torch.Generator().manual_seed(3)
+    for Nq, Nk in ((3, 300), (20, 45), (6, 6)):  # decode path, prefix + square combine, square
+        q = torch.randn(1, 4, Nq, 32, generator=g).to(DEVICE)  # (B, H, Nq, d)
+        k, v = torch.randn(2, 1, 2, Nk, 32, generator=g).to(DEVICE)  # (B, Hkv, Nk, d) each
+        o, lse = flash_attention(q, k, v, causal=True, causal_align="bottom_right", return_lse=True)
+        ref_o, ref_lse = decode.decode_reference(q, k, v)  # bottom-right, all Nk keys
+        assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, f"Nq={Nq}, Nk={Nk}: o"
+        assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5, f"Nq={Nq}, Nk={Nk}: lse"
+    o, lse = flash_attention(q, k, v, return_lse=True)  # non-causal, top-left path with lse
+    s = q.double() @ k.double().repeat_interleave(2, 1).transpose(-1, -2) / math.sqrt(32)  # (B, H, Nq, Nk)
+    assert (lse.double() - torch.logsumexp(s, -1)).abs().max().item() < 1e-5
+    assert (o.double() - torch.softmax(s, -1) @ v.double().repeat_interleave(2, 1)).abs().max().item() < 1e-5
+
+
+@pytest.mark.interpreter
+def test_flash_attention_bottom_right_has_gradients():
+    from flashlab import flash_attention
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, 4, 16, generator=g).to(DEVICE).requires_grad_()  # (B, H, Nq, d)
+    k, v = (torch.randn(1, 2, 9, 16, generator=g).to(DEVICE).requires_grad_() for _ in range(2))  # (B, H, Nk, d)
+    do = torch.randn(1, 2, 4, 16, generator=g).to(DEVICE)
+    flash_attention(q, k, v, causal=True, causal_align="bottom_right").backward(do)
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *leaves, attn_mask=torch.ones(4, 9, dtype=torch.bool, device=DEVICE).tril(9 - 4))
+    ref.backward(do.double())
+    for name, mine, r in zip("qkv", (q, k, v), leaves):
+        assert (mine.grad.double() - r.grad).abs().max().item() < 1e-4, f"d{name}"
+
+
+@pytest.mark.interpreter
+def test_flash_attention_decode_shape_matches_rungs():
+    from flashlab import flash_attention
+    from flashlab.kernels.attention import attention_reference
+
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(2, 4, 1, 32, generator=g).to(DEVICE)  # (B, H, 1, d)
+    k, v = torch.randn(2, 2, 2, 260, 32, generator=g).to(DEVICE)  # (B, Hkv, Nk, d) each
+    assert decode.takes_over(q, k, v, False, False, "top_left")
+    err = (flash_attention(q, k, v).double() - attention_reference(q, k, v)).abs().max().item()
+    assert err < 1e-5
+
+
+def _paged_inputs(B, H, Hkv, Nq, d, page, max_blocks, num_blocks, lengths, seed, dtype=torch.float32, device=DEVICE):
+    """q, a paged cache whose unused blocks, table entries and rows past each length are poisoned
+    (NaN blocks, -1 entries), the block table and cache_seqlens."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Nq, d, generator=g).to(dtype)  # (B, H, Nq, d)
+    k = torch.randn(num_blocks, Hkv, page, d, generator=g).to(dtype)  # (num_blocks, Hkv, page, d)
+    v = torch.randn(num_blocks, Hkv, page, d, generator=g).to(dtype)
+    table = torch.randperm(num_blocks, generator=g)[: B * max_blocks].view(B, max_blocks).to(torch.int32)
+    for b, length in enumerate(lengths):
+        pages = -(-length // page)
+        table[b, pages:] = -1  # past the sequence's last page: names no block
+        last, rows = int(table[b, pages - 1]), length - (pages - 1) * page
+        k[last, :, rows:] = float("nan")
+        v[last, :, rows:] = float("nan")
+    for block in set(range(num_blocks)) - set(table[table >= 0].tolist()):
+        k[block] = float("nan")
+        v[block] = float("nan")
+    seqlens = torch.tensor(lengths, dtype=torch.int32)
+    return q.to(device), k.to(device), v.to(device), table.to(device), seqlens.to(device)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [None, 3])
+def test_paged_cache_matches_the_contiguous_reference(splits, poison):
+    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=21)
+    o, lse = decode.flash_decode(q, k, v, seqlens, num_splits=splits, return_lse=True, block_table=table)
+    ref_o, ref_lse = decode.decode_reference(q, decode.paged_to_contiguous(k, table),
+                                             decode.paged_to_contiguous(v, table), seqlens)
+    assert not o.isnan().any(), "NaN in o: a block or row past a sequence's length was read"
+    assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
+
+
+def test_paged_cache_rejects_bad_tables_naming_the_argument():
+    q, k, v, table, seqlens = _paged_inputs(2, 4, 2, 1, 16, 16, 3, 8, [40, 9], seed=4)
+    for bad, match in ((table.long(), "block_table.dtype"), (table[:1], "block_table.shape"),
+                       (torch.where(table == table[0, 1], 99, table), r"block_table\[0, 1\] = 99")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            decode.flash_decode(q, k, v, seqlens, block_table=bad)
+    with pytest.raises(ValueError, match="page size"):
+        decode.flash_decode(q, k[:, :, :12], v[:, :, :12], seqlens, block_table=table)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        decode.flash_decode(q, k, v, seqlens + 20, block_table=table)  # 60 > 3 blocks x 16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(GPU_DTYPES.values()), ids=list(GPU_DTYPES))
+def test_paged_cache_on_gpu(dtype, poison):
+    q, k, v, table, seqlens = _paged_inputs(4, 32, 8, 3, 128, 64, 40, 200, [2560, 3, 1000, 65], seed=8,
+                                            dtype=dtype, device="cuda")
+    o = decode.flash_decode(q, k, v, seqlens, block_table=table)
+    kk, vv = decode.paged_to_contiguous(k, table), decode.paged_to_contiguous(v, table)
+    ref, _ = decode.decode_reference(q, kk, vv, seqlens)
+    same, _ = decode.decode_reference(q, kk, vv, seqlens, upcast=False)
+    from flashlab.kernels.attention import allowed_error, max_error
+
+    assert max_error(o.cpu(), ref) <= allowed_error(ref, same.cpu())
+
+
+# --------------------------------------------------------------------------------- bad input
+
+def _good(Nq=2, n_max=20):
+    return _inputs(2, 4, 2, Nq, n_max, 16, torch.float32, [n_max, 5], seed=1)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda q, k, v, s: (q, k, v, s.to(torch.int64)), "cache_seqlens.dtype"),
+    (lambda q, k, v, s: (q, k, v, s[:1]), r"cache_seqlens.shape"),
+    (lambda q, k, v, s: (q, k, v, [20, 5]), "cache_seqlens must be"),
+    (lambda q, k, v, s: (q, k, v, s * 0), "cache_seqlens holds lengths from 0"),
+    (lambda q, k, v, s: (q, k, v, s + 1), "cache_seqlens.*N_max = 20"),
+    (lambda q, k, v, s: (q, k, v, s - 4), "Nq=2 .* cache_seqlens"),
+    (lambda q, k, v, s: (q[:, :3], k, v, s), "H must be a multiple of Hkv"),
+    (lambda q, k, v, s: (q, k[..., :8], v[..., :8], s), "head dim"),
+    (lambda q, k, v, s: (q.repeat(1, 1, 9, 1)[:, :, :17], k, v, s), "Nq=17"),
+    (lambda q, k, v, s: (q, k.half(), v, s), "k_cache.dtype"),
+    (lambda q, k, v, s: (q, k, v[:, :, :10], s), "v_cache.shape"),
+    (lambda q, k, v, s: (q[0], k, v, s), "q must have rank 4"),
+])
+def test_flash_decode_rejects_bad_input_naming_the_argument(change, match):
+    q, k, v, s = change(*_good())
+    with pytest.raises((TypeError, ValueError), match=match):
+        decode.flash_decode(q, k, v, s)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"num_splits": 0}, "num_splits"), ({"num_splits": 1000}, "num_splits"), ({"scale": -1.0}, "scale"),
+    ({"return_lse": 1}, "return_lse"),
+])
+def test_flash_decode_rejects_bad_options(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        decode.flash_decode(*_good(), **kwargs)
+
+
+def test_flash_decode_rejects_more_queries_than_keys_without_seqlens():
+    q, k, v, _ = _inputs(1, 2, 2, 4, 3, 16, torch.float32, None, seed=2)
+    with pytest.raises(ValueError, match="N_max=3"):
+        decode.flash_decode(q, k, v)
+
+
+def test_flash_attention_rejects_bad_causal_align_and_too_many_queries():
+    from flashlab import flash_attention
+
+    q, k, v = torch.randn(3, 1, 2, 5, 16).to(DEVICE).unbind(0)
+    with pytest.raises(ValueError, match="causal_align"):
+        flash_attention(q, k, v, causal=True, causal_align="bottom")
+    with pytest.raises(TypeError, match="return_lse"):
+        flash_attention(q, k, v, return_lse="yes")
+    with pytest.raises(ValueError, match="bottom_right"):
+        flash_attention(q, k[:, :, :3], v[:, :, :3], causal=True, causal_align="bottom_right")
+
+
+# ----------------------------------------------------------------------------------- on a GPU
+
+GPU_CASES = [  # B, H, Hkv, Nq, N_max, ragged
+    (1, 32, 32, 1, 4096, False), (4, 32, 8, 1, 20000, True), (3, 32, 1, 4, 9000, True),
+    (2, 16, 4, 16, 3000, True), (16, 32, 8, 2, 1024, True), (1, 8, 8, 1, 1, False),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", list(GPU_DTYPES.values()), ids=list(GPU_DTYPES))
+@pytest.mark.parametrize("case", GPU_CASES, ids=[f"case{i}" for i in range(len(GPU_CASES))])
+def test_flash_decode_on_gpu_within_twice_pytorch_error(case, dtype, poison):
+    from flashlab.kernels.attention import allowed_error, max_error
+
+    B, H, Hkv, Nq, n_max, ragged = case
+    g = torch.Generator().manual_seed(sum(case[:5]))
+    lengths = ([int(x) for x in torch.randint(Nq, n_max + 1, (B,), generator=g)] if ragged else [n_max] * B)
+    lengths[0] = n_max if B > 1 else lengths[0]  # one sequence at N_max, the others ragged
+    q, k, v, seqlens = _inputs(B, H, Hkv, Nq, n_max, 128, dtype, lengths, seed=sum(case[:5]), device="cuda")
+    o, lse = decode.flash_decode(q, k, v, seqlens, return_lse=True)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens)
+    same_o, _ = decode.decode_reference(q, k, v, seqlens, upcast=False)
+    assert not o.isnan().any(), "NaN in o: a poisoned cache entry was read, or an element never written"
+    err, allowed = max_error(o.cpu(), ref_o), allowed_error(ref_o, same_o.cpu())
+    assert err <= allowed, f"o error {err:.3g} > allowed {allowed:.3g} ({case}, {dtype})"
+    assert (lse.cpu().double() - ref_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.gpu
+def test_fused_combine_is_repeatable_on_gpu(poison):
+    """The fused combine hands partial states between programs through an atomic count: a missing
+    barrier or fence would show as results that change from run to run. 20 runs, bitwise equal."""
+    from flashlab.kernels import flash_decode as kernels
+
+    q, k, v, seqlens = _inputs(8, 32, 8, 4, 30000, 128, torch.bfloat16, [30000, 4, 17, 4096, 29999, 5, 300, 12345],
+                               seed=13, device="cuda")
+    config = kernels.default_config(128, torch.bfloat16)
+    separate = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64,
+                               kernels.DecodeConfig(config.block_n, config.num_warps, config.num_stages, False))
+    first = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
+    for _ in range(20):
+        o, lse = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
+        assert torch.equal(o, first[0]) and torch.equal(lse, first[1]), "fused combine changed between runs"
+    assert (first[0].float() - separate[0].float()).abs().max().item() < 1e-2
+    assert (first[1] - separate[1]).abs().max().item() < 1e-5
