@@ -92,3 +92,18 @@ def test_ring_over_gloo_processes_equals_single_device_attention(world_size):
         assert [r[i]["rows"] for r in per_rank] == [n // world_size] * world_size
         assert not np.isnan(errors).any() and max(errors) < 1e-5, (
             f"causal={causal} layout={layout}: max errors per rank {errors}")
+
+
+def test_ring_schedule_picture_data_matches_the_schedule():
+    from flashlab.viz import ring as ring_viz
+
+    data = ring_viz.ring_schedule_data(4, "zigzag", causal=True)
+    assert data["source"].shape == data["work"].shape == (4, 4)
+    assert (data["source"][0] == range(4)).all()  # step 0: every rank holds its own shard
+    assert data["per_rank"].tolist() == ring.work_per_rank(4, "zigzag", causal=True)
+    fig = ring_viz.plot_ring_schedule(3, causal=True)
+    assert len(fig.axes) == 2
+    table = ring_viz.ring_results_table(dict(rows=[dict(n=1024, causal=True, layout="zigzag", one_gpu_ms=2.0,
+                                                        ring_ms=1.0, speedup_vs_one_gpu=2.0, exposed_comm_ms=0.1,
+                                                        naive_one_gpu="ok")]))
+    assert "| 1,024 | True | zigzag | 2.00 | 1.00 | 2.00x | 0.10 | ok |" in table
