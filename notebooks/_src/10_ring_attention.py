@@ -97,6 +97,16 @@ results = course.load_results("bench_ring.json").get("bench_ring")
 print(ring_viz.ring_results_table(results) if results else "no committed two-GPU results yet (benchmarks/bench_ring.py)")
 
 # %% [markdown]
+# ## Summary
+#
+# - Partial attention results over disjoint key sets merge exactly through their lse: the same
+#   combine as tiles (notebook 03) and split-KV chunks (notebook 09).
+# - Ring attention keeps each rank's queries in place and moves K/V shards around a ring, one hop
+#   per step, overlapped with the block's attention; `distributed.ring_attention` runs it on any
+#   `torch.distributed` group (gloo on CPUs, NCCL on GPUs).
+# - Causal attention needs a balanced layout: zigzag gives every rank one early and one late chunk.
+
+# %% [markdown]
 # ## Self-test
 #
 # 1. With $W$ ranks and a contiguous causal split, how much more work does the last rank do than
