@@ -36,7 +36,7 @@ def _load_builder():
 
 def test_every_arc_step_has_one_notebook():
     numbers = [p.name[:2] for p in PATHS]
-    assert numbers == [f"{i:02d}" for i in range(10)], f"expected notebooks 00..09, found {numbers}"
+    assert numbers == [f"{i:02d}" for i in range(11)], f"expected notebooks 00..10, found {numbers}"
 
 
 def test_committed_notebooks_equal_a_fresh_build_of_their_sources():

@@ -26,6 +26,7 @@ _EXPORTS = {
     "roofline_data": "roofline", "plot_roofline": "roofline",
     "tile_schedule_widget": "widgets", "traffic_vs_n_widget": "widgets",
     "format_bytes": "style",
+    "ring_schedule_data": "ring", "plot_ring_schedule": "ring", "ring_results_table": "ring",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,118 @@
+# %% [markdown]
+# # 10 Beyond one GPU: ring attention
+#
+# **Study time:** about 30 minutes. **Needs:** torch and triton (the ring runs in CPU processes
+# here, joined by `torch.distributed`'s gloo backend; Triton kernels in its interpreter).
+#
+# Notebooks 02 and 09 combined partial softmax states exactly: over tiles (FlashAttention's
+# inner loop) and over chunks of a KV cache (split-KV decode). The same combine lets attention
+# run across *devices*. Split the sequence across $W$ GPUs; each GPU (a *rank*) keeps its own
+# queries and passes its keys and values around a ring. After $W$ steps every query has met every
+# key, and the partial results were merged exactly. This is ring attention (Liu et al. 2023,
+# "Ring Attention with Blockwise Transformers for Near-Infinite Context"), the core of *context
+# parallelism* for long-context training.
+
+# %%
+from flashlab import course
+
+env = course.setup()
+
+import torch
+
+from flashlab import distributed
+from flashlab.kernels.attention import flash_attention
+from flashlab.viz import ring as ring_viz
+
+# %% [markdown]
+# ## One combine, two key sets
+#
+# `flash_attention(..., return_lse=True)` returns the normalised output $o$ of a block and its
+# log-sum-exp $\mathrm{lse} = m + \log \ell$ per query row. Two results over disjoint key sets
+# $A$ and $B$ merge into the result over $A \cup B$:
+#
+# $$\mathrm{lse} = \log\left(e^{\mathrm{lse}_A} + e^{\mathrm{lse}_B}\right), \qquad
+#   o = o_A\, e^{\mathrm{lse}_A - \mathrm{lse}} + o_B\, e^{\mathrm{lse}_B - \mathrm{lse}}.$$
+#
+# It is `combine_states` of notebook 02 written on $(o, \mathrm{lse})$ instead of
+# $(m, \ell, \mathrm{acc})$: $e^{\mathrm{lse}_A - \mathrm{lse}}$ is the share of the softmax's mass
+# that falls on $A$. Check it: attention over all keys against the merge of two halves.
+
+# %%
+q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))  # (B, H, N, d)
+o_a, lse_a = flash_attention(q, k[..., :32, :], v[..., :32, :], return_lse=True)  # keys 0..31
+o_b, lse_b = flash_attention(q, k[..., 32:, :], v[..., 32:, :], return_lse=True)  # keys 32..63
+o_merged, _ = distributed.merge_partials(o_a.float(), lse_a, o_b.float(), lse_b)
+print(f"max |merge(halves) - attention(all keys)| = {(o_merged - flash_attention(q, k, v)).abs().max():.1e}")
+
+# %% [markdown]
+# ## The ring's schedule
+#
+# Rank $r$ starts with its own K/V shard. At step $s$ it holds the shard that started on rank
+# $(r - s) \bmod W$: it computes its queries against that shard, merges, and passes the shard on
+# to rank $r + 1$ *while it computes* (a point-to-point send overlapped with the kernel), so the
+# communication hides behind compute as long as one block's attention takes longer than one
+# shard's transfer.
+#
+# With causal attention a contiguous split is unbalanced: rank 0's queries see only its own keys,
+# the last rank's see every key. The *zigzag* layout cuts the sequence into $2W$ chunks and gives
+# rank $r$ chunks $r$ and $2W-1-r$, one early and one late, so every rank does the same work. In
+# the grid below each cell says which rank's K/V a rank holds at a step and how many full
+# $(N_\text{local} \times N_\text{local})$ blocks of attention it computes there.
+
+# %%
+course.show(ring_viz.plot_ring_schedule(world_size=4, causal=True))
+
+# %% [markdown]
+# The ring is as fast as its busiest rank. With 4 ranks the contiguous layout's last rank does
+# 3.5 blocks while the first does 0.5 (7x); zigzag gives every rank 2 (the totals are
+# `distributed.work_per_rank`).
+
+# %%
+for layout in distributed.LAYOUTS:
+    print(f"{layout:>10}: work per rank {distributed.work_per_rank(4, layout, causal=True)}")
+
+# %% [markdown]
+# ## Run it: two CPU processes joined by gloo
+#
+# `distributed.demo` starts `world_size` processes, joins them with `torch.distributed`'s gloo
+# backend, gives each its zigzag shard of one random problem, runs `ring_attention` (K/V shards
+# travel with `isend`/`irecv`), and compares each rank's output shard with float64 attention over
+# the whole sequence on one device.
+
+# %%
+for rank, result in enumerate(distributed.demo(world_size=2, n=128, causal=True, layout="zigzag")):
+    print(f"rank {rank}: {result['rows']} query rows, max error against one device {result['max_error']:.1e}")
+
+# %% [markdown]
+# ## On two H200 GPUs
+#
+# `benchmarks/bench_ring.py` runs the same code with NCCL on two GPUs (B = 1, 32 heads, d = 128,
+# bf16) and times, in one run: flash attention over the whole sequence on one GPU, the ring over
+# two, and the ring's steps without communication (so the difference is the communication left
+# exposed). The last column says whether naive attention, which materialises S and P, fits one
+# 141 GB GPU at that length.
+
+# %%
+results = course.load_results("bench_ring.json").get("bench_ring")
+print(ring_viz.ring_results_table(results) if results else "no committed two-GPU results yet (benchmarks/bench_ring.py)")
+
+# %% [markdown]
+# ## Summary
+#
+# - Partial attention results over disjoint key sets merge exactly through their lse: the same
+#   combine as tiles (notebook 03) and split-KV chunks (notebook 09).
+# - Ring attention keeps each rank's queries in place and moves K/V shards around a ring, one hop
+#   per step, overlapped with the block's attention; `distributed.ring_attention` runs it on any
+#   `torch.distributed` group (gloo on CPUs, NCCL on GPUs).
+# - Causal attention needs a balanced layout: zigzag gives every rank one early and one late chunk.
+
+# %% [markdown]
+# ## Self-test
+#
+# 1. With $W$ ranks and a contiguous causal split, how much more work does the last rank do than
+#    the first? (From `work_per_rank`: $2W - 1$ times.)
+# 2. Why is the merge exact and not an approximation? (Each partial result carries its lse, the
+#    log of its softmax denominator; the merge rescales both sides to the common denominator.)
+# 3. When does the communication stop hiding behind compute? (When one shard's transfer, $2
+#    N_\text{local} d$ elements per head, takes longer than one block's attention, $4
+#    N_\text{local}^2 d$ FLOPs per head: at short $N_\text{local}$.)
