@@ -101,8 +101,11 @@ def test_ring_schedule_picture_data_matches_the_schedule():
     assert data["source"].shape == data["work"].shape == (4, 4)
     assert (data["source"][0] == range(4)).all()  # step 0: every rank holds its own shard
     assert data["per_rank"].tolist() == ring.work_per_rank(4, "zigzag", causal=True)
+    import matplotlib.pyplot as plt
+
     fig = ring_viz.plot_ring_schedule(3, causal=True)
     assert len(fig.axes) == 2
+    plt.close(fig)
     table = ring_viz.ring_results_table(dict(rows=[dict(n=1024, causal=True, layout="zigzag", one_gpu_ms=2.0,
                                                         ring_ms=1.0, speedup_vs_one_gpu=2.0, exposed_comm_ms=0.1,
                                                         naive_one_gpu="ok")]))
