@@ -91,3 +91,68 @@ def test_an_interpreter_flashlab_cannot_repair_is_refused_with_the_fix(monkeypat
     with pytest.raises(RuntimeError, match=r'triton 3\.5\.1.*numpy 2\.4\.6.*pip install "numpy<2\.4"'):
         _mode._repair_interpreter_index("3.5.1")
     _mode._repair_interpreter_index("3.7.1")  # triton 3.7 converts correctly: left alone
+
+
+# -- the doctor's version checks (pure functions of version strings) -----------------------------
+
+@pytest.mark.parametrize("torch, triton", [
+    ("2.11.0", "3.6.0"),  # the H200's pair
+    ("2.12.0", "3.7.0"), ("2.12.1", "3.7.1"),
+    ("2.13.0+cpu", "3.7.1"),  # CI's pair: a CPU build that names no triton, judged by the table
+])
+def test_doctor_accepts_the_pairs_pytorch_ships(torch, triton):
+    assert doctor.torch_triton_findings(torch, triton) == []
+
+
+@pytest.mark.parametrize("torch, triton, shipped", [
+    ("2.13.0+cpu", "3.6.0", "3.7.1"), ("2.11.0", "3.7.1", "3.6.0"), ("2.12.0", "3.7.1", "3.7.0"),
+])
+def test_doctor_flags_a_pair_pytorch_does_not_ship_with_the_fix(torch, triton, shipped):
+    (finding,) = doctor.torch_triton_findings(torch, triton)
+    assert finding.level == "warn" and f"triton {shipped}" in finding.text, finding
+    assert finding.fix == f'pip install "triton=={shipped}"', finding
+
+
+def test_doctor_prefers_torchs_own_triton_requirement_over_the_table():
+    assert doctor.torch_triton_findings("2.13.0", "3.6.0", torch_requires="==3.6.0") == []
+    (finding,) = doctor.torch_triton_findings("2.13.0", "3.7.1", torch_requires="==3.6.0")
+    assert "built against triton 3.6.0" in finding.text and 'pip install "triton==3.6.0"' in finding.fix
+
+
+def test_doctor_reads_compatible_release_requirements():
+    # torch 2.14's wheels require triton~=3.8.0 (>= 3.8.0, == 3.8.*), not one exact release
+    assert doctor._satisfies("3.8.2", "~=3.8.0") and not doctor._satisfies("3.9.0", "~=3.8.0")
+    assert not doctor._satisfies("3.7.1", "~=3.8.0") and doctor._satisfies("3.7.1", "==3.7.1")
+    texts = [f.text for f in doctor.torch_triton_findings("2.14.1", "3.7.1")]
+    assert any("triton~=3.8.0" in t for t in texts) and any("outside" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("torch, inside", [("2.10.0", False), ("2.11.0", True), ("2.13.0+cu130", True),
+                                           ("2.14.0", False), ("3.0.0", False)])
+def test_doctor_flags_a_torch_outside_the_tested_range(torch, inside):
+    outside = [f for f in doctor.torch_triton_findings(torch, None) if "outside" in f.text]
+    assert (not outside) == inside, outside
+    assert all(f.fix == f'pip install "{doctor.TORCH_RANGE}"' for f in outside)
+
+
+@pytest.mark.parametrize("triton, numpy, interpreter, flagged", [
+    ("3.6.0", "2.4.6", True, True), ("3.6.0", "2.4.0rc1", True, True),
+    ("3.6.0", "2.3.5", True, False),  # the measured working pair
+    ("3.6.0", "2.4.6", False, False),  # compiled for a GPU: numpy never meets the interpreter
+    ("3.7.1", "2.4.6", True, False), ("3.7.1", "2.5.1", True, False),
+])
+def test_doctor_flags_triton36_interpreter_with_numpy24_and_names_the_fix(triton, numpy, interpreter, flagged):
+    found = doctor.interpreter_numpy_findings(triton, numpy, interpreter)
+    assert bool(found) == flagged, found
+    assert all('pip install "numpy<2.4"' in f.fix and f"numpy {numpy}" in f.text for f in found)
+
+
+def test_doctor_prints_the_flashlab_version_and_the_pair(monkeypatch):
+    versions = {"flashlab": "0.2.0", "numpy": "2.4.6", "torch": "2.13.0+cpu", "triton": "3.7.1",
+                "matplotlib": "3.9", "ipywidgets": "8.1", "jupyterlab": "4.2"}
+    monkeypatch.setattr(doctor, "_version", versions.get)
+    monkeypatch.setattr(doctor, "_gpu_name", lambda: None)
+    monkeypatch.setattr(doctor, "_requires", lambda name: [])
+    text = doctor.format_text(doctor.diagnose())
+    assert text.splitlines()[0].split() == ["flashlab", "0.2.0"], text
+    assert "torch 2.13.0+cpu / triton 3.7.1 (PyTorch ships 2.13.0 with triton 3.7.1)" in text, text
