@@ -10,11 +10,53 @@
   (``flashlab.kernels._mode``) and the doctor's version checks.
 """
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
+from packaging.requirements import Requirement
 
 from flashlab import doctor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _requirements(extra: str) -> list[Requirement]:
+    """pyproject.toml's dependencies plus one extra's, with ``flashlab[...]`` self-references expanded."""
+    project = _pyproject()["project"]
+    out, todo, seen = [Requirement(r) for r in project["dependencies"]], [extra], set()
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for req in map(Requirement, project["optional-dependencies"][name]):
+            if req.name == project["name"]:
+                todo += [e for e in req.extras if e not in seen]
+            else:
+                out.append(req)
+    return out
+
+
+def test_environment_yml_asks_for_what_pyproject_asks_for():
+    text = (ROOT / "environment.yml").read_text().split("\ndependencies:", 1)[1]
+    entries = [line.split("#")[0].strip()[2:] for line in text.splitlines() if re.match(r"\s+- ", line)]
+    entries = [re.sub(r"^([\w.-]+)=(?=\d)", r"\1==", e) for e in entries]  # conda's numpy=2.3.5
+    listed = {Requirement(e).name: Requirement(e) for e in entries
+              if e and not e.startswith(("python=", "-e")) and e not in ("pip", "pip:")}
+    wanted = {r.name: r for r in _requirements("test")}
+    assert sorted(listed) == sorted(wanted), f"environment.yml lists {sorted(listed)}, pyproject {sorted(wanted)}"
+    for name, req in wanted.items():
+        got = listed[name]
+        assert (got.specifier, str(got.marker or "")) == (req.specifier, str(req.marker or "")), \
+            f"environment.yml asks for {got}, pyproject.toml for {req}"
 
 
 # -- triton < 3.7's interpreter with numpy >= 2.4 ------------------------------------------------
