@@ -11,6 +11,7 @@
 """
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,179 @@ def test_environment_yml_asks_for_what_pyproject_asks_for():
         got = listed[name]
         assert (got.specifier, str(got.marker or "")) == (req.specifier, str(req.marker or "")), \
             f"environment.yml asks for {got}, pyproject.toml for {req}"
+
+
+# -- what pip resolves from the public index alone (metadata only) -------------------------------
+
+INDEX = "https://pypi.org/simple"
+WHOLE_WHEEL_MB = 20  # pip downloading a wheel larger than this means it is not reading metadata only
+RESOLVE_TIMEOUT_S = 600
+MACOS = {  # the marker environment of CPython 3.11 on an Apple-silicon Mac
+    "implementation_name": "cpython", "implementation_version": "3.11.0", "os_name": "posix",
+    "platform_machine": "arm64", "platform_python_implementation": "CPython", "platform_release": "23.0.0",
+    "platform_system": "Darwin", "platform_version": "", "python_full_version": "3.11.0",
+    "python_version": "3.11", "sys_platform": "darwin",
+}
+# pip evaluates environment markers for the interpreter running it even with --platform, so the
+# macOS resolution runs pip with packaging's marker environment replaced by MACOS.
+PIP_AS_MACOS = """
+import json, sys
+from pip._vendor.packaging import markers
+env = json.loads(sys.argv[1])
+markers.default_environment = lambda: dict(env)
+from pip._internal.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _index_reachable_or_skip() -> None:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(f"{INDEX}/pip/", timeout=15).close()
+    except OSError as err:
+        reason = f"the public package index {INDEX} is unreachable ({err})"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{reason}; in CI (CI={os.environ['CI']}) the install check must run, not skip")
+        pytest.skip(reason)
+
+
+def _public_index_env(empty: Path) -> dict:
+    """This environment without pip's configuration, local wheel folders or other indexes."""
+    keep = ("PIP_CERT", "PIP_CLIENT_CERT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in keep}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS=str(empty), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    return env
+
+
+def _start(args: list[str], env: dict, log: Path):
+    import subprocess
+
+    with open(log, "w") as out:
+        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=log.parent)
+
+
+def _whole_wheel_downloads(log: Path) -> list[str]:
+    """pip's 'Downloading name.whl (N MB)' lines for wheels over WHOLE_WHEEL_MB (metadata files excluded)."""
+    big = []
+    for match in re.finditer(r"Downloading (\S+) \(([\d.]+) (kB|MB|GB)\)", log.read_text(errors="replace")):
+        size_mb = float(match.group(2)) * {"kB": 1e-3, "MB": 1.0, "GB": 1e3}[match.group(3)]
+        if not match.group(1).endswith(".metadata") and size_mb > WHOLE_WHEEL_MB:
+            big.append(match.group(0))
+    return big
+
+
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory):
+    """Run both dry-run resolutions at once; {name: (report or None, pip's output, seconds)}."""
+    import json
+    import shutil
+    import subprocess
+    import time
+    import venv
+
+    _index_reachable_or_skip()
+    tmp = tmp_path_factory.mktemp("install")
+    (tmp / "empty").mkdir()
+    env = _public_index_env(tmp / "empty")
+    project = tmp / "flashlab"  # a copy, so building its metadata writes nothing into the checkout
+    project.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, project / name)
+    shutil.copytree(ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    venv.create(tmp / "venv", with_pip=False)  # fresh: nothing installed; this pip resolves for it
+    fresh = tmp / "venv" / "bin" / "python"
+    # range requests into the wheel where the index offers no metadata file (when this pip has the feature)
+    probe = subprocess.run([sys.executable, "-m", "pip", "install", "--use-feature=fast-deps", "--help"],
+                           capture_output=True, text=True)
+    lazy = ["--use-feature=fast-deps"] if probe.returncode == 0 else []
+    common = ["install", "--dry-run", "--ignore-installed", "--no-cache-dir", "--index-url", INDEX, *lazy]
+    macos_reqs = [f"{r.name}{'[' + ','.join(sorted(r.extras)) + ']' if r.extras else ''}{r.specifier}"
+                  for r in _requirements("test") if r.marker is None or r.marker.evaluate(dict(MACOS, extra=""))]
+    commands = {
+        "linux": [sys.executable, "-m", "pip", "--python", str(fresh), *common,
+                  "--report", str(tmp / "linux.json"), f"{project}[test]"],
+        "macos": [sys.executable, "-c", PIP_AS_MACOS, json.dumps(MACOS), *common,
+                  "--report", str(tmp / "macos.json"), "--platform", "macosx_14_0_arm64", "--python-version", "3.11",
+                  "--implementation", "cp", "--abi", "cp311", "--only-binary=:all:", *macos_reqs],
+    }
+    if sys.platform != "linux":
+        del commands["linux"]  # resolving for Linux from another OS would need the same marker trick
+    start = time.perf_counter()
+    running = {name: _start(cmd, env, tmp / f"{name}.log") for name, cmd in commands.items()}
+    seconds = {}
+    try:
+        while len(seconds) < len(running):
+            time.sleep(0.5)
+            for name, proc in running.items():
+                big = _whole_wheel_downloads(tmp / f"{name}.log")
+                assert not big, (f"pip ({name}) started downloading whole wheels ({big}): the index served neither "
+                                 "metadata files nor range requests; stopped")
+                if name not in seconds and proc.poll() is not None:
+                    seconds[name] = time.perf_counter() - start
+            assert time.perf_counter() - start < RESOLVE_TIMEOUT_S, f"pip took over {RESOLVE_TIMEOUT_S} s to resolve"
+    finally:
+        for proc in running.values():
+            if proc.poll() is None:
+                proc.kill()
+    out = {}
+    for name, proc in running.items():
+        report = tmp / f"{name}.json"
+        text = (tmp / f"{name}.log").read_text(errors="replace")
+        out[name] = (json.loads(report.read_text()) if proc.returncode == 0 else None, text[-3000:], seconds[name])
+    return out
+
+
+def _chosen(report: dict) -> dict:
+    return {item["metadata"]["name"].lower(): item for item in report["install"]}
+
+
+@pytest.mark.install
+@pytest.mark.skipif(sys.platform != "linux", reason="resolves for the Linux machine it runs on")
+def test_public_index_resolves_the_course_with_the_triton_torch_requires(resolutions):
+    from packaging.version import Version
+
+    report, log, seconds = resolutions["linux"]
+    assert report is not None, f'pip install --dry-run ".[test]" failed on the public index ({seconds:.0f} s):\n{log}'
+    chosen = _chosen(report)
+    assert {"flashlab", "numpy", "torch", "triton"} <= set(chosen), sorted(chosen)
+    torch, triton = chosen["torch"]["metadata"], chosen["triton"]["metadata"]
+    pins = [Requirement(line) for line in torch.get("requires_dist", [])]
+    pins = [r for r in pins if r.name == "triton" and (r.marker is None or r.marker.evaluate(report["environment"]))]
+    assert len(pins) == 1, f"torch {torch['version']} should require one triton on Linux; it requires {pins}"
+    assert Version(triton["version"]) in pins[0].specifier, \
+        f"pip chose triton {triton['version']} but torch {torch['version']} requires {pins[0]}"
+    # the doctor's table and range agree with what a fresh install gets
+    assert doctor.torch_triton_findings(torch["version"], triton["version"], str(pins[0].specifier)) == []
+    assert doctor.torch_triton_findings(torch["version"], triton["version"]) == []
+    print(f"linux: torch {torch['version']}, triton {triton['version']}, numpy {chosen['numpy']['metadata']['version']}"
+          f", {len(chosen)} distributions, resolved in {seconds:.0f} s")
+
+
+@pytest.mark.install
+def test_macos_resolves_the_numpy_course_without_triton(resolutions):
+    report, log, seconds = resolutions["macos"]
+    assert report is not None, f"pip could not resolve the course for macOS arm64 ({seconds:.0f} s):\n{log}"
+    chosen = _chosen(report)
+    assert "triton" not in chosen and {"numpy", "torch", "matplotlib", "jupyterlab"} <= set(chosen), sorted(chosen)
+    files = [item["download_info"]["url"].rsplit("/", 1)[-1] for item in chosen.values()]
+    foreign = [f for f in files if not (f.endswith("-any.whl") or "macosx" in f)]
+    assert not foreign, f"wheels for another platform in the macOS resolution: {foreign}"
+    print(f"macos: torch {chosen['torch']['metadata']['version']}, numpy {chosen['numpy']['metadata']['version']}, "
+          f"{len(chosen)} distributions, resolved in {seconds:.0f} s")
+
+
+@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
+def test_unreachable_index_fails_in_ci_and_skips_elsewhere(monkeypatch, ci, outcome):
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="pypi.org/simple is unreachable"):
+        _index_reachable_or_skip()
 
 
 # -- triton < 3.7's interpreter with numpy >= 2.4 ------------------------------------------------
