@@ -69,8 +69,7 @@ def test_doctor_flags_triton36_interpreter_with_numpy24(monkeypatch):
     monkeypatch.setattr(doctor, "_gpu_name", lambda: None)
     d = doctor.diagnose()
     assert d.triton_mode == "interpreter"
-    assert not d.ok
-    assert any("numpy<2.4" in f.fix for f in d.findings if f.level == "error")
+    assert any("numpy<2.4" in f.fix for f in d.findings if f.level == "warn")  # flashlab repairs it (kernels._mode)
 
 
 def test_doctor_accepts_the_pinned_combination(monkeypatch):

@@ -87,7 +87,9 @@ def setup(seed: int = 0, verbose: bool = True) -> Environment:
                                "uses its CPU interpreter (TRITON_INTERPRET=1)")
         os.environ["TRITON_INTERPRET"] = "1"
     try:
-        import triton
+        from flashlab.kernels import _mode
+
+        triton = _mode.triton()  # imports triton; repairs triton 3.6's interpreter for numpy >= 2.4
         triton_version = triton.__version__
         triton_mode = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
     except ImportError:

@@ -17,6 +17,19 @@ from importlib import metadata
 
 PACKAGES = ("numpy", "torch", "triton", "matplotlib", "ipywidgets", "jupyterlab")
 
+# The torch releases flashlab supports (pyproject.toml's course extra; README "Platforms").
+TORCH_SUPPORTED = ((2, 11), (2, 14))  # lower bound included, upper bound excluded
+TORCH_RANGE = "torch>=2.11,<2.14"
+# The triton each torch release's Linux wheels require (Requires-Dist of the manylinux_2_28_x86_64
+# cp311 wheels on PyPI, read 2026-11-30 with `pip install --dry-run --no-deps --report`). Used for
+# torch builds that name no triton themselves (CPU builds, conda); a torch that does name one is
+# checked against its own requirement.
+SHIPPED_TRITON = {
+    "2.9.0": "==3.5.0", "2.9.1": "==3.5.1", "2.10.0": "==3.6.0", "2.11.0": "==3.6.0",
+    "2.12.0": "==3.7.0", "2.12.1": "==3.7.1", "2.13.0": "==3.7.1",
+    "2.14.0": "~=3.8.0", "2.14.1": "~=3.8.0", "2.15.0": "~=3.9.0",
+}
+
 
 @dataclass
 class Finding:
@@ -27,11 +40,13 @@ class Finding:
 
 @dataclass
 class Diagnosis:
+    flashlab: str | None
     python: str
     platform: str
     versions: dict[str, str | None]
     gpu: str | None  # device name, or None without a CUDA GPU
     triton_mode: str  # "compiled", "interpreter", or "unavailable"
+    torch_requires: str | None = None  # torch's own triton requirement ('==3.7.1'), if its metadata names one
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -46,15 +61,66 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _release(version: str | None) -> tuple[int, ...]:
-    """(major, minor) of a version string such as '2.3.5' or '2.13.0+cpu'."""
+def _release(version: str | None, parts: int = 2) -> tuple[int, ...]:
+    """The first numbers of a version string: '2.13.0+cpu' -> (2, 13), or (2, 13, 0) with parts=3."""
     if version is None:
         return ()
-    parts = []
-    for piece in version.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
+    numbers = re.findall(r"\d+", version.split("+")[0])[:parts]
+    return tuple(int(n) for n in numbers) + (0,) * (parts - len(numbers))
+
+
+def _satisfies(version: str, spec: str) -> bool:
+    """Does ``version`` meet ``spec``? Only the two forms torch uses for triton: '==3.7.1' and '~=3.8.0'."""
+    target = _release(spec.lstrip("=~ "), 3)
+    have = _release(version, 3)
+    if spec.startswith("~="):  # ~=3.8.0 means >=3.8.0 and ==3.8.*
+        return have >= target and have[:2] == target[:2]
+    return have == target
+
+
+def _named(spec: str) -> str:
+    """'==3.7.1' -> 'triton 3.7.1'; '~=3.8.0' -> 'triton~=3.8.0'."""
+    return f"triton {spec[2:]}" if spec.startswith("==") else f"triton{spec}"
+
+
+def torch_triton_findings(torch: str | None, triton: str | None, torch_requires: str | None = None) -> list[Finding]:
+    """Flag a torch outside flashlab's tested range and a triton that torch does not ship with.
+
+    ``torch_requires`` is torch's own triton requirement ('==3.7.1') when its metadata names one;
+    otherwise the triton PyTorch's Linux wheels require for that release (``SHIPPED_TRITON``) is
+    used, and a release missing from the table is not judged.
+    """
+    found = []
+    if torch is None:
+        return found
+    if not TORCH_SUPPORTED[0] <= _release(torch) < TORCH_SUPPORTED[1]:
+        found.append(Finding("warn", f"torch {torch} is outside the releases flashlab is tested with ({TORCH_RANGE})",
+                             f'pip install "{TORCH_RANGE}"'))
+    if triton is None:
+        return found
+    base = ".".join(map(str, _release(torch, 3)))
+    if torch_requires:
+        if not _satisfies(triton, torch_requires):
+            found.append(Finding("warn", f"torch {torch} was built against {_named(torch_requires)} but triton {triton} "
+                                         "is installed: pip reports a conflict and torch.compile may fail",
+                                 f'pip install "triton{torch_requires}" (or the torch release that pins triton {triton})'))
+    elif base in SHIPPED_TRITON and not _satisfies(triton, SHIPPED_TRITON[base]):
+        found.append(Finding("warn", f"torch {torch} with triton {triton}: PyTorch ships torch {base} with "
+                                     f"{_named(SHIPPED_TRITON[base])}, so this pair is untested",
+                             f'pip install "triton{SHIPPED_TRITON[base]}"'))
+    return found
+
+
+def interpreter_numpy_findings(triton: str | None, numpy: str | None, interpreter: bool) -> list[Finding]:
+    """Flag triton < 3.7 with numpy >= 2.4 when Triton runs in its CPU interpreter."""
+    if not (interpreter and triton and numpy and _release(triton) < (3, 7) and _release(numpy) >= (2, 4)):
+        return []
+    return [Finding("warn", f"triton {triton} with numpy {numpy}: the CPU interpreter of triton < 3.7 fails with "
+                            "numpy >= 2.4 ('only 0-dimensional arrays can be converted to Python scalars'); flashlab "
+                            "repairs it in its own processes (kernels, notebooks after course.setup(), the grader), "
+                            "but Triton code run without flashlab still fails",
+                    'pip install "numpy<2.4" (numpy 2.3.5 works with triton 3.6.0, measured), or move to torch 2.13 '
+                    'with triton 3.7.1: pip install "torch>=2.13,<2.14" "triton==3.7.1"')]
 
 
 def _gpu_name() -> str | None:
@@ -77,12 +143,26 @@ def _requires(name: str) -> list[str]:
 
 
 def _torch_triton_pin() -> str | None:
-    """The triton version torch was built against (its ``triton==X`` requirement), if it has one."""
+    """torch's own triton requirement ('==3.7.1', '~=3.8.0') from its metadata, if it names one."""
     for line in _requires("torch"):
-        match = re.match(r"\s*(?:pytorch-)?triton\s*==\s*([^\s;,]+)", line)
+        match = re.match(r"\s*(?:pytorch-)?triton\s*((?:==|~=)\s*[^\s;,]+)", line)
         if match:
-            return match.group(1)
+            return match.group(1).replace(" ", "")
     return None
+
+
+def _pair_text(torch: str | None, triton: str | None, torch_requires: str | None) -> str:
+    """One line: the torch/triton pair and where the expected triton comes from."""
+    if torch is None or triton is None:
+        return f"torch {torch or 'not installed'} / triton {triton or 'not installed'}"
+    base = ".".join(map(str, _release(torch, 3)))
+    if torch_requires:
+        source = f"torch requires {_named(torch_requires)}"
+    elif base in SHIPPED_TRITON:
+        source = f"PyTorch ships {base} with {_named(SHIPPED_TRITON[base])}"
+    else:
+        source = "a torch release missing from flashlab's table"
+    return f"torch {torch} / triton {triton} ({source})"
 
 
 def _nvidia_driver() -> bool:
@@ -101,7 +181,7 @@ def diagnose() -> Diagnosis:
         mode = "compiled"
     else:
         mode = "interpreter"
-    d = Diagnosis(sys.version.split()[0], platform.platform(), versions, gpu, mode)
+    d = Diagnosis(_version("flashlab"), sys.version.split()[0], platform.platform(), versions, gpu, mode)
     add = d.findings.append
 
     if sys.version_info < (3, 10):
@@ -113,17 +193,9 @@ def diagnose() -> Diagnosis:
     if versions["triton"] is None and sys.platform != "linux":
         add(Finding("warn", "Triton publishes wheels for Linux only: the Triton notebooks (05-08) cannot run here",
                     "use Linux or WSL2 for notebooks 05-08; notebooks 00-04 and 09 need only NumPy"))
-    numpy_v, triton_v = _release(versions["numpy"]), _release(versions["triton"])
-    if mode == "interpreter" and triton_v and triton_v < (3, 7) and numpy_v >= (2, 4):
-        add(Finding("error", f"triton {versions['triton']} with numpy {versions['numpy']}: the CPU interpreter fails "
-                             "('only 0-dimensional arrays can be converted to Python scalars')",
-                    "pip install 'numpy<2.4' (numpy 2.3.5 works with triton 3.6, measured; the interpreter was "
-                    "fixed after triton 3.6, in triton-lang/triton pull request 9172)"))
-    pin = _torch_triton_pin()
-    if pin and versions["triton"] and _release(pin) != triton_v:
-        add(Finding("warn", f"torch {versions['torch']} was built against triton {pin} but triton {versions['triton']} "
-                            "is installed: pip reports a conflict and torch.compile may fail",
-                    f"pip install 'triton=={pin}' (or the torch release that pins triton {versions['triton']})"))
+    d.findings += interpreter_numpy_findings(versions["triton"], versions["numpy"], mode == "interpreter")
+    d.torch_requires = _torch_triton_pin()
+    d.findings += torch_triton_findings(versions["torch"], versions["triton"], d.torch_requires)
     if gpu is None and versions["torch"] and _nvidia_driver():
         add(Finding("warn", f"an NVIDIA driver is present but torch {versions['torch']} sees no CUDA GPU "
                             "(a CPU-only torch build, or a CUDA build newer than the driver): everything runs on the "
@@ -158,8 +230,10 @@ def _forward_rungs(gpu: str) -> str:
 
 
 def format_text(d: Diagnosis) -> str:
-    lines = [f"Python      {d.python}  ({d.platform})"]
+    lines = [f"flashlab    {d.flashlab or 'unknown (not installed: run `pip install -e .` in the repository)'}",
+             f"Python      {d.python}  ({d.platform})"]
     lines += [f"{name:<11} {v or 'not installed'}" for name, v in d.versions.items()]
+    lines.append(f"pair        {_pair_text(d.versions.get('torch'), d.versions.get('triton'), d.torch_requires)}")
     lines.append(f"GPU         {d.gpu or 'none (CPU only)'}")
     lines.append(f"Triton      {d.triton_mode}")
     for f in d.findings:

@@ -282,6 +282,9 @@ def prepare_triton() -> str:
     if torch.cuda.is_available():
         return "cuda"
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    from flashlab.kernels import _mode
+
+    _mode.triton()  # the interpreter, repaired where triton 3.6 meets numpy >= 2.4 (see _mode)
     return "cpu"
 
 
