@@ -56,8 +56,14 @@ for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv head
 
 # %% [markdown]
 # Grouped-query attention (Ainslie et al. 2023) shares each K/V head among several query heads:
-# the cache, and so the decode time, shrink by H / H_kv. This is why the kernel of notebook 06
-# reads kv head `h // GROUP`: one K/V tile loaded from HBM serves the whole group.
+# the cache, and so the decode time, shrink by H / H_kv, if each K/V byte is read from HBM about
+# once. The course's prefill kernels (notebook 06, `flashlab.kernels.flash_fwd` and the Hopper
+# rungs) do not arrange that themselves: they run one program per (query block, query head), and
+# each program loads K and V of kv head `h // GROUP` on its own. The GROUP query heads that share
+# a kv head therefore issue GROUP separate loads of the same tiles, and the sharing happens only
+# when those loads hit in the L2 cache (likely when the programs run at about the same time, not
+# guaranteed). A decode kernel can do better by packing the query heads of one group into the
+# rows of one program, so that each K/V tile is loaded once for the whole group.
 #
 # ## Split-KV decoding
 #
@@ -165,6 +171,112 @@ else:
 # %% [markdown]
 # At decode the traffic ratio computed above is about 1.0x: there is nothing to remove. What speeds
 # decode up is reading fewer bytes (GQA/MQA, a quantised cache) and using more SMs (split-KV).
+#
+# ## The course card's claims, checked
+#
+# The card this course was written from makes six claims. Each verdict below is computed from a
+# committed results file or a model (`flashlab.claims`), with its assumptions stated.
+#
+# **1. "At 8k, naive prefill attention takes 3-7x FlashAttention's time."** The committed H200
+# run (`bench_attention.json`, N = 8192, B = 2, bf16 and fp16, d = 64 and 128):
+
+# %%
+from flashlab import claims, perf
+
+results = course.load_results()
+if "bench_attention" in results:
+    for (impl, causal, mode), (lo, hi) in claims.naive_slowdown_at(results["bench_attention"], n=8192).items():
+        print(f"naive / {impl:<10} {'causal' if causal else 'not causal':<10} {mode:<6}: {lo:5.1f}x to {hi:5.1f}x")
+
+# %% [markdown]
+# Verdict: the card's range fits no single row of this table. Against flashlab's kernel the
+# forward is 6.6-9.3x (not causal) and 21-30x (causal: naive attention computes the masked half),
+# forward + backward 2.5-4.5x (not causal); against SDPA's FA2 backend the non-causal forward is
+# 3.8-6.8x. "3-7x" fits only the older kernel, non-causal, forward.
+#
+# **2. "An order of magnitude fewer HBM accesses, because d is 64-128."** The paper's model with
+# an H200's shared memory (228 KiB per SM, or 100 KiB), N = 8192, fp16; and the kernels' 128 x 128
+# tiles without any cache:
+
+# %%
+for (d, sram), r in claims.hbm_access_ratios(n=8192).items():
+    print(f"d = {d:>3}, SRAM {sram // 1024:>3} KiB, paper blocks {r['paper_blocks']}: standard / FA1 "
+          f"{r['standard_over_fa1_paper']:4.1f}x; standard / FA2 with 128 x 128 tiles {r['standard_over_fa2_128']:4.1f}x")
+if "ncu_traffic" in results:
+    r = perf.ncu_dram_ratio(results["ncu_traffic"], n=4096)
+    print(f"measured (ncu, d = 64, N = 4096): {r['ratio_with_o']:.0f}x counting O's write "
+          f"({r['measured_ratio']:.0f}x as ncu reports)")
+
+# %% [markdown]
+# Verdict: the model's saving is about $M / 3 d^2$, so a *larger* d saves *less*: 4-9x at d = 64,
+# 1-2.3x at d = 128, an order of magnitude only at small d with a large SRAM. The measured DRAM
+# saving is about 94x (d = 64) because the L2 cache serves the K/V re-reads the model counts. The
+# claim's number is roughly right for d = 64 on a GPU, for a different reason than the card gives.
+#
+# **3. "16k and beyond is infeasible with naive attention."** The anchors measured naive causal
+# forward attention with 32 heads, d = 128, B = 1 (`benchmarks/anchors/h200_sdpa.txt`); a
+# training step also keeps P ($B H N^2$ bf16 values) per layer for the backward:
+
+# %%
+anchor_path = course.repo_root() / "benchmarks" / "anchors" / "h200_sdpa.txt" if course.repo_root() else None
+if anchor_path and anchor_path.exists():
+    for m in claims.naive_memory(anchor_path.read_text(), heads=32):
+        print(f"N = {m.n:>6}: one naive forward, peak memory {m.measured:>9}; P kept per layer for "
+              f"training {format_bytes(m.p_bytes_per_layer):>10} (x 32 layers: {format_bytes(32 * m.p_bytes_per_layer)})")
+
+# %% [markdown]
+# Verdict: not as stated. One naive forward at 16k fits an H200 (141 GB) with room to spare; at
+# 32k it just fits; at 64k it runs out of memory. Training is where 16k fails: a 32-layer model
+# would keep 16 GiB of P per layer, 512 GiB in all, before any activation or weight.
+#
+# **4. "Exact, unlike linear or sparse approximations."** One random head (N = 512, d = 64,
+# scores with standard deviation 2), relative error against float64 attention:
+
+# %%
+for name, err in claims.approximation_errors().items():
+    print(f"{name:<42} relative error {err:.1e}")
+
+# %% [markdown]
+# Verdict: true. The tiled algorithm's error is float32 rounding (about $10^{-7}$, printed); the
+# approximations are off by tens of per cent of the output's norm or more on data like this (on
+# random inputs attention is spread thinly, so a window or a few top scores miss much of its
+# weight, and 256 random features estimate the exponential kernel with a large variance). On trained models, where
+# attention is concentrated, sparse methods do better; they remain a different function.
+#
+# **5. "Decode is bound by reading the weights."** One decode step reads every weight once (shared
+# by the batch) and every sequence's KV cache once. Assumptions: an 8B-parameter model with GQA
+# (32 layers, 8 kv heads of d = 128, Llama-3-8B-like), bf16 weights and cache, the measured
+# 4.25 TB/s copy bandwidth:
+
+# %%
+model = claims.DecodeModel()
+bw = results["bench_attention"]["ceilings"]["copy_tb_per_s_read_plus_write"] * 1e12 if "bench_attention" in results else 4.25e12
+for batch, context in ((1, 8192), (1, 131072), (32, 8192), (16, 32768)):
+    b = claims.decode_step_bytes(model, batch, context)
+    print(f"batch {batch:>2}, context {context:>6}: weights {format_bytes(b['weights']):>9}, KV cache "
+          f"{format_bytes(b['kv_cache']):>9} ({b['kv_share']:4.0%} of the bytes); "
+          f">= {(b['weights'] + b['kv_cache']) / bw * 1e3:5.1f} ms per step")
+print(f"the KV cache outweighs the weights beyond {b['crossover_tokens']:,.0f} cached tokens in the batch")
+
+# %% [markdown]
+# Verdict: true at batch 1 and short context; false once the batch holds more than about 122k
+# cached tokens in all (32 sequences of 4k), which is where serving runs. There the KV cache is
+# most of the bytes, and attention's own reading of it (GQA, split-KV, a quantised cache) decides
+# the step time.
+#
+# **6. "Serving engines use FlashAttention by default."** From the engines' documentation, read
+# on the date printed:
+
+# %%
+print(f"looked up {claims.SERVING_LOOKED_UP}")
+for engine, source, what in claims.SERVING_SOURCES:
+    print(f"{engine}: {what}\n    source: {source}")
+
+# %% [markdown]
+# Verdict: true for vLLM and SGLang on Hopper (the H200's architecture), with versions and GPU
+# generations as conditions: on Blackwell both pick other backends (FlashInfer, TensorRT-LLM's
+# kernels), and FlashInfer, SGLang's default before Hopper, is a FlashAttention-style kernel
+# library rather than flash-attn itself.
 #
 # ## Graded self-test
 #

@@ -124,14 +124,17 @@ def _fmt(x, spec=".2f"):
     return format(x, spec) if x else "n/a"
 
 
-def ratio_table(bench: dict) -> str:
-    """flashlab against FA2 and cuDNN, every row, then how many rows meet each target."""
+def ratio_table(bench: dict, targets: bool = False) -> str:
+    """flashlab against FA2 and cuDNN, every row; with ``targets``, how many rows meet the
+    project's targets (benchmarks/NOTES.md)."""
     lines = [f"{'dtype':<9}{'d':>4}{'N':>7}{'causal':>7}  {'fwd/FA2':>8}{'fwdbwd/FA2':>11}{'fwd/cuDNN':>10}"]
     for r in bench["rows"]:
         c = [_speed(r, "flashlab", ref, mode) for ref, mode in
              (("sdpa_flash", "fwd"), ("sdpa_flash", "fwdbwd"), ("sdpa_cudnn", "fwd"))]
         lines.append(f"{r['dtype']:<9}{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  "
                      f"{_fmt(c[0]):>8}{_fmt(c[1]):>11}{_fmt(c[2]):>10}")
+    if not targets:
+        return "\n".join(lines)
     lines.append("")
     for label, ref, mode, goal, applies in TARGETS:
         got = {(r["dtype"], r["d"], r["n"], r["causal"]): _speed(r, "flashlab", ref, mode)
@@ -252,4 +255,48 @@ def baselines_table(baselines: dict, mode: str = "fwd") -> str:
             x = r["results"][n].get(f"{mode}_tflops")
             cells.append(f"{x:16.0f}" if x else f"{str(r['results'][n].get(f'{mode}_status', '-'))[:14]:>16}")
         lines.append(f"{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  " + "".join(cells))
+    return "\n".join(lines)
+
+
+def describe_environments(results: dict, names=("bench_attention", "bench_baselines", "bench_memory",
+                                                 "ncu_traffic")) -> str:
+    """One line per results file: device, torch, triton, cuDNN, date."""
+    lines = []
+    for name in names:
+        e = results.get(name, {}).get("environment")
+        if e:
+            lines.append(f"{name}.json: {e.get('device')}, torch {e.get('torch')}, triton {e.get('triton')}, "
+                         f"cuDNN {e.get('cudnn')}, {e.get('date_utc')}")
+    return "\n".join(lines) or "no results files"
+
+
+def predicted_grid_speedup(batch_heads: int, sms: int, programs_v1: int) -> float:
+    """v1 / v0 speed-up predicted from occupancy alone: each grid runs at min(programs, SMs) / SMs
+    of the chip (one program per SM at a time, equal work per program, no other difference)."""
+    for name, x in (("batch_heads", batch_heads), ("sms", sms), ("programs_v1", programs_v1)):
+        if not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}={x!r} must be a positive int")
+    return min(programs_v1, sms) / min(batch_heads, sms)
+
+
+def grid_prediction_table(bench: dict, d: int = 128, block_m: int = 128) -> str:
+    """Measured v1/v0 against the occupancy prediction, bf16, not causal."""
+    sms = bench["environment"]["sm_count"]
+    lines = [f"grid over (batch, head) [v0] against grid over query blocks [v1], bf16, d = {d}, not causal, "
+             f"{sms} SMs, v1 with {block_m}-row query blocks"]
+    for n, bh, gain in grid_speedups(bench, d):
+        pred = predicted_grid_speedup(bh, sms, bh * -(-n // block_m))
+        lines.append(f"N = {n:>5}: v0 has B x H = {bh:>4} programs; predicted v1 / v0 {pred:5.2f}x, measured {gain:5.2f}x")
+    return "\n".join(lines)
+
+
+def baseline_errors(baselines: dict, mode: str = "fwd") -> str:
+    """Each variant's relative error against float32 attention, per row (the check before timing)."""
+    key = "fwd_err" if mode == "fwd" else "grad_err"
+    names = list(baselines["rows"][0]["results"])
+    lines = [f"{'d':>4}{'N':>7}{'causal':>7}  " + "".join(f"{n:>16}" for n in names)]
+    for r in baselines["rows"]:
+        cells = [r["results"][n].get(key) for n in names]
+        lines.append(f"{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  "
+                     + "".join(f"{c:16.2e}" if c is not None else f"{'-':>16}" for c in cells))
     return "\n".join(lines)
