@@ -123,3 +123,33 @@ def test_committed_results_give_the_tables():
     assert text.count("\n") >= len(bench["rows"])
     baselines = json.loads((results / "bench_baselines.json").read_text())
     assert "flex" in perf.baselines_table(baselines)
+
+
+def test_loop_order_bytes_follow_the_block_that_each_order_reuses():
+    from flashlab import loop_order, traffic as tr
+
+    rows = loop_order.loop_order_rows(n=2048, d=64, sram_kib=(32, 64, 128), equal_block=64)
+    # FA2 with the paper's blocks stops improving once Br = d; FA1 keeps falling with Bc
+    assert [r["block_r"] for r in rows] == [64, 64, 64]
+    assert rows[0]["fa2"] == rows[1]["fa2"] == rows[2]["fa2"]
+    assert rows[0]["fa1"] > rows[1]["fa1"] > rows[2]["fa1"]
+    # with equal blocks, FA2 moves fewer bytes than FA1
+    assert rows[0]["fa2_equal"] < rows[0]["fa1_equal"]
+    assert rows[0]["fa1_equal"] == tr.fa1_forward_traffic(2048, 2048, 64, block_q=64, block_k=64,
+                                                          itemsize=2, stat_itemsize=4).total
+
+
+def test_predicted_grid_speedup_is_the_ratio_of_busy_sms():
+    assert perf.predicted_grid_speedup(16, 132, 2048) == pytest.approx(132 / 16)
+    assert perf.predicted_grid_speedup(256, 132, 4096) == 1.0
+    with pytest.raises(ValueError, match="sms"):
+        perf.predicted_grid_speedup(16, 0, 2048)
+
+
+def test_anchor_peak_table_reads_forward_rates_of_long_rows():
+    text = ("header line\n64 1024 0 def 400/300 fl 100/90 ef 50/40 cu 390/300\n"
+            "64 4096 0 def 400/380 fl 200/190 ef 100/90 cu 380/370\n128 8192 1 def 600/500 fl 300/250 ef 150/100 cu 590/500\n")
+    table = perf.anchor_peak_table(text, peak_tflops=1000.0)
+    assert "SDPA FLASH (FlashAttention-2)      20% to   30%" in table
+    with pytest.raises(ValueError, match="anchor_text"):
+        perf.anchor_peak_table("nothing", 1000.0)

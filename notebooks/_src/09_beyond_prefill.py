@@ -181,12 +181,11 @@ else:
 # run (`bench_attention.json`, N = 8192, B = 2, bf16 and fp16, d = 64 and 128):
 
 # %%
-from flashlab import claims, perf
+from flashlab import claims
 
 results = course.load_results()
 if "bench_attention" in results:
-    for (impl, causal, mode), (lo, hi) in claims.naive_slowdown_at(results["bench_attention"], n=8192).items():
-        print(f"naive / {impl:<10} {'causal' if causal else 'not causal':<10} {mode:<6}: {lo:5.1f}x to {hi:5.1f}x")
+    print(claims.slowdown_table(results["bench_attention"], n=8192))
 
 # %% [markdown]
 # Verdict: the card's range fits no single row of this table. Against flashlab's kernel the
@@ -199,13 +198,7 @@ if "bench_attention" in results:
 # tiles without any cache:
 
 # %%
-for (d, sram), r in claims.hbm_access_ratios(n=8192).items():
-    print(f"d = {d:>3}, SRAM {sram // 1024:>3} KiB, paper blocks {r['paper_blocks']}: standard / FA1 "
-          f"{r['standard_over_fa1_paper']:4.1f}x; standard / FA2 with 128 x 128 tiles {r['standard_over_fa2_128']:4.1f}x")
-if "ncu_traffic" in results:
-    r = perf.ncu_dram_ratio(results["ncu_traffic"], n=4096)
-    print(f"measured (ncu, d = 64, N = 4096): {r['ratio_with_o']:.0f}x counting O's write "
-          f"({r['measured_ratio']:.0f}x as ncu reports)")
+print(claims.hbm_table(n=8192, ncu=results.get("ncu_traffic")))
 
 # %% [markdown]
 # Verdict: the model's saving is about $M / 3 d^2$, so a *larger* d saves *less*: 4-9x at d = 64,
@@ -220,9 +213,7 @@ if "ncu_traffic" in results:
 # %%
 anchor_path = course.repo_root() / "benchmarks" / "anchors" / "h200_sdpa.txt" if course.repo_root() else None
 if anchor_path and anchor_path.exists():
-    for m in claims.naive_memory(anchor_path.read_text(), heads=32):
-        print(f"N = {m.n:>6}: one naive forward, peak memory {m.measured:>9}; P kept per layer for "
-              f"training {format_bytes(m.p_bytes_per_layer):>10} (x 32 layers: {format_bytes(32 * m.p_bytes_per_layer)})")
+    print(claims.memory_table(anchor_path.read_text(), heads=32, layers=32))
 
 # %% [markdown]
 # Verdict: not as stated. One naive forward at 16k fits an H200 (141 GB) with room to spare; at
@@ -233,8 +224,7 @@ if anchor_path and anchor_path.exists():
 # scores with standard deviation 2), relative error against float64 attention:
 
 # %%
-for name, err in claims.approximation_errors().items():
-    print(f"{name:<42} relative error {err:.1e}")
+print(claims.approximation_table(n=512, d=64, score_std=2.0))
 
 # %% [markdown]
 # Verdict: true. The tiled algorithm's error is float32 rounding (about $10^{-7}$, printed); the
@@ -245,18 +235,12 @@ for name, err in claims.approximation_errors().items():
 #
 # **5. "Decode is bound by reading the weights."** One decode step reads every weight once (shared
 # by the batch) and every sequence's KV cache once. Assumptions: an 8B-parameter model with GQA
-# (32 layers, 8 kv heads of d = 128, Llama-3-8B-like), bf16 weights and cache, the measured
-# 4.25 TB/s copy bandwidth:
+# (32 layers, 8 kv heads of d = 128, Llama-3-8B-like), bf16 weights and cache, the H200's measured
+# copy bandwidth (`flashlab.hardware.H200_MEASURED`):
 
 # %%
-model = claims.DecodeModel()
-bw = results["bench_attention"]["ceilings"]["copy_tb_per_s_read_plus_write"] * 1e12 if "bench_attention" in results else 4.25e12
-for batch, context in ((1, 8192), (1, 131072), (32, 8192), (16, 32768)):
-    b = claims.decode_step_bytes(model, batch, context)
-    print(f"batch {batch:>2}, context {context:>6}: weights {format_bytes(b['weights']):>9}, KV cache "
-          f"{format_bytes(b['kv_cache']):>9} ({b['kv_share']:4.0%} of the bytes); "
-          f">= {(b['weights'] + b['kv_cache']) / bw * 1e3:5.1f} ms per step")
-print(f"the KV cache outweighs the weights beyond {b['crossover_tokens']:,.0f} cached tokens in the batch")
+bandwidth = hardware.H200_MEASURED.hbm_bytes_per_s  # the measured copy bandwidth (read + written)
+print(claims.decode_table(claims.DecodeModel(params=8.0e9, layers=32, kv_heads=8, head_dim=128), bandwidth))
 
 # %% [markdown]
 # Verdict: true at batch 1 and short context; false once the batch holds more than about 122k
@@ -268,9 +252,7 @@ print(f"the KV cache outweighs the weights beyond {b['crossover_tokens']:,.0f} c
 # on the date printed:
 
 # %%
-print(f"looked up {claims.SERVING_LOOKED_UP}")
-for engine, source, what in claims.SERVING_SOURCES:
-    print(f"{engine}: {what}\n    source: {source}")
+print(claims.serving_table())
 
 # %% [markdown]
 # Verdict: true for vLLM and SGLang on Hopper (the H200's architecture), with versions and GPU

@@ -163,3 +163,59 @@ SERVING_SOURCES = (
      "runs NVIDIA's own fused attention kernels (tiled, online softmax), not the flash-attn library; "
      "not checked further here."),
 )
+
+
+# -- the verdict tables, as notebook 09 prints them -----------------------------------------------
+def slowdown_table(bench: dict, n: int = 8192) -> str:
+    """:func:`naive_slowdown_at` as text."""
+    return "\n".join(f"naive / {impl:<10} {'causal' if causal else 'not causal':<10} {mode:<6}: {lo:5.1f}x to {hi:5.1f}x"
+                     for (impl, causal, mode), (lo, hi) in naive_slowdown_at(bench, n=n).items())
+
+
+def hbm_table(n: int = 8192, ncu: dict | None = None) -> str:
+    """:func:`hbm_access_ratios` as text, with the ncu-measured ratio when ``ncu`` is given."""
+    lines = [f"d = {d:>3}, SRAM {sram // 1024:>3} KiB, paper blocks {r['paper_blocks']}: standard / FA1 "
+             f"{r['standard_over_fa1_paper']:4.1f}x; standard / FA2 with 128 x 128 tiles {r['standard_over_fa2_128']:4.1f}x"
+             for (d, sram), r in hbm_access_ratios(n=n).items()]
+    if ncu:
+        r = perf.ncu_dram_ratio(ncu, n=4096)
+        lines.append(f"measured (ncu, d = 64, N = 4096): {r['ratio_with_o']:.0f}x counting O's write "
+                     f"({r['measured_ratio']:.0f}x as ncu reports)")
+    return "\n".join(lines)
+
+
+def memory_table(anchor_text: str, heads: int = 32, layers: int = 32) -> str:
+    """:func:`naive_memory` as text, with P for a ``layers``-layer model."""
+    from .viz.style import format_bytes
+
+    return "\n".join(f"N = {m.n:>6}: one naive forward, peak memory {m.measured:>9}; P kept per layer for "
+                     f"training {format_bytes(m.p_bytes_per_layer):>10} (x {layers} layers: "
+                     f"{format_bytes(layers * m.p_bytes_per_layer)})"
+                     for m in naive_memory(anchor_text, heads=heads))
+
+
+def approximation_table(**kwargs) -> str:
+    """:func:`approximation_errors` as text."""
+    return "\n".join(f"{name:<42} relative error {err:.1e}" for name, err in approximation_errors(**kwargs).items())
+
+
+def decode_table(model: DecodeModel, bandwidth: float, cases=((1, 8192), (1, 131072), (32, 8192), (16, 32768))) -> str:
+    """:func:`decode_step_bytes` for (batch, context) cases, with the time floor at ``bandwidth`` B/s."""
+    from .viz.style import format_bytes
+
+    lines = []
+    for batch, context in cases:
+        b = decode_step_bytes(model, batch, context)
+        lines.append(f"batch {batch:>2}, context {context:>6}: weights {format_bytes(b['weights']):>9}, KV cache "
+                     f"{format_bytes(b['kv_cache']):>9} ({b['kv_share']:4.0%} of the bytes); "
+                     f">= {(b['weights'] + b['kv_cache']) / bandwidth * 1e3:5.1f} ms per step")
+    lines.append(f"the KV cache outweighs the weights beyond {b['crossover_tokens']:,.0f} cached tokens in the batch")
+    return "\n".join(lines)
+
+
+def serving_table() -> str:
+    """The serving engines' documented defaults, with sources and the date they were read."""
+    lines = [f"looked up {SERVING_LOOKED_UP}"]
+    for engine, source, what in SERVING_SOURCES:
+        lines.append(f"{engine}: {what}\n    source: {source}")
+    return "\n".join(lines)

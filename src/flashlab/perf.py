@@ -300,3 +300,20 @@ def baseline_errors(baselines: dict, mode: str = "fwd") -> str:
         lines.append(f"{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  "
                      + "".join(f"{c:16.2e}" if c is not None else f"{'-':>16}" for c in cells))
     return "\n".join(lines)
+
+
+def anchor_peak_table(anchor_text: str, peak_tflops: float, n_min: int = 4096) -> str:
+    """SDPA backends' forward TFLOP/s in the anchors (``benchmarks/anchors/h200_sdpa.txt``, another
+    H200 session) as fractions of ``peak_tflops``, over rows with N >= n_min."""
+    names = {"def": "SDPA default", "fl": "SDPA FLASH (FlashAttention-2)", "ef": "SDPA EFFICIENT",
+             "cu": "SDPA CUDNN"}
+    fr: dict[str, list[float]] = {k: [] for k in names}
+    for line in anchor_text.splitlines():
+        parts = line.split()
+        if len(parts) == 11 and parts[0].isdigit() and parts[3] == "def" and int(parts[1]) >= n_min:
+            for key, val in zip(parts[3::2], parts[4::2]):
+                fr[key].append(float(val.split("/")[0]) / peak_tflops)
+    if not any(fr.values()):
+        raise ValueError("anchor_text has no 'd N causal def a/b fl a/b ef a/b cu a/b' rows")
+    return "\n".join(f"  {names[k]:<32} {min(v):5.0%} to {max(v):5.0%} of {peak_tflops:.0f} TFLOP/s (anchors)"
+                     for k, v in fr.items() if v)
