@@ -153,3 +153,24 @@ def test_anchor_peak_table_reads_forward_rates_of_long_rows():
     assert "SDPA FLASH (FlashAttention-2)      20% to   30%" in table
     with pytest.raises(ValueError, match="anchor_text"):
         perf.anchor_peak_table("nothing", 1000.0)
+
+
+def test_notebook08_figures_draw_from_a_results_file():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from flashlab import viz
+
+    rows = [dict(_row(n, c, {"naive": 9.0, "flashlab": 1.0, "rung:v0_grid_bh": 2.0, "rung:v1_minimal": 1.0}, d=d))
+            for n in (1024, 2048) for c in (False, True) for d in (64, 128)]
+    bench = {"rows": rows}
+    fig = viz.plot_throughput(bench, "fwd", "test")
+    assert len(fig.axes) == 4 and all(ax.lines for ax in fig.axes)
+    assert viz.plot_ladder(bench, 128, "test").axes[0].lines
+    with pytest.raises(ValueError, match="mode"):
+        viz.plot_throughput(bench, "bwd")
+    memory = {"rows": [{"n": n, "causal": False, "results": {"naive": {"peak_extra_bytes": n * n * 4},
+                                                             "flashlab": {"peak_extra_bytes": n * 260}}}
+                       for n in (1024, 2048)]}
+    assert viz.plot_memory(memory, "test").axes[0].lines
+    assert "2048" in viz.largest_common_memory(memory)

@@ -188,10 +188,10 @@ if "bench_attention" in results:
     print(claims.slowdown_table(results["bench_attention"], n=8192))
 
 # %% [markdown]
-# Verdict: the card's range fits no single row of this table. Against flashlab's kernel the
-# forward is 6.6-9.3x (not causal) and 21-30x (causal: naive attention computes the masked half),
-# forward + backward 2.5-4.5x (not causal); against SDPA's FA2 backend the non-causal forward is
-# 3.8-6.8x. "3-7x" fits only the older kernel, non-causal, forward.
+# Verdict: "3-7x" fits only some cells of this table: not causal, the forward against SDPA's FA2
+# backend (3.8-6.8x) and forward + backward (2.5-4.5x against flashlab, 2.0-3.7x against FA2).
+# Against the Hopper kernels (flashlab, cuDNN) the non-causal forward is 6.6-10.4x, and causal
+# attention is far more (12-36x forward: naive attention computes the masked half, then masks it).
 #
 # **2. "An order of magnitude fewer HBM accesses, because d is 64-128."** The paper's model with
 # an H200's shared memory (228 KiB per SM, or 100 KiB), N = 8192, fp16; and the kernels' 128 x 128
