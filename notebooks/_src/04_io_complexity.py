@@ -230,8 +230,9 @@ for name, nq in (("prefill", n), ("decode", 1)):
 # ## Summary
 #
 # - The traffic formulas equal traced runs exactly; FLOPs are unchanged by tiling (non-causal).
-# - Naive: $\Theta(N d + N^2)$ bytes; flash (FA1's loop order, paper blocks): $\Theta(N^2 d^2 / M)$, falling as 1/M towards the
-#   compulsory $4 N d$ elements; Proposition 3 says no exact method does asymptotically better.
+# - Naive: $\Theta(N d + N^2)$ bytes; flash (FA1's loop order, paper blocks):
+#   $\Theta(N^2 d^2 / M)$, falling as 1/M towards the compulsory $4 N d$ elements; Proposition 3
+#   says no exact method does asymptotically better.
 # - Intensity decides: the flash kernels move from memory-bound towards compute-bound; decode
 #   stays memory-bound.
 # - Next: notebook 05 introduces Triton, to write the kernel for real.

@@ -194,8 +194,8 @@ if "bench_attention" in results:
 # attention is far more (12-36x forward: naive attention computes the masked half, then masks it).
 #
 # **2. "An order of magnitude fewer HBM accesses, because d is 64-128."** The paper's model with
-# an H200's shared memory (228 KiB per SM, or 100 KiB), N = 8192, fp16; and the kernels' 128 x 128
-# tiles without any cache:
+# M = 228 KiB (all of an H200 SM's shared memory) and M = 100 KiB (nearer what one program's
+# tiles get), N = 8192, fp16; and the kernels' 128 x 128 tiles without any cache:
 
 # %%
 print(claims.hbm_table(n=8192, ncu=results.get("ncu_traffic")))
