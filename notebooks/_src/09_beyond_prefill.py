@@ -57,8 +57,9 @@ for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv head
 # %% [markdown]
 # Grouped-query attention (Ainslie et al. 2023) shares each K/V head among several query heads:
 # the cache, and so the decode time, shrink by H / H_kv, if each K/V byte is read from HBM about
-# once. The course's prefill kernels (notebook 06, `flashlab.kernels.flash_fwd` and the Hopper
-# rungs) do not arrange that themselves: they run one program per (query block, query head), and
+# once. The course's prefill kernels do not arrange that themselves. Grouped-query shapes run on
+# the Triton rungs of notebook 06 (`flashlab.kernels.flash_fwd`, v0-v3; the Hopper rungs v4 and
+# v5 take only as many kv heads as query heads): one program per (query block, query head), and
 # each program loads K and V of kv head `h // GROUP` on its own. The GROUP query heads that share
 # a kv head therefore issue GROUP separate loads of the same tiles, and the sharing happens only
 # when those loads hit in the L2 cache (likely when the programs run at about the same time, not
