@@ -221,8 +221,7 @@ for name, nq in (("prefill", n), ("decode", 1)):
 #
 # 1. For N = 16384, d = 64 and M = 64 Ki elements, estimate $N^2 d^2 / M$. How does it compare
 #    with standard attention's $N^2$?
-# 2. Why does doubling M halve the traffic of FA1's loop order, and why does FA2's order with the
-#    paper's block sizes stop improving at $M = 4 d^2$?
+# 2. Why does doubling M halve FlashAttention's traffic, and where does that stop?
 # 3. Why is "shared memory summed over all SMs" not the M of the theorem?
 # 4. FLOPs of tiled vs naive attention, non-causal: which is larger?
 # 5. Why does FlashAttention speed up prefill far more than decode?

@@ -199,8 +199,7 @@ for causal in (False, True):
 #
 # 1. Derive $D_i = dO_i \cdot O_i$ from $D_i = \sum_j P_{ij}\, dP_{ij}$.
 # 2. What does the forward pass save for the backward, and how large is it per head at N = 16384?
-# 3. How many matmuls per tile does FlashAttention-2's backward do, and how many do the course's
-#    two-pass kernels do? Which ones are recomputations, and why does the dQ pass need two?
+# 3. How many matmuls per tile does the flash backward do, and which one is the recomputation?
 # 4. Why does the dK/dV kernel loop over query blocks while the dQ kernel loops over key blocks?
 # 5. With grouped-query attention, where are the gradients of the query heads that share a kv
 #    head summed?

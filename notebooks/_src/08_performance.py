@@ -198,30 +198,29 @@ if bench:
 #
 # ## The optimisation ladder, and a speed-up you can predict
 #
-# Each rung of notebook 06, timed in the same run. `v0_grid_bh` launches one program per
-# (batch, head), FA1's parallelism; `v1_minimal` adds FA2's grid over query blocks.
-
-# %%
-if bench:
-    course.show(viz.plot_ladder(bench, 128, where))
-
-# %% [markdown]
-# Predict the v1 / v0 speed-up before reading it. Under the protocol, long N means small batch:
-# at N = 16384, B = 1 and H = 16 (d = 128), so v0 has 16 programs for the H200's 132 SMs, while
-# v1 has 16 x 16384 / 128 = 2048. If each program runs on one SM at a time and does the same work
-# in both grids, a grid keeps min(programs, SMs) of the SMs busy, and the speed-up is the ratio
-# of busy SMs: 132 / 16 = 8.25 at N = 16384, and 1.0 whenever B x H >= 132
-# (`perf.predicted_grid_speedup`). Against the measurement:
+# Each rung of notebook 06 was timed in the same run. `v0_grid_bh` launches one program per
+# (batch, head), FA1's parallelism; `v1_minimal` adds FA2's grid over query blocks and is
+# otherwise the same kernel. Predict the v1 / v0 speed-up before reading it. Under the protocol,
+# long N means small batch: at N = 16384 (d = 128), B = 1 and H = 16. Count the programs each grid
+# launches (v1's query blocks have 128 rows), compare with the H200's 132 SMs, and assume each
+# program runs on one SM at a time and does the same work in both grids.
 
 # %%
 if bench:
     print(perf.grid_prediction_table(bench, d=128, block_m=128))
 
 # %% [markdown]
-# The occupancy model predicts the measurement to within a few per cent. The rungs after v1
-# (exp2 and the causal two-stage loop, autotuning, the Hopper rung, the Gluon rung) add the rest,
-# as the plot shows.
-#
+# v0 has 16 programs for 132 SMs; v1 has 16 x 16384 / 128 = 2048. A grid keeps
+# min(programs, SMs) of the SMs busy, so the speed-up is the ratio of busy SMs: 132 / 16 = 8.25
+# at N = 16384, and 1.0 whenever B x H >= 132 (`perf.predicted_grid_speedup`). This occupancy
+# model predicts the measurement to within a few per cent. The rungs after v1 (exp2 and the
+# causal two-stage loop, autotuning, the Hopper rung, the Gluon rung) add the rest:
+
+# %%
+if bench:
+    course.show(viz.plot_ladder(bench, 128, where))
+
+# %% [markdown]
 # ## Memory against N
 #
 # Peak extra memory of one forward pass (one head, d = 128, bf16), measured with PyTorch's
