@@ -233,9 +233,9 @@ if memory:
     print(viz.largest_common_memory(memory))
 
 # %% [markdown]
-# ## Reading the profiler: bytes through DRAM against the model
+# ## Bytes through DRAM, measured, against the model
 #
-# Nsight Compute's `dram__bytes_read.sum` and `dram__bytes_write.sum` over every kernel of one
+# Reading the profiler. Nsight Compute's `dram__bytes_read.sum` and `dram__bytes_write.sum` over every kernel of one
 # call (fp16, B = 1, H = 16, d = 64, forward, committed H200 run), beside `flashlab.traffic`'s
 # model. The last columns give the size of one S matrix for all heads, against the 60 MiB L2
 # cache (`flashlab.hardware.H200_L2_BYTES`). Read the table before the prose below it: in each
@@ -269,8 +269,9 @@ if bench:
 # The gain ranges over an order of magnitude. It is larger when causal (naive attention computes
 # the masked half and then masks it; flash skips those tiles), larger at d = 64 than at d = 128
 # (the protocol fixes H x d, so d = 64 has twice the heads, and so twice the N x N matrices for
-# naive attention to move, for the same FLOPs), and smaller for forward + backward. For decode
-# (one query row), notebook 09 shows it almost vanishes.
+# naive attention to move, for the same FLOPs), smaller for forward + backward, and it grows with
+# N up to the N printed above. For decode (one query row), notebook 09
+# shows it almost vanishes.
 #
 # ## Self-test
 #

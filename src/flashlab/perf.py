@@ -241,6 +241,10 @@ def naive_gain_table(bench: dict, impl: str = "flashlab") -> str:
     if gains:
         lo, hi = min(gains, key=gains.get), max(gains, key=gains.get)
         lines.append(f"\nfrom {gains[lo]:.1f}x (d, N, causal, pass = {lo}) to {gains[hi]:.1f}x ({hi})")
+        for d in (64, 128):
+            keys = [k for k in gains if k[0] == d and k[2:] == (False, "fwd")]
+            if keys:
+                lines.append(f"d = {d}: the non-causal forward gain is largest at N = {max(keys, key=gains.get)[1]}")
     return "\n".join(lines)
 
 
