@@ -95,17 +95,31 @@ print(f"{'matmul FLOPs':<22}{t1.flops:>12,}{t2.flops:>12,}")
 print(f"{'bytes touched in SRAM':<22}{format_bytes(t1.sram_bytes):>12}{format_bytes(t2.sram_bytes):>12}")
 
 # %% [markdown]
-# Same FLOPs, different bytes. What FlashAttention-2 changed (Dao 2023, Section 3):
+# Same FLOPs, different bytes: here, with equal 64 x 64 blocks, FA1's loop order moves more,
+# because it round-trips $O_i$ (read and written) and re-reads $Q_i$ per key block, where FA2
+# re-reads only $K_j, V_j$ per query block. That is a property of the block shapes, not FA2's
+# purpose: notebook 04 shows that with the FlashAttention paper's block sizes (a long key block,
+# a short query block) FA1's order moves *fewer* bytes. What FlashAttention-2 changed (Dao 2023,
+# Section 3) is three things:
 #
-# 1. **Normalise once.** FA1 keeps $O_i$ normalised, so every step divides by the old $\ell_i$ and
-#    multiplies by the new one; FA2 keeps the unnormalised `acc` and divides by `l_i` once in the
-#    epilogue. Fewer non-matmul operations (the "bytes touched in SRAM" row above includes them),
-#    which matters on a GPU whose matmul units are 16x faster than its other units (A100: 312 vs
-#    19.5 TFLOP/s, FlashAttention-2 paper, Section 3.1).
-# 2. **No O round trips.** $O_i$, $\ell_i$, $m_i$ stay on chip for the whole inner loop.
-# 3. **Parallelism over the sequence.** Each query block is independent, so a GPU can run one
-#    program per (query block, head, batch). FA1's first implementation parallelised over batch
-#    and heads only, which leaves most SMs idle at long N and small batch:
+# 1. **Fewer non-matmul FLOPs** (Section 3.1). (a) *Normalise once.* FA1 keeps $O_i$
+#    normalised: every step (FlashAttention paper, Algorithm 1, line 12) multiplies $O_i$ by the
+#    old $\ell_i$ (undoing the last normalisation), rescales, adds $\tilde P_{ij} V_j$, and divides
+#    by the new $\ell_i^{\text{new}}$. FA2 keeps the unnormalised `acc` and divides by `l_i` once,
+#    in the epilogue. (b) *Store one statistic.* FA1 writes both $m$ and $\ell$ for the backward;
+#    FA2 writes only $L = m + \log \ell$ (`lse`), from which the backward recomputes
+#    $P = \exp(S - L)$ (notebook 07). Non-matmul operations matter because a GPU's matmul units
+#    are 16x faster than its other units (A100: 312 vs 19.5 TFLOP/s, FlashAttention-2 paper,
+#    Section 3.1); the "bytes touched in SRAM" row above includes them.
+# 2. **Parallelism over the sequence** (Section 3.2). The outer loop runs over query blocks, and
+#    each query block is independent, so a GPU runs one program per (query block, head, batch).
+#    (With this loop order $O_i$, $\ell_i$, $m_i$ also stay on chip for the whole inner loop: the
+#    round trips above disappear as a consequence.) FA1's implementation parallelised over batch
+#    and heads only, which leaves most SMs idle at long N and small batch (next cell).
+# 3. **Work partitioning between warps** (Section 3.3). Inside one program, FA1 splits each
+#    $K_j, V_j$ tile between the warps (*split-K*), so the warps' partial results must be combined
+#    through shared memory; FA2 splits the query rows (*split-Q*), so they need no combine. The
+#    section "Warps: split-K against split-Q" below simulates both.
 
 # %%
 from flashlab import hardware
@@ -114,6 +128,22 @@ batch, heads, n_long, block_q = 1, 16, 16384, 128
 fa2_programs = batch * heads * tiled.num_blocks(n_long, block_q)
 print(f"B={batch}, H={heads}, N={n_long}: grid over (batch, heads) = {batch * heads} programs; "
       f"with query blocks of {block_q}: {fa2_programs} programs; an H200 has {hardware.H200.sms} SMs")
+
+# %% [markdown]
+# ## Warps: split-K against split-Q
+#
+# One program (thread block) runs 4 to 8 warps on the same tile. `flashlab.warps` simulates
+# both partitions in NumPy on one head: with **split-K** (FlashAttention-1) every warp holds all
+# of $Q_i$ and a quarter of the key columns, so its $P V$ product is a partial output with its own
+# $(m, \ell)$; the warps write these to shared memory, wait at a barrier and combine them
+# (notebook 02's `combine_states`). With **split-Q** (FlashAttention-2) every warp holds a quarter
+# of the query rows and reads all of $K_j, V_j$: a row's softmax lives in one warp, and nothing is
+# combined. Both are exact; the printout gives what each warp holds and what crossed shared memory:
+
+# %%
+from flashlab import warps
+
+print(warps.compare(n=256, d=64, warps=4, block_q=64, block_k=64))
 
 # %% [markdown]
 # ## Where the bytes go, tensor by tensor
@@ -147,6 +177,21 @@ for n_c in (256, 1000, 4096):
     nb = tiled.num_blocks(n_c, 64)
     skipped = sum(tiled.causal_tile_skipped(i, j, 64, 64, n_c) for i in range(nb) for j in range(nb))
     print(f"N = {n_c:>4}, 64 x 64 tiles: {skipped} of {nb * nb} tiles skipped ({skipped / nb**2:.0%})")
+
+# %% [markdown]
+# ### When $N_q \ne N_k$: which corner the diagonal starts from
+#
+# The course's causal convention is **top-left** (as PyTorch SDPA's `is_causal=True`): query row
+# $i$ sees keys $j \le i$, counted from the first position of both. flash-attn 2.1 and later use
+# **bottom-right**: the $N_q$ queries are the *last* $N_q$ positions, so row $i$ sees
+# $j \le i + N_k - N_q$. The two agree when $N_q = N_k$. Decode ($N_q = 1$, a KV cache of $N_k$)
+# and chunked prefill (a chunk of new tokens after cached ones) need bottom-right: with top-left,
+# the newest token would see only the first keys. `flashlab.masks` draws both:
+
+# %%
+from flashlab import masks
+
+print(masks.show_causal_masks(nq=3, nk=10))
 
 # %% [markdown]
 # ### Exercise 4: which tiles to skip
@@ -245,7 +290,11 @@ answer("03.5", None)  # your letter, e.g. "b"
 # ## Summary
 #
 # - Tiled attention equals naive attention to rounding, for any block sizes and ragged tiles.
-# - FA2 (outer loop over query blocks) keeps `m_i`, `l_i`, `acc` on chip, normalises once, and
-#   parallelises over query blocks; FA1 round-trips O, m, l through HBM every step.
+# - FA2 (outer loop over query blocks) keeps `m_i`, `l_i`, `acc` on chip, normalises once, stores
+#   only lse, parallelises over query blocks, and splits each tile's query rows between warps
+#   (split-Q) so the warps never combine partial results; FA1 round-trips O, m, l through HBM
+#   every step and splits the key columns (split-K).
+# - Causal with $N_q \ne N_k$: top-left (SDPA, this course) against bottom-right (flash-attn
+#   >= 2.1; what decode and chunked prefill need).
 # - Causal attention skips the tiles above the diagonal: about half of them at long N.
 # - Next: notebook 04 counts the bytes as formulas and asks how they scale with N and SRAM size.

@@ -86,12 +86,29 @@ for m, model in ((hardware.NCU_NAIVE, tr.naive_traffic(4096, 4096, 64, batch=16)
                  (hardware.NCU_FLASH, tr.fa2_forward_traffic(4096, 4096, 64, batch=16, **blocks))):
     print(f"{m.name:<58} measured {format_bytes(m.total_bytes):>10}   model {format_bytes(model.total):>10}")
 print(f"FLOPs, both: {hardware.NCU_FLASH.matmul_flops:.3e}")
-print(f"measured ratio: {hardware.NCU_NAIVE.total_bytes / hardware.NCU_FLASH.total_bytes:.0f}x fewer DRAM bytes")
 
 # %% [markdown]
-# Same FLOPs; about 120 times fewer DRAM bytes measured, because FA2 reads Q, K and V from DRAM
-# essentially once (the model's K, V re-reads are served by L2). The traced NumPy runs agree on the
-# FLOPs too: a run records its FLOPs tile by tile, and they equal the naive count.
+# One caveat before taking the ratio: ncu under-counts writes that are still in the L2 cache when
+# the kernel ends, and the flash kernel's output O (8 MiB here) mostly is (the naive kernels' S
+# and P, gigabytes, are not). `flashlab.perf.ncu_dram_ratio` computes the ratio from the committed
+# Nsight Compute run (`benchmarks/results/ncu_traffic.json`), once as measured and once counting
+# O's compulsory write:
+
+# %%
+from flashlab import perf
+
+ncu = course.load_results().get("ncu_traffic")
+if ncu:
+    for variant in ("sdpa_flash", "hopper"):
+        r = perf.ncu_dram_ratio(ncu, n=4096, variant=variant)
+        print(f"naive / {variant:<10}: {r['measured_ratio']:5.0f}x fewer DRAM bytes as ncu measured them, "
+              f"{r['ratio_with_o']:5.0f}x counting O's write ({format_bytes(r['o_bytes'])})")
+
+# %% [markdown]
+# Same FLOPs; about 94 times fewer DRAM bytes once O's write is counted (about 120 as ncu
+# reports them), because FA2 reads Q, K and V from DRAM essentially once (the model's K, V
+# re-reads are served by L2). The traced NumPy runs agree on the FLOPs too: a run records its
+# FLOPs tile by tile, and they equal the naive count.
 
 # %%
 t = traced_forward(512, 64, 64, 64)
@@ -104,10 +121,14 @@ print(f"traced tiled FLOPs {t.flops:,} = naive FLOPs {attention_flops(512, 512, 
 #
 # ## Traffic against N
 #
-# Naive traffic grows as $N^2$ (S and P). With the paper's block sizes for an SRAM of M elements
-# ($B_c = \lceil M / 4d \rceil$, $B_r = \min(B_c, d)$), flash traffic grows as
-# $N^2 d^2 / M$: also quadratic in N, but with a constant smaller by about $M / d^2$. The
-# dots are traced NumPy runs, sitting on the formula curves. Move the sliders.
+# Naive traffic grows as $N^2$ (S and P: $4 N^2$ elements). The flash curves use the paper's
+# block sizes for an SRAM of M elements ($B_c = \lceil M / 4d \rceil$, $B_r = \min(B_c, d)$),
+# and the two loop orders depend on different blocks (`flashlab.loop_order`): FA1's order moves
+# about $3 N^2 d / B_c \approx 12 N^2 d^2 / M$ elements (the paper's $\Theta(N^2 d^2 / M)$, a
+# constant smaller than naive's by about $M / 3d^2$: 5x at the widget's default, M = 128 KiB,
+# d = 64), while FA2's order moves about $2 N^2 d / B_r$, and with $B_r$ capped at $d$ that is
+# $2 N^2$: half of naive attention, whatever M. All three are quadratic in N. The dots are traced
+# NumPy runs of FA2, sitting on its formula curve. Move the sliders.
 
 # %%
 from flashlab.viz import traffic_vs_n_widget
@@ -117,10 +138,26 @@ traffic_vs_n_widget(d=64, sram_kib=128, traced_ns=env.pick(cpu=(128, 256), gpu=(
 # %% [markdown]
 # ## Traffic against SRAM size M
 #
-# At fixed N and d, doubling M about halves the flash traffic, until it reaches the compulsory
-# traffic (read Q, K, V once, write O once). With a very small M (16 KiB below) the paper's
-# FA1 schedule moves *more* than standard attention: tiling pays only when a tile holds enough. The marks are real shared-memory sizes: per SM (what
-# one thread block can use) and summed over all SMs (which no single block can use).
+# At fixed N and d, doubling M halves the traffic of FA1's loop order (its key block $B_c$ doubles)
+# until it reaches the compulsory traffic (read Q, K, V once, write O once). FA2's loop order with
+# the same paper block sizes stops improving once $B_r$ reaches $d$ (M = $4 d^2$ elements, 32 KiB
+# at d = 64): from there it re-reads K and V $N / d$ times, about 1 GiB at N = 16384. So at large M
+# the model has FA1's order moving *fewer* bytes than FA2's (0.40 against 1.00 GiB at 128 KiB).
+# With equal blocks the opposite holds (FA2 about 2/3 of FA1). Bytes at equal SRAM are not what
+# FlashAttention-2 improved: its gains are parallelism over query blocks, fewer non-matmul FLOPs
+# and split-Q between warps (notebook 03), and on a GPU the L2 cache absorbs most K/V re-reads
+# (the ncu measurement above). With a very small M (16 KiB below) the paper's FA1 schedule moves
+# *more* than standard attention: tiling pays only when a tile holds enough. The marks on the plot
+# are real shared-memory sizes: per SM (what one thread block can use) and summed over all SMs
+# (which no single block can use).
+
+# %%
+from flashlab.loop_order import loop_order_table
+
+print(loop_order_table(n=16384, d=64, sram_kib=(16, 32, 64, 128, 228)))
+
+# %% [markdown]
+# The paper's accesses (elements, FA1's order) against its lower bound and standard attention:
 
 # %%
 n, d = 16384, 64
@@ -243,8 +280,9 @@ answer("04.4", None)  # your letter, e.g. "b"
 # ## Summary
 #
 # - The traffic formulas equal traced runs exactly; FLOPs are unchanged by tiling (non-causal).
-# - Naive: $\Theta(N d + N^2)$ bytes; flash: $\Theta(N^2 d^2 / M)$, falling as 1/M towards the
-#   compulsory $4 N d$ elements; Proposition 3 says no exact method does asymptotically better.
+# - Naive: $\Theta(N d + N^2)$ bytes; flash (FA1's loop order, paper blocks):
+#   $\Theta(N^2 d^2 / M)$, falling as 1/M towards the compulsory $4 N d$ elements; Proposition 3
+#   says no exact method does asymptotically better.
 # - Intensity decides: the flash kernels move from memory-bound towards compute-bound; decode
 #   stays memory-bound.
 # - Next: notebook 05 introduces Triton, to write the kernel for real.

@@ -39,9 +39,12 @@ print(course.source(flash_fwd._fwd_v1_minimal))
 # %% [markdown]
 # Three details the NumPy code did not need:
 #
-# - **Masks.** Rows past $N_q$, key columns past $N_k$ and head-dim lanes past $d$ (the block is
-#   padded to a power of two, `HEAD_DIM`) are loaded as 0 and their scores set to $-\infty$, so
-#   any length works with no "multiple of 128" rule.
+# - **Masks.** Three kinds of padding, three treatments. Key columns past $N_k$ are loaded as 0
+#   and their scores set to $-\infty$, so they get zero weight in the softmax. Query rows past
+#   $N_q$ are loaded as 0 and computed like any row (their scores are finite, so no NaN appears),
+#   and the store at the end drops them. Head-dim lanes past $d$ (the block is padded to a power of
+#   two, `HEAD_DIM`) are loaded as 0 in Q, K and V, so they add 0 to every dot product and produce
+#   output lanes that are not stored. So any length works with no "multiple of 128" rule.
 # - **Strides.** The kernel gets pointers and strides, not arrays, so non-contiguous inputs work.
 # - **Grouped-query attention.** Query head `h` reads key/value head `h // GROUP`.
 #

@@ -23,6 +23,36 @@ from flashlab.viz.style import format_bytes
 rng = np.random.default_rng(0)
 
 # %% [markdown]
+# ## The backward, derived
+#
+# Take one query row $i$ and write $s = S_{i,:}$, $p = P_{i,:} = \mathrm{softmax}(s)$. Since
+# $p_j = e^{s_j} / \sum_k e^{s_k}$,
+#
+# $$\frac{\partial p_j}{\partial s_k} = p_j\,(\delta_{jk} - p_k), \qquad
+#   J = \mathrm{diag}(p) - p\,p^\top \quad (\text{symmetric}).$$
+#
+# The chain rule gives $ds = J^\top dp = J\,dp$, component by component
+#
+# $$ds_k = p_k\, dp_k - p_k \sum_j p_j\, dp_j = p_k\,(dp_k - D_i), \qquad D_i = \sum_j p_j\, dp_j,$$
+#
+# which is $dS = P \circ (dP - D)$ for all rows at once: the $N_k \times N_k$ Jacobian never has to
+# be formed, only one number $D_i$ per row. And $D_i$ needs no $P$ at all: with $dP = dO\,V^\top$
+# and $O = P V$,
+#
+# $$D_i = \sum_j P_{ij}\,(dO_i \cdot V_j) = dO_i \cdot \Big(\sum_j P_{ij} V_j\Big) = dO_i \cdot O_i,$$
+#
+# so $D = \mathrm{rowsum}(dO \circ O)$, computed from two $N \times d$ arrays before the tiled
+# loop starts. `flashlab.derive` checks each step in float64 on random inputs: the Jacobian route
+# against the closed form, $D$ from $P$ against $D$ from $O$, and $dS$ against central finite
+# differences of the loss $L = \sum dO \circ O$:
+
+# %%
+from flashlab import derive
+
+for step, err in derive.check_backward_derivation(n=12, d=8).items():
+    print(f"{step:<38} max abs difference {err:.1e}")
+
+# %% [markdown]
 # ## The math
 #
 # With $S = \tau Q K^\top$, $P = \mathrm{softmax}(S)$, $O = P V$:
@@ -95,11 +125,32 @@ check("ex10_tiled_backward")
 # ## What recomputation buys and costs
 #
 # Storing $P$ costs $N_q N_k$ elements per head; storing lse costs $N_q$. Recomputing $P$ costs
-# one more matmul per tile ($S = Q_i K_j^\top$ again): 5 matmuls instead of 4. So the flash
-# backward does *more* FLOPs than the standard one. It still wins on a GPU because it moves fewer
-# bytes (in this model, which counts K/V re-reads that a GPU's L2 mostly absorbs: notebook 04),
-# and above all because it never allocates the $N^2$ matrices. Counted for one head, d = 128,
-# fp16, 128 x 128 tiles:
+# matmuls. FlashAttention-2's backward (Algorithm 2) does 5 per tile: $S = Q_i K_j^\top$ again,
+# $dV$, $dP$, $dK$, and $dQ$, which it adds into HBM with atomic adds in the same pass. The
+# course's kernels (`flashlab.kernels.flash_bwd`) avoid atomics by running two passes: one
+# program per key block for $dK, dV$ (4 matmuls: $S$, $dV$, $dP$, $dK$) and one per query block
+# for $dQ$, which must recompute $S$ and $dP$ (3 more): **7 matmuls per tile**, against 4 for the
+# standard backward that keeps $P$. `flashlab.derive.backward_matmuls` lists them:
+
+# %%
+counts = derive.backward_matmuls()
+for name in ("forward", "fa2_backward", "course_backward"):
+    print(f"{name:<16} {len(counts[name])} matmuls: " + "; ".join(counts[name]))
+print(f"forward + backward over forward: {counts['counted_fwdbwd_over_fwd']} with FA2's 5 "
+      f"(the convention behind every fwd+bwd TFLOP/s in this course), "
+      f"{counts['executed_fwdbwd_over_fwd']} with the course's 7")
+
+# %% [markdown]
+# Which count do the TFLOP/s figures use? `benchmarks/bench_attention.py` (and notebook 08)
+# count forward + backward as 3.5 x the forward's $4 B H N^2 d$, the FlashAttention-2 paper's
+# convention (Section 4.1): 2 forward + 5 backward matmuls. The course's kernels execute
+# 2 + 7 = 9, so their tensor cores really do $4.5 / 3.5 = 1.29$ x the FLOPs the figures credit:
+# the convention measures useful work, and the extra recomputation shows up as lower TFLOP/s.
+# `flashlab.attention_flops(..., pass_="backward", block_q=..., block_k=...)` counts FA2's 5 per
+# tile. So the flash backward does *more* FLOPs than the standard one. It still wins on a GPU
+# because it moves fewer bytes (in this model, which counts K/V re-reads that a GPU's L2 mostly
+# absorbs: notebook 04), and above all because it never allocates the $N^2$ matrices. Counted for
+# one head, d = 128, fp16, 128 x 128 tiles (FLOPs with FA2's 5 matmuls per tile):
 
 # %%
 d = 128
@@ -207,9 +258,10 @@ answer("07.5", None)  # your number
 #
 # - The backward needs $P$; FlashAttention recomputes it from lse instead of storing $N^2$ numbers,
 #   and $D = \mathrm{rowsum}(dO \circ O)$ replaces the softmax Jacobian's row sums.
-# - The flash backward does 25% more matmul FLOPs (5 instead of 4 per tile) and moves fewer
-#   bytes: another count against "FlashAttention saves FLOPs". Forward (2 matmuls) plus flash
-#   backward (5) is why benchmarks count forward + backward as 3.5 times the forward's FLOPs
-#   (FlashAttention-2 paper, Section 4.1; notebook 08).
+# - FlashAttention-2's backward does 5 matmuls per tile (4 for the standard one); the course's
+#   two-pass kernels do 7 (S and dP recomputed in the dK/dV pass and again in the dQ pass): more
+#   FLOPs, fewer bytes, another count against "FlashAttention saves FLOPs". Benchmarks count
+#   forward + backward as 3.5 times the forward's FLOPs (2 + 5 matmuls; FlashAttention-2 paper,
+#   Section 4.1; notebook 08), so the course's kernels execute 4.5/3.5 of what is credited.
 # - NumPy and Triton gradients match float64 autograd.
 # - Next: notebook 08 measures all of this on an H200.

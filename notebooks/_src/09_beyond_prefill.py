@@ -67,8 +67,15 @@ for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv head
 
 # %% [markdown]
 # Grouped-query attention (Ainslie et al. 2023) shares each K/V head among several query heads:
-# the cache, and so the decode time, shrink by H / H_kv. This is why the kernel of notebook 06
-# reads kv head `h // GROUP`: one K/V tile loaded from HBM serves the whole group.
+# the cache, and so the decode time, shrink by H / H_kv, if each K/V byte is read from HBM about
+# once. The course's prefill kernels do not arrange that themselves. Grouped-query shapes run on
+# the Triton rungs of notebook 06 (`flashlab.kernels.flash_fwd`, v0-v3; the Hopper rungs v4 and
+# v5 take only as many kv heads as query heads): one program per (query block, query head), and
+# each program loads K and V of kv head `h // GROUP` on its own. The GROUP query heads that share
+# a kv head therefore issue GROUP separate loads of the same tiles, and the sharing happens only
+# when those loads hit in the L2 cache (likely when the programs run at about the same time, not
+# guaranteed). A decode kernel can do better by packing the query heads of one group into the
+# rows of one program, so that each K/V tile is loaded once for the whole group.
 #
 # ## Split-KV decoding
 #
@@ -248,6 +255,94 @@ else:
 # %% [markdown]
 # At decode the traffic ratio computed above is about 1.0x: there is nothing to remove. What speeds
 # decode up is reading fewer bytes (GQA/MQA, a quantised cache) and using more SMs (split-KV).
+#
+# ## The course card's claims, checked
+#
+# The card this course was written from makes six claims. Each verdict below is computed from a
+# committed results file or a model (`flashlab.claims`), with its assumptions stated.
+#
+# **1. "At 8k, naive prefill attention takes 3-7x FlashAttention's time."** The committed H200
+# run (`bench_attention.json`, N = 8192, B = 2, bf16 and fp16, d = 64 and 128):
+
+# %%
+from flashlab import claims
+
+results = course.load_results()
+if "bench_attention" in results:
+    print(claims.slowdown_table(results["bench_attention"], n=8192))
+
+# %% [markdown]
+# Verdict: "3-7x" fits only some cells of this table: not causal, the forward against SDPA's FA2
+# backend (3.8-6.8x) and forward + backward (2.5-4.5x against flashlab, 2.0-3.7x against FA2).
+# Against the Hopper kernels (flashlab, cuDNN) the non-causal forward is 6.6-10.4x, and causal
+# attention is far more (12-36x forward: naive attention computes the masked half, then masks it).
+#
+# **2. "An order of magnitude fewer HBM accesses, because d is 64-128."** The paper's model with
+# M = 228 KiB (all of an H200 SM's shared memory) and M = 100 KiB (nearer what one program's
+# tiles get), N = 8192, fp16; and the kernels' 128 x 128 tiles without any cache:
+
+# %%
+print(claims.hbm_table(n=8192, ncu=results.get("ncu_traffic")))
+
+# %% [markdown]
+# Verdict: the model's saving is about $M / 3 d^2$, so a *larger* d saves *less*: 4-9x at d = 64,
+# 1-2.3x at d = 128, an order of magnitude only at small d with a large SRAM. The measured DRAM
+# saving is about 94x (d = 64) because the L2 cache serves the K/V re-reads the model counts. The
+# claim's number is roughly right for d = 64 on a GPU, for a different reason than the card gives.
+#
+# **3. "16k and beyond is infeasible with naive attention."** The anchors measured naive causal
+# forward attention with 32 heads, d = 128, B = 1 (`benchmarks/anchors/h200_sdpa.txt`); a
+# training step also keeps P ($B H N^2$ bf16 values) per layer for the backward:
+
+# %%
+anchor_path = course.repo_root() / "benchmarks" / "anchors" / "h200_sdpa.txt" if course.repo_root() else None
+if anchor_path and anchor_path.exists():
+    print(claims.memory_table(anchor_path.read_text(), heads=32, layers=32))
+
+# %% [markdown]
+# Verdict: not as stated. One naive forward at 16k fits an H200 (141 GB) with room to spare; at
+# 32k it just fits; at 64k it runs out of memory. Training is where 16k fails: a 32-layer model
+# would keep 16 GiB of P per layer, 512 GiB in all, before any activation or weight.
+#
+# **4. "Exact, unlike linear or sparse approximations."** One random head (N = 512, d = 64,
+# scores with standard deviation 2), relative error against float64 attention:
+
+# %%
+print(claims.approximation_table(n=512, d=64, score_std=2.0))
+
+# %% [markdown]
+# Verdict: true. The tiled algorithm's error is float32 rounding (about $10^{-7}$, printed); the
+# approximations are off by tens of per cent of the output's norm or more on data like this (on
+# random inputs attention is spread thinly, so a window or a few top scores miss much of its
+# weight, and 256 random features estimate the exponential kernel with a large variance). On trained models, where
+# attention is concentrated, sparse methods do better; they remain a different function.
+#
+# **5. "Decode is bound by reading the weights."** One decode step reads every weight once (shared
+# by the batch) and every sequence's KV cache once. Assumptions: an 8B-parameter model with GQA
+# (32 layers, 8 kv heads of d = 128, Llama-3-8B-like), bf16 weights and cache, the H200's measured
+# copy bandwidth (`flashlab.hardware.H200_MEASURED`):
+
+# %%
+bandwidth = hardware.H200_MEASURED.hbm_bytes_per_s  # the measured copy bandwidth (read + written)
+print(claims.decode_table(claims.DecodeModel(params=8.0e9, layers=32, kv_heads=8, head_dim=128), bandwidth))
+
+# %% [markdown]
+# Verdict: true at batch 1 and short context; false once the batch holds more than about 122k
+# cached tokens in all (32 sequences of 4k), which is where serving runs. There the KV cache is
+# most of the bytes, and attention's own reading of it (GQA, split-KV, a quantised cache) decides
+# the step time.
+#
+# **6. "Serving engines use FlashAttention by default."** From the engines' documentation, read
+# on the date printed:
+
+# %%
+print(claims.serving_table())
+
+# %% [markdown]
+# Verdict: true for vLLM and SGLang on Hopper (the H200's architecture), with versions and GPU
+# generations as conditions: on Blackwell both pick other backends (FlashInfer, TensorRT-LLM's
+# kernels), and FlashInfer, SGLang's default before Hopper, is a FlashAttention-style kernel
+# library rather than flash-attn itself.
 #
 # ## Graded self-test
 #

@@ -11,6 +11,9 @@ plain numbers the tests check against the tracer and :mod:`flashlab.traffic`:
 5. :func:`plot_roofline` (data: :func:`roofline_data`).
 6. :func:`plot_moved_vs_touched` (data: :func:`moved_vs_touched_data`).
 
+Notebook 08's benchmark figures (:func:`plot_throughput`, :func:`plot_ladder`, :func:`plot_memory`)
+are drawn from results files; their numbers come from :mod:`flashlab.perf`.
+
 matplotlib and ipywidgets are imported only when a figure or widget is made.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ _EXPORTS = {
     "tile_schedule_widget": "widgets", "traffic_vs_n_widget": "widgets",
     "format_bytes": "style",
     "ring_schedule_data": "ring", "plot_ring_schedule": "ring", "ring_results_table": "ring",
+    "plot_throughput": "perf", "plot_ladder": "perf", "plot_memory": "perf", "largest_common_memory": "perf",
 }
 
 __all__ = sorted(_EXPORTS)

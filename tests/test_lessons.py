@@ -1,0 +1,176 @@
+"""Library code behind the lesson cells: warps, causal alignment, the backward derivation,
+the committed-results tables and the card's claims."""
+import json
+
+import numpy as np
+import pytest
+
+from flashlab import claims, derive, masks, perf, warps
+from flashlab.reference import naive_attention
+
+
+@pytest.mark.parametrize("n_q,n_k,d,n_warps,block_q,block_k",
+                         [(64, 64, 16, 4, 64, 64), (100, 37, 8, 4, 32, 16), (7, 90, 32, 8, 64, 48), (5, 5, 4, 3, 2, 3)])
+def test_split_k_and_split_q_equal_naive_attention(n_q, n_k, d, n_warps, block_q, block_k):
+    rng = np.random.default_rng(n_q * 1000 + n_k)
+    q, k, v = rng.standard_normal((n_q, d)), rng.standard_normal((n_k, d)), rng.standard_normal((n_k, d))
+    ref = naive_attention(q, k, v)
+    for fn in (warps.split_k_forward, warps.split_q_forward):
+        o, _ = fn(q, k, v, warps=n_warps, block_q=block_q, block_k=block_k)
+        assert np.abs(o - ref).max() < 1e-12, fn.__name__
+
+
+def test_only_split_k_combines_through_shared_memory():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((96, 16)) for _ in range(3))
+    _, rep_k = warps.split_k_forward(q, k, v, warps=4, block_q=32, block_k=32)
+    _, rep_q = warps.split_q_forward(q, k, v, warps=4, block_q=32, block_k=32)
+    tiles = 3 * 3
+    assert rep_k.combine_barriers == tiles
+    assert rep_k.combine_bytes == tiles * 4 * 32 * (16 + 2) * warps.ACC_ITEMSIZE
+    assert rep_q.combine_bytes == 0 and rep_q.combine_barriers == 0
+
+
+def test_warps_reject_bad_shapes():
+    with pytest.raises(ValueError, match="q"):
+        warps.split_q_forward(np.zeros((2, 3, 4)), np.zeros((3, 4)), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="warps"):
+        warps.split_k_forward(np.ones((3, 4)), np.ones((3, 4)), np.ones((3, 4)), warps=0)
+
+
+def test_causal_alignments_agree_when_square_and_differ_for_decode():
+    assert np.array_equal(masks.causal_mask(6, 6, "top-left"), masks.causal_mask(6, 6, "bottom-right"))
+    assert np.array_equal(masks.causal_mask(6, 6), np.tril(np.ones((6, 6), bool)))
+    assert masks.causal_mask(1, 9, "bottom-right").all()  # decode: the new token sees the whole cache
+    assert masks.causal_mask(1, 9, "top-left").sum() == 1  # ... top-left: only key 0
+    chunk = masks.causal_mask(3, 10, "bottom-right")  # a chunk of 3 new tokens after 7 cached
+    assert [int(r.sum()) for r in chunk] == [8, 9, 10]
+    with pytest.raises(ValueError, match="align"):
+        masks.causal_mask(2, 3, "diagonal")
+
+
+def test_backward_derivation_steps_hold_numerically():
+    errs = derive.check_backward_derivation(n=6, d=4, seed=3)
+    assert errs["jacobian vs P o (dP - D)"] < 1e-12
+    assert errs["rowsum(P o dP) vs rowsum(dO o O)"] < 1e-12
+    assert errs["P o (dP - D) vs finite differences"] < 1e-6
+
+
+def test_backward_matmul_counts():
+    m = derive.backward_matmuls()
+    assert len(m["fa2_backward"]) == 5 and len(m["course_backward"]) == 7
+    assert m["counted_fwdbwd_over_fwd"] == 3.5 and m["executed_fwdbwd_over_fwd"] == 4.5
+
+
+def _row(n, causal, times, d=64, dtype="bfloat16"):
+    return {"n": n, "d": d, "dtype": dtype, "causal": causal, "batch": 16384 // n, "heads": 2048 // d,
+            "results": {k: {"fwd_ms": t, "fwd_tflops": 100.0 / t} for k, t in times.items()}}
+
+
+def test_ratio_range_and_peak_fractions_on_synthetic_rows():
+    rows = [_row(8192, False, {"naive": 10.0, "flashlab": 2.0}), _row(8192, False, {"naive": 9.0, "flashlab": 1.0}),
+            _row(8192, True, {"naive": 30.0, "flashlab": 1.0})]
+    assert perf.ratio_range(rows, "flashlab", "naive", n=8192, causal=False) == (5.0, 9.0)
+    assert perf.ratio_range(rows, "flashlab", "naive", n=4096) is None
+    bench = {"rows": rows, "ceilings": {"matmul_bf16_8192_tflops": 200.0}}
+    assert perf.peak_fractions(bench, impls=["flashlab"]) == {"flashlab": (0.25, 0.5)}
+    with pytest.raises(ValueError, match="mode"):
+        perf.time_of(rows[0], "naive", "bwd")
+
+
+def test_ncu_ratio_counts_o_when_ncu_missed_its_write():
+    ncu = {"protocol": {"dtype": "float16", "batch": 1, "heads": 2, "d": 8},
+           "rows": [{"variant": "naive", "n": 16, "dram_read_bytes": 9000.0, "dram_write_bytes": 1000.0},
+                    {"variant": "fa", "n": 16, "dram_read_bytes": 900.0, "dram_write_bytes": 100.0}]}
+    r = perf.ncu_dram_ratio(ncu, n=16, variant="fa")
+    o_bytes = 1 * 2 * 16 * 8 * 2
+    assert r["measured_ratio"] == 10.0
+    assert r["ratio_with_o"] == pytest.approx(10000.0 / (900.0 + o_bytes))
+    with pytest.raises(ValueError, match="n=32"):
+        perf.ncu_dram_ratio(ncu, n=32, variant="fa")
+
+
+def test_naive_memory_parses_anchor_line_and_counts_p():
+    text = "x\nNaive causal fwd peak memory (B=1,H=32,d=128): 8k 8.6GiB 22.1ms; 64k OOM (256 GiB alloc)\n"
+    got = claims.naive_memory(text, heads=32)
+    assert [(m.n, m.measured) for m in got] == [(8192, "8.6GiB"), (65536, "OOM")]
+    assert got[0].p_bytes_per_layer == 32 * 8192 * 8192 * 2
+    with pytest.raises(ValueError, match="anchor_text"):
+        claims.naive_memory("nothing here")
+
+
+def test_decode_bytes_follow_the_model_sizes():
+    model = claims.DecodeModel(params=1e9, layers=2, kv_heads=4, head_dim=8, weight_itemsize=2, kv_itemsize=1)
+    b = claims.decode_step_bytes(model, batch=3, context=100)
+    assert b["weights"] == 2e9
+    assert b["kv_cache"] == 3 * 100 * (2 * 2 * 4 * 8 * 1)
+    assert b["crossover_tokens"] == pytest.approx(2e9 / (2 * 2 * 4 * 8))
+
+
+def test_exact_tiled_error_is_rounding_and_approximations_are_not():
+    errs = claims.approximation_errors(n=128, d=16, features=64, window=16, top_k=8, seed=2)
+    exact = errs.pop("tiled, float32 (exact algorithm)")
+    assert exact < 1e-5
+    assert min(errs.values()) > 100 * exact
+
+
+def test_committed_results_give_the_tables():
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    bench = json.loads((results / "bench_attention.json").read_text())
+    text = perf.ratio_table(bench)
+    assert text.count("\n") >= len(bench["rows"])
+    baselines = json.loads((results / "bench_baselines.json").read_text())
+    assert "flex" in perf.baselines_table(baselines)
+
+
+def test_loop_order_bytes_follow_the_block_that_each_order_reuses():
+    from flashlab import loop_order, traffic as tr
+
+    rows = loop_order.loop_order_rows(n=2048, d=64, sram_kib=(32, 64, 128), equal_block=64)
+    # FA2 with the paper's blocks stops improving once Br = d; FA1 keeps falling with Bc
+    assert [r["block_r"] for r in rows] == [64, 64, 64]
+    assert rows[0]["fa2"] == rows[1]["fa2"] == rows[2]["fa2"]
+    assert rows[0]["fa1"] > rows[1]["fa1"] > rows[2]["fa1"]
+    # with equal blocks, FA2 moves fewer bytes than FA1
+    assert rows[0]["fa2_equal"] < rows[0]["fa1_equal"]
+    assert rows[0]["fa1_equal"] == tr.fa1_forward_traffic(2048, 2048, 64, block_q=64, block_k=64,
+                                                          itemsize=2, stat_itemsize=4).total
+
+
+def test_predicted_grid_speedup_is_the_ratio_of_busy_sms():
+    assert perf.predicted_grid_speedup(16, 132, 2048) == pytest.approx(132 / 16)
+    assert perf.predicted_grid_speedup(256, 132, 4096) == 1.0
+    with pytest.raises(ValueError, match="sms"):
+        perf.predicted_grid_speedup(16, 0, 2048)
+
+
+def test_anchor_peak_table_reads_forward_rates_of_long_rows():
+    text = ("header line\n64 1024 0 def 400/300 fl 100/90 ef 50/40 cu 390/300\n"
+            "64 4096 0 def 400/380 fl 200/190 ef 100/90 cu 380/370\n128 8192 1 def 600/500 fl 300/250 ef 150/100 cu 590/500\n")
+    table = perf.anchor_peak_table(text, peak_tflops=1000.0)
+    assert "SDPA FLASH (FlashAttention-2)      20% to   30%" in table
+    with pytest.raises(ValueError, match="anchor_text"):
+        perf.anchor_peak_table("nothing", 1000.0)
+
+
+def test_notebook08_figures_draw_from_a_results_file():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from flashlab import viz
+
+    rows = [dict(_row(n, c, {"naive": 9.0, "flashlab": 1.0, "rung:v0_grid_bh": 2.0, "rung:v1_minimal": 1.0}, d=d))
+            for n in (1024, 2048) for c in (False, True) for d in (64, 128)]
+    bench = {"rows": rows}
+    fig = viz.plot_throughput(bench, "fwd", "test")
+    assert len(fig.axes) == 4 and all(ax.lines for ax in fig.axes)
+    assert viz.plot_ladder(bench, 128, "test").axes[0].lines
+    with pytest.raises(ValueError, match="mode"):
+        viz.plot_throughput(bench, "bwd")
+    memory = {"rows": [{"n": n, "causal": False, "results": {"naive": {"peak_extra_bytes": n * n * 4},
+                                                             "flashlab": {"peak_extra_bytes": n * 260}}}
+                       for n in (1024, 2048)]}
+    assert viz.plot_memory(memory, "test").axes[0].lines
+    assert "2048" in viz.largest_common_memory(memory)
