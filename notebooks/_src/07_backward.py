@@ -225,7 +225,8 @@ answer("07.1", None)  # your letter, e.g. "b"
 answer("07.2", None)  # your number (KiB)
 
 # %% [markdown]
-# **07.3** How many matmuls per tile does the flash backward do (one of them recomputes S)?
+# **07.3** How many matmuls per tile does FlashAttention-2's backward (one pass, atomic dQ) do, one of
+# them recomputing S?
 
 # %%
 answer("07.3", None)  # your number (matmuls)
@@ -242,7 +243,7 @@ answer("07.3", None)  # your number (matmuls)
 answer("07.4", None)  # your letter, e.g. "b"
 
 # %% [markdown]
-# **07.5** Forward + flash backward matmul FLOPs, divided by the forward's (non-causal, d = dv)?
+# **07.5** Forward + FlashAttention-2 backward matmul FLOPs, divided by the forward's (non-causal, d = dv)?
 
 # %%
 answer("07.5", None)  # your number

@@ -374,8 +374,10 @@ QUESTIONS: tuple[Question, ...] = (
        "in float32?", "One float32 per query row: 16384 * 4 bytes, instead of an N x N matrix P.",
        compute=lambda: _lse_kib(16384), unit="KiB",
        source="flashlab.traffic.fa2_forward_traffic(..., stat_itemsize=4).by_tensor[('lse', 'write')]"),
-    _q("07.3", "How many matmuls per tile does the flash backward do (one of them recomputes S)?",
-       "S = Q K^T (the recomputation), dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q.",
+    _q("07.3", "How many matmuls per tile does FlashAttention-2's backward (one pass, atomic dQ) do, one of "
+       "them recomputing S?",
+       "S = Q K^T (the recomputation), dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q. The course's "
+       "two-pass kernels do 7: S and dP are recomputed again in the dQ pass.",
        compute=_backward_matmuls, unit="matmuls", source="flashlab.flops.attention_flops(pass_='backward')"),
     _q("07.4", "Why does the dK/dV kernel loop over query blocks?",
        "Each program owns one K_j, V_j block and accumulates dK_j, dV_j in registers over all query blocks, "
@@ -383,9 +385,9 @@ QUESTIONS: tuple[Question, ...] = (
        "(or atomics).",
        ("query blocks are smaller", "so each program accumulates its dK_j, dV_j on chip and writes them once",
         "the forward did the same", "to recompute lse")),
-    _q("07.5", "Forward + flash backward matmul FLOPs, divided by the forward's (non-causal, d = dv)?",
-       "Forward: 2 matmuls per tile; flash backward: 5. (2 + 5) / 2: why benchmarks count forward + backward "
-       "as 3.5 forwards.", compute=_fwd_bwd_over_fwd, unit="x", source="flashlab.flops.attention_flops"),
+    _q("07.5", "Forward + FlashAttention-2 backward matmul FLOPs, divided by the forward's (non-causal, d = dv)?",
+       "Forward: 2 matmuls per tile; FlashAttention-2's backward: 5. (2 + 5) / 2: why benchmarks count "
+       "forward + backward as 3.5 forwards (the course's two-pass backward executes 7, i.e. 4.5 forwards).", compute=_fwd_bwd_over_fwd, unit="x", source="flashlab.flops.attention_flops"),
     # 08: performance
     _q("08.1", "At N = 16384, B = 1, H = 16, v0_grid_bh launches one program per (batch, head). By what factor "
        "does that fall short of the H200's SM count?",
