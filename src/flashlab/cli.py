@@ -1,4 +1,4 @@
-"""The ``flashlab`` command: doctor, grade, progress, traffic, tiles, bench, tour.
+"""The ``flashlab`` command: doctor, grade, progress, traffic, tiles, bench, tour, release.
 
 Each sub-command lives in the module that owns its subject; this file only dispatches.
 Every sub-command's ``main(argv)`` takes the remaining arguments and returns an exit code.
@@ -16,6 +16,7 @@ COMMANDS = {
     "tiles": ("flashlab.viz.cli", "tiles_main", "the tile schedule as PNG and animated GIF"),
     "bench": ("flashlab.bench", "main", "time flash_attention against PyTorch SDPA (GPU only)"),
     "tour": ("flashlab.tour", "main", "a headless run of the main pipeline, no GPU needed"),
+    "release": ("flashlab.release", "main", "write a student release or a Gradescope autograder"),
 }
 
 

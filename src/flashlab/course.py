@@ -228,12 +228,16 @@ def source(obj, start: str | None = None, stop: str | None = None) -> str:
 
     ``start`` / ``stop``: optional marker strings; the text from the line holding ``start`` up to
     (not including) the line holding ``stop``. Notebooks print library code this way instead of
-    pasting it, so what the learner reads is what runs.
+    pasting it, so what the learner reads is what runs. In a student release, where the module is
+    shipped compiled (``flashlab release student``), it returns a sentence saying so.
     """
     import inspect
 
     fn = getattr(obj, "fn", obj)  # a @triton.jit kernel wraps the Python function in .fn
-    text = inspect.getsource(fn)
+    try:
+        text = inspect.getsource(fn)
+    except OSError:  # a sourceless module of the student release
+        return f"({getattr(fn, '__qualname__', fn)!s}: its source is not part of this release)"
     lines = text.splitlines()
     first, last = 0, len(lines)
     if start is not None:
