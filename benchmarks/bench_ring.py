@@ -66,9 +66,9 @@ def main(argv=None) -> int:
     from flashlab.distributed import ring_attention, shard
     from flashlab.kernels.attention import flash_attention
 
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # before NCCL picks a device
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     sync = torch.cuda.synchronize
     rows = []
     for n in args.seq_lens:
