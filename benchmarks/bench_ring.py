@@ -38,7 +38,8 @@ def _median_ms(fn, dist, sync, reps: int) -> float:
         start = time.perf_counter()
         fn()
         sync()
-        t = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        t = torch.tensor([time.perf_counter() - start], dtype=torch.float64,
+                         device="cuda" if torch.cuda.is_available() else "cpu")  # NCCL reduces CUDA tensors
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         times.append(float(t) * 1e3)
     return sorted(times)[len(times) // 2]
