@@ -12,10 +12,6 @@ Q_TILE = 16  # query rows per tile (B_r in the paper)
 K_TILE = 16  # key rows per tile (B_c)
 
 
-def _causal_keep(q0, q1, k0, k1, device):
-    return torch.arange(k0, k1, device=device)[None, :] <= torch.arange(q0, q1, device=device)[:, None]
-
-
 def flash_forward_lse(q, k, v, causal=False):
     """(o, lse) of softmax(q k^T / sqrt(d)) v, one tile at a time; q: (..., Nq, d), k, v: (..., Nk, d)."""
     nq, d = q.shape[-2:]
@@ -33,7 +29,8 @@ def flash_forward_lse(q, k, v, causal=False):
             k1 = min(k0 + K_TILE, nk)
             s = scale * q_i @ k[..., k0:k1, :].transpose(-1, -2)  # (..., Bq, Bk)
             if causal:
-                s = s.masked_fill(~_causal_keep(q0, q1, k0, k1, q.device), -math.inf)
+                cols, rows = torch.arange(k0, k1, device=q.device), torch.arange(q0, q1, device=q.device)
+                s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)
             m_new = torch.maximum(m_i, s.amax(-1))
             p = torch.exp(s - m_new[..., None])
             alpha = torch.exp(m_i - m_new)
@@ -46,6 +43,8 @@ def flash_forward_lse(q, k, v, causal=False):
 
 
 class FlashAttention2(torch.autograd.Function):
+    """o = FlashAttention2.apply(q, k, v, causal): saves lse, recomputes P in backward."""
+
     @staticmethod
     def forward(ctx, q, k, v, causal=False):
         o, lse = flash_forward_lse(q, k, v, causal)
@@ -68,8 +67,9 @@ class FlashAttention2(torch.autograd.Function):
                 q1 = min(q0 + Q_TILE, nq)
                 s = scale * q[..., q0:q1, :] @ k_j.transpose(-1, -2)
                 p = torch.exp(s - lse[..., q0:q1, None])
-                if ctx.causal:
-                    p = p * _causal_keep(q0, q1, k0, k1, q.device)
+                if ctx.causal:  # keys past the query row: P = 0 (exp(s - lse) alone would not be)
+                    cols, rows = torch.arange(k0, k1, device=q.device), torch.arange(q0, q1, device=q.device)
+                    p = p.masked_fill(cols[None, :] > rows[:, None], 0.0)
                 do_i = do[..., q0:q1, :]
                 dv[..., k0:k1, :] += p.transpose(-1, -2) @ do_i
                 ds = p * (do_i @ v_j.transpose(-1, -2) - delta[..., q0:q1, None])
