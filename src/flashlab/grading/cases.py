@@ -484,8 +484,21 @@ def flash_kernel_public(rng, causal):
 
 
 def flash_kernel_hidden(rng, causal):
-    """flash_hidden's cases, then an explicit scale (a case that passes scale=)."""
-    cases = flash_hidden(rng, causal)
+    """flash_hidden's cases with a GPU-safe large-logit case, then an explicit scale.
+
+    On a GPU a float32 tl.dot rounds its inputs to tf32 (10-bit mantissa): large scores from
+    scaled-up q would be off by far more than the tolerance. large_logits puts the large part of
+    every score of a row in one shared term (q[..., 0] * k[..., 0] with k[..., 0] = 1), whose
+    rounding is the same for every key and cancels in the softmax: with tf32-rounded q and k the
+    float64 result stays within 1e-2 (checked on 40 seeds, both causal settings).
+    """
+    cases = [c for c in flash_hidden(rng, causal) if "large logits" not in c.label]
+    kw = large_logits(rng, 32, 24, 16, batch=(1,))
+    kw["q"][..., 0] /= 8.0  # row offsets of +-100 to +-150: exp overflows float32 (past 88.7) all the same,
+    # and float32 rounding of the dot (about offset * 2**-24 per term) stays far inside the tolerance
+    kw = {name: t.astype(np.float32) for name, t in kw.items()}
+    kw["causal"] = bool(causal)
+    cases.append(Case(attn_label(kw, bool(causal), " large logits"), kw, why=LARGE_LOGITS))
     kw = dict(qkv(rng, int(rng.integers(17, 40)), int(rng.integers(17, 40)), 16, batch=(1,), dtype="float32"),
               causal=bool(causal), scale=float(rng.uniform(0.05, 0.5)))
     cases.append(Case(attn_label(kw, bool(causal), f" scale={kw['scale']:.3f}"), kw,

@@ -38,6 +38,10 @@ _QUIZ = (
 
 
 # ----------------------------------------------------------------------------- the registry
+# The kernels of exercises 07/08 in float32: the interpreter's dot accumulates in float32 like the
+# GPU's, so the large-logit case's scores (about 1e2) carry absolute errors near 1e-5; GRAD_TOLERANCE's
+# float32 entry (1e-4 + 1e-3 |expected|) leaves room for any loop order while a real mistake is off by 1e-1.
+_KERNEL_TOLERANCE = dict(DEFAULT_TOLERANCE, float32=GRAD_TOLERANCE["float32"])
 # Hints unfold: level 1 the idea, level 2 the step, level 3 pseudocode (never the stub's business).
 _ATTN_HINTS = (
     "Three steps: scores S = scale * Q K^T, a softmax along each row of S, then P V.",
@@ -175,14 +179,14 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     Exercise("ex07_kernel_inner_loop", "the flash forward kernel, written from its signature", (
         Part("flash_forward", "forward kernel, non-causal", 4, cases.flash_scaled_reference,
              lambda rng: cases.flash_kernel_public(rng, None), lambda rng: cases.flash_kernel_hidden(rng, None),
-             _FLASH_KERNEL_HINTS, tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, must_launch=("flash_fwd_kernel",),
-             time_limit_s=60.0),
+             _FLASH_KERNEL_HINTS, tolerance=dict(_KERNEL_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
+             must_launch=("flash_fwd_kernel",), time_limit_s=60.0),
     ), needs_triton=True),
     Exercise("ex08_kernel_causal", "causal masking in the kernel", (
         Part("flash_forward", "causal forward kernel", 3, cases.flash_scaled_reference,
              lambda rng: cases.flash_kernel_public(rng, True), lambda rng: cases.flash_kernel_hidden(rng, True),
-             _CAUSAL_KERNEL_HINTS, tensors=True, gpu_tolerance=KERNEL_GPU_TOLERANCE, must_launch=("flash_fwd_kernel",),
-             time_limit_s=60.0),
+             _CAUSAL_KERNEL_HINTS, tolerance=dict(_KERNEL_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
+             must_launch=("flash_fwd_kernel",), time_limit_s=60.0),
     ), needs_triton=True),
     Exercise("ex09_backward_pieces", "backward: D and dS", (
         Part("rowsum_do_o", "D = rowsum(dO * O)", 1, cases.rowsum_reference,
