@@ -10,7 +10,8 @@ batch element) (line 3) loads Q_i once (line 4), loops over the key/value blocks
 keeping m_i, l_i, acc on chip in float32, and writes O_i = acc / l_i once (lines 12-13).
 Contract: tl.dot shapes must be >= 16 on a GPU, so keep BLOCK_M, BLOCK_N >= 16 and powers of two.
 Precision: with float32 inputs a GPU's tl.dot uses tf32 (10-bit mantissa); on CUDA the grader
-allows 1e-2 (absolute and relative), in the interpreter float32's usual 2e-5 + 2e-4 |expected|.
+allows 1e-2 (absolute and relative), in the interpreter 1e-4 + 1e-3 |expected| (float16:
+5e-3 + 5e-3 |expected| in the interpreter).
 """
 import torch
 import triton

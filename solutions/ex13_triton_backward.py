@@ -1,9 +1,11 @@
-"""Exercise 13 (solution): dK and dV of attention in one Triton kernel, one key block per program.
+"""Exercise 13 (solution): the attention backward in Triton: dK, dV per key block, then dQ per query block.
 
 FlashAttention-2 Algorithm 2, lines 5-21 for one key/value block j: K_j and V_j stay on chip with
 dK_j = dV_j = 0; the loop over query blocks i recomputes P_ij = exp(S_ij - lse_i) from the saved
 lse (line 11), adds P_ij^T dO_i to dV_j (line 12), forms dS_ij = P_ij * (dP_ij - D_i) (line 16) and
 adds scale dS_ij^T Q_i to dK_j (line 18). D = rowsum(dO * O) (line 4) is computed by the wrapper.
+dQ_i = scale sum_j dS_ij K_j (line 17) comes from a second kernel, one program per query block, so
+that no two programs add into the same rows (Algorithm 2 adds into dQ_i in HBM from every j).
 """
 import torch
 import triton
@@ -68,3 +70,54 @@ def flash_backward_dkdv(q, k, v, o, lse, do, causal=False, scale=None):
                                 k.stride(1), lse.stride(0), nq, nk, scale,
                                 BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d, CAUSAL=bool(causal))
     return dk, dv
+
+
+@triton.jit
+def flash_bwd_dq_kernel(Q, K, V, dO, LSE, Delta, dQ,
+                        stride_qz, stride_qm, stride_kz, stride_kn, stride_lz,
+                        N_Q, N_K, sm_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        CAUSAL: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_z = tl.program_id(1)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_off = off_z * stride_qz + offs_m[:, None] * stride_qm + offs_d[None, :]  # (BLOCK_M, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)
+    do = tl.load(dO + q_off, mask=row_ok[:, None], other=0.0)
+    lse = tl.load(LSE + off_z * stride_lz + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(Delta + off_z * stride_lz + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    hi = N_K
+    if CAUSAL:  # keys past the block's last real query row are visible to none of its rows
+        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_off = off_z * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :]
+        k = tl.load(K + kv_off, mask=offs_n[:, None] < N_K, other=0.0)  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(V + kv_off, mask=offs_n[:, None] < N_K, other=0.0)
+        p = tl.exp(tl.dot(q, tl.trans(k)) * sm_scale - lse[:, None])  # (BLOCK_M, BLOCK_N)
+        keep = offs_n[None, :] < N_K
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.where(keep, p, 0.0)
+        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k) * sm_scale
+    tl.store(dQ + q_off, dq.to(dQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+def flash_backward_dq(q, k, v, o, lse, do, causal=False, scale=None):
+    """dq of o = softmax(scale q k^T) v by flash_bwd_dq_kernel; shape and dtype of q."""
+    z, nq, d = q.shape
+    nk = k.shape[1]
+    scale = d ** -0.5 if scale is None else scale
+    q, k, v, do = (t.contiguous() for t in (q, k, v, do))
+    lse = lse.float().contiguous()
+    delta = (do.float() * o.float()).sum(-1).contiguous()  # (Z, Nq)
+    dq = torch.empty_like(q)
+    grid = (triton.cdiv(nq, BLOCK_M), z)
+    flash_bwd_dq_kernel[grid](q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                              lse.stride(0), nq, nk, scale,
+                              BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d, CAUSAL=bool(causal))
+    return dq

@@ -43,7 +43,9 @@ def _calls(mod, torch):
     if name == "ex13_triton_backward":  # float32 only (its contract)
         for c in (False, True):
             q, o, do, k, v = t(2, 40, 64), t(2, 40, 64), t(2, 40, 64), t(2, 50, 64), t(2, 50, 64)
-            calls.append(lambda c=c, a=(q, k, v, o, t(2, 40), do): mod.flash_backward_dkdv(*a, causal=c))
+            args = (q, k, v, o, t(2, 40), do)
+            calls += [lambda c=c, a=args: mod.flash_backward_dkdv(*a, causal=c),
+                      lambda c=c, a=args: mod.flash_backward_dq(*a, causal=c)]
     return calls
 
 

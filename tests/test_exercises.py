@@ -77,6 +77,13 @@ def test_stub_shares_at_most_three_code_lines_with_its_solution(name):
     assert len(shared) <= MAX_SHARED_LINES, f"{name}: the stub gives away {sorted(shared)}"
 
 
+def test_every_part_but_the_quiz_unfolds_three_hint_levels():
+    for name, exercise in EXERCISES.items():
+        for part in exercise.parts:
+            if part.kind not in ("choice", "number"):  # the idea, the step, the pseudocode
+                assert len(part.hints) == 3 and all(part.hints), (name, part.function, len(part.hints))
+
+
 # (exercise, the mistake, text in the solution, replacement, parts that must fail (the first with
 # this failure kind), failure kind, whether the public cases already catch it). Mistakes the public
 # cases catch are graded public-only (seconds); the others need the hidden cases (a fixed seed).
@@ -95,9 +102,13 @@ MISTAKES = [
      'm_ref = tl.where(m_new == float("-inf"), 0.0, m_new)', "m_ref = m_new", ("online_row_softmax",), "nan",
      False),
     ("ex13_triton_backward", "causal mask not applied to the recomputed P",
-     "keep = keep & (offs_n[None, :] <= offs_m[:, None])", "keep = keep", ("flash_backward_dkdv",), "value", True),
+     "keep = row_ok[:, None] & (offs_n[None, :] < N_K)\n        if CAUSAL:\n            keep = keep &",
+     "keep = row_ok[:, None] & (offs_n[None, :] < N_K)\n        if CAUSAL:\n            keep = keep |",
+     ("flash_backward_dkdv",), "value", True),
     ("ex13_triton_backward", "dK without the softmax scale", "dk += tl.dot(tl.trans(ds).to(q.dtype), q) * sm_scale",
      "dk += tl.dot(tl.trans(ds).to(q.dtype), q)", ("flash_backward_dkdv",), "value", True),
+    ("ex13_triton_backward", "dQ without the softmax scale", "dq += tl.dot(ds.to(k.dtype), k) * sm_scale",
+     "dq += tl.dot(ds.to(k.dtype), k)", ("flash_backward_dq",), "value", True),
     ("ex14_split_kv_decode", "empty split divides 0 by 0", "o = acc / tl.where(l_i > 0, l_i, 1.0)", "o = acc / l_i",
      ("split_kv_partials",), "nan", False),
     ("ex14_split_kv_decode", "splits averaged instead of weighted by exp(lse_s - lse)",

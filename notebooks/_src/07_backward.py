@@ -132,12 +132,13 @@ for n in (1024, 4096, 16384):
 # program per key block for $dK, dV$ (summing over the query heads of a group for grouped-query
 # attention), and one per query block for $dQ$.
 #
-# ### Exercise 13: the dK, dV kernel
+# ### Exercise 13: the backward kernels
 #
 # In `exercises/ex13_triton_backward.py` write `flash_bwd_dkdv_kernel`, one program per key
 # block, and its wrapper `flash_backward_dkdv(q, k, v, o, lse, do, causal, scale)`: keep $K_j$,
 # $V_j$ on chip, loop over the query blocks recomputing $P$ from lse, accumulate $dK_j$ and
-# $dV_j$, store them once.
+# $dV_j$, store them once. Then `flash_bwd_dq_kernel` and `flash_backward_dq`, one program per
+# query block.
 
 # %%
 check("ex13_triton_backward")

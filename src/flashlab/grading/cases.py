@@ -546,6 +546,13 @@ def dkdv_reference(q, k, v, o, lse, do, causal=False, scale=None):
     return dk.astype(k.dtype), dv.astype(v.dtype)
 
 
+def dq_reference(q, k, v, o, lse, do, causal=False, scale=None):
+    from flashlab.reference import naive_attention_backward
+
+    f64 = [t.astype(np.float64) for t in (q, k, v, do)]
+    return naive_attention_backward(*f64, causal=causal, scale=scale)[0].astype(q.dtype)
+
+
 def dkdv_case(rng, z, nq, nk, d, causal, scale=None, why=""):
     from flashlab.reference import naive_attention
 

@@ -231,7 +231,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "online_softmax_kernel[(M,)](x, out, x.stride(0), out.stride(0), N, BLOCK_N=block_n)"),
              tensors=True, must_launch=("online_softmax_kernel",), time_limit_s=60.0),
     ), needs_triton=True),
-    Exercise("ex13_triton_backward", "Triton backward: dK and dV, one key block per program", (
+    Exercise("ex13_triton_backward", "Triton backward: dK, dV per key block, dQ per query block", (
         Part("flash_backward_dkdv", "dK, dV kernel recomputing P from lse", 4, cases.dkdv_reference,
              cases.dkdv_public, cases.dkdv_hidden, (
                  "One program per (key block j, batch element): K_j, V_j stay on chip while the program loops "
@@ -249,6 +249,21 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "* scale; store dk, dv masked; grid = (cdiv(Nk, BLOCK_N), Z)"),
              outputs=("dk", "dv"), tolerance=dict(GRAD_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
              must_launch=("flash_bwd_dkdv_kernel",), time_limit_s=60.0),
+        Part("flash_backward_dq", "dQ kernel, one query block per program", 2, cases.dq_reference,
+             cases.dkdv_public, cases.dkdv_hidden, (
+                 "The mirror image of part 1: one program per (query block i, batch element) keeps Q_i, dO_i, "
+                 "lse_i and D_i on chip and loops over the key blocks, accumulating dQ_i in float32; each row of "
+                 "dQ is written by one program only, so no atomics are needed.",
+                 "Per key block: P = exp(scale Q_i K_j^T - lse_i[:, None]), 0 for keys past N_K and (causal) "
+                 "past the query row; dS = P * (dO_i V_j^T - D_i[:, None]); dQ_i += scale dS K_j. Causal: stop "
+                 "the loop after the block's last real query row, as in the forward kernel.",
+                 "start_m = program_id(0); q, do, lse, delta = masked loads; dq = zeros; hi = N_K [causal: "
+                 "minimum(N_K, minimum((start_m + 1) * BLOCK_M, N_Q))]; for start_n in range(0, hi, BLOCK_N): "
+                 "k, v = masked loads; p = where(keep, exp(tl.dot(q, tl.trans(k)) * scale - lse[:, None]), 0); "
+                 "ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None]); dq += tl.dot(ds.to(k.dtype), k) * scale; "
+                 "store dq masked; grid = (cdiv(Nq, BLOCK_M), Z)"),
+             outputs=("dq",), tolerance=dict(GRAD_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
+             must_launch=("flash_bwd_dq_kernel",), time_limit_s=60.0),
     ), needs_triton=True),
     Exercise("ex14_split_kv_decode", "split-KV decoding: partial states and their combine", (
         Part("split_kv_partials", "partial (o, lse) per key split, in Triton", 3, cases.partials_reference,
