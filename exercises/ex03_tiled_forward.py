@@ -10,7 +10,7 @@ import numpy as np
 def tiled_attention(q, k, v, causal=False, scale=None, block_q=64, block_k=64):
     """softmax(scale * Q K^T) V, computed one (block_q x block_k) tile at a time.
 
-    The algorithm is FlashAttention-2's Algorithm 1 (Dao, 2023), lines 3-13: query blocks in the
+    The algorithm is FlashAttention-2's Algorithm 1 (Dao, 2023), lines 3-16: query blocks in the
     outer loop, key/value blocks in the inner loop, with the online softmax of exercise 02 keeping
     per query row a running max m_i, a running sum l_i and an unnormalised output acc (block_q, dv).
     q: (..., Nq, d), k: (..., Nk, d), v: (..., Nk, dv) -> o: (..., Nq, dv) in q's dtype; leading

@@ -7,7 +7,7 @@ the loop, the store, and in flash_forward the output, the grid and the launch.
 
 The algorithm is FlashAttention-2's Algorithm 1 (Dao, 2023): one program per (query block i,
 batch element) (line 3) loads Q_i once (line 4), loops over the key/value blocks (lines 6-10)
-keeping m_i, l_i, acc on chip in float32, and writes O_i = acc / l_i once (lines 12-13).
+keeping m_i, l_i, acc on chip in float32, and writes O_i = acc / l_i once (lines 12 and 14).
 Contract: tl.dot shapes must be >= 16 on a GPU, so keep BLOCK_M, BLOCK_N >= 16 and powers of two.
 Precision: with float32 inputs a GPU's tl.dot uses tf32 (10-bit mantissa); on CUDA the grader
 allows 1e-2 (absolute and relative), in the interpreter 1e-4 + 1e-3 |expected| (float16:

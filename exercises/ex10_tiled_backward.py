@@ -11,7 +11,7 @@ def tiled_attention_backward(q, k, v, o, lse, do, causal=False, scale=None, bloc
 
     The maths (exercise 09), with S = scale Q K^T, P = softmax(S), dO = dL/dO, D = rowsum(dO * O):
         dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dQ = scale dS K,   dK = scale dS^T Q
-    The algorithm is FlashAttention-2's Algorithm 2, lines 4-21: key/value blocks in the outer loop
+    The algorithm is FlashAttention-2's Algorithm 2, lines 4-19: key/value blocks in the outer loop
     (dK_j, dV_j accumulate there), query blocks inside, and P never stored: each tile of it is
     recomputed from the saved lse (P_ij = exp(S_ij - lse_i), line 11).
     q: (..., Nq, d), k: (..., Nk, d), v: (..., Nk, dv), o and do: (..., Nq, dv),

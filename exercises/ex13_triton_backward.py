@@ -5,10 +5,10 @@ kernel and the wrapper: grid, pointers, masks, the loop, the stores.
 
 The maths (exercise 09), with S = scale Q K^T, P = softmax(S), D = rowsum(dO * O):
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dK = scale dS^T Q,   dQ = scale dS K
-Part 1 is FlashAttention-2's Algorithm 2 (Dao, 2023), lines 5-21 for one key/value block j
-without line 17: K_j and V_j are loaded once, dK_j and dV_j accumulate on chip in float32 over the
+Part 1 is FlashAttention-2's Algorithm 2 (Dao, 2023), lines 5-19 for one key/value block j
+without line 15: K_j and V_j are loaded once, dK_j and dV_j accumulate on chip in float32 over the
 query blocks, and P is never stored: each tile is recomputed from the forward's lse (line 11).
-Part 2 computes dQ (line 17) in a second kernel, one program per query block, so that no two
+Part 2 computes dQ (line 15) in a second kernel, one program per query block, so that no two
 programs add into the same rows of dQ. D (line 4) may be computed in the wrappers with torch.
 Contract: tl.dot shapes >= 16 (BLOCK_M, BLOCK_N, HEAD_DIM). Precision: float32 inputs; in the
 interpreter the grader allows 1e-4 + 1e-3 |expected|; on CUDA (tf32 dots) 1e-2 + 1e-2 |expected|.

@@ -11,6 +11,8 @@ For split s with scores x_j = scale q . k_j (j in the split):
     lse_s = log sum_j exp(x_j)            (-inf for an empty split)
     o_s   = sum_j exp(x_j - lse_s) v_j    (0 for an empty split)
 and the whole row is  o = sum_s exp(lse_s - lse) o_s  with  lse = log sum_s exp(lse_s).
+Within a split the kernel runs FlashAttention-2's Algorithm 1, lines 6-12, for one query row
+(the online softmax over blocks of keys), and writes lse_s as in line 13.
 """
 import torch
 import triton

@@ -1,7 +1,7 @@
 """Exercise 07 (solution): the FlashAttention-2 forward kernel, written from its signature.
 
 FlashAttention-2 Algorithm 1: one program per (query block, batch element) (line 3), Q_i loaded
-once (line 4), the loop over key blocks (lines 6-10), O_i = acc / l_i written once (lines 12-13).
+once (line 4), the loop over key blocks (lines 6-10), O_i = acc / l_i written once (lines 12 and 14).
 """
 import torch
 import triton

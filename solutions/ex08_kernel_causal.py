@@ -1,7 +1,7 @@
 """Exercise 08 (solution): the forward kernel with causal masking and causal tile skipping.
 
 FlashAttention-2 Algorithm 1: one program per (query block, batch element) (line 3), Q_i loaded
-once (line 4), the loop over key blocks (lines 6-10), O_i = acc / l_i written once (lines 12-13).
+once (line 4), the loop over key blocks (lines 6-10), O_i = acc / l_i written once (lines 12 and 14).
 Causal, top-left aligned: query row r sees key columns c <= r. The loop stops after the key block
 holding the block's last real query row (blocks past it are never loaded); the blocks it visits
 are masked with -inf where the key column is past the query row.

@@ -1,10 +1,10 @@
 """Exercise 13 (solution): the attention backward in Triton: dK, dV per key block, then dQ per query block.
 
-FlashAttention-2 Algorithm 2, lines 5-21 for one key/value block j: K_j and V_j stay on chip with
+FlashAttention-2 Algorithm 2, lines 5-19 for one key/value block j: K_j and V_j stay on chip with
 dK_j = dV_j = 0; the loop over query blocks i recomputes P_ij = exp(S_ij - lse_i) from the saved
-lse (line 11), adds P_ij^T dO_i to dV_j (line 12), forms dS_ij = P_ij * (dP_ij - D_i) (line 16) and
-adds scale dS_ij^T Q_i to dK_j (line 18). D = rowsum(dO * O) (line 4) is computed by the wrapper.
-dQ_i = scale sum_j dS_ij K_j (line 17) comes from a second kernel, one program per query block, so
+lse (line 11), adds P_ij^T dO_i to dV_j (line 12), forms dS_ij = P_ij * (dP_ij - D_i) (line 14) and
+adds scale dS_ij^T Q_i to dK_j (line 16). D = rowsum(dO * O) (line 4) is computed by the wrapper.
+dQ_i = scale sum_j dS_ij K_j (line 15) comes from a second kernel, one program per query block, so
 that no two programs add into the same rows (Algorithm 2 adds into dQ_i in HBM from every j).
 """
 import torch

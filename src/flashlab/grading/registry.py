@@ -236,7 +236,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              cases.dkdv_public, cases.dkdv_hidden, (
                  "One program per (key block j, batch element): K_j, V_j stay on chip while the program loops "
                  "over query blocks i, accumulating dK_j and dV_j in float32 (FlashAttention-2 Algorithm 2, "
-                 "lines 5-21). P is never stored: recompute each tile from the saved lse.",
+                 "lines 5-19). P is never stored: recompute each tile from the saved lse.",
                  "Per query block: S = scale Q_i K_j^T; P = exp(S - lse_i[:, None]), set to 0 for query rows past "
                  "N_Q and (causal) where the key is past the query row; dV_j += P^T dO_i; dP = dO_i V_j^T; "
                  "dS = P * (dP - D_i[:, None]); dK_j += scale dS^T Q_i. Compute D = rowsum(dO * O) in the wrapper "
