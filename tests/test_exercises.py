@@ -77,11 +77,10 @@ def test_stub_shares_at_most_three_code_lines_with_its_solution(name):
     assert len(shared) <= MAX_SHARED_LINES, f"{name}: the stub gives away {sorted(shared)}"
 
 
-def test_every_part_but_the_quiz_unfolds_three_hint_levels():
+def test_every_part_unfolds_three_hint_levels():
     for name, exercise in EXERCISES.items():
-        for part in exercise.parts:
-            if part.kind not in ("choice", "number"):  # the idea, the step, the pseudocode
-                assert len(part.hints) == 3 and all(part.hints), (name, part.function, len(part.hints))
+        for part in exercise.parts:  # the idea, the step, the pseudocode (for the quiz: the reasoning)
+            assert len(part.hints) == 3 and all(part.hints), (name, part.function, len(part.hints))
 
 
 # (exercise, the mistake, text in the solution, replacement, parts that must fail (the first with

@@ -23,17 +23,34 @@ def _quiz_part(name, title, stored, kind="choice", hints=()):
 
 _QUIZ = (
     _quiz_part("Q1", "resource FlashAttention saves", "a4b10e3dfbac39c20ccc",
-               hints=("Count what moves between HBM and SRAM in naive attention (exercise 01).",)),
+               hints=("Count what moves between HBM and SRAM in naive attention (exercise 01).",
+                      "Compare flashlab.flops.attention_flops for naive and tiled: what stays the same?",
+                      "The FLOPs are equal; the S and P round trips through GPU main memory are gone.")),
     _quiz_part("Q2", "what it does not save", "d58e973f7d5dbd054f65",
-               hints=("Compare flashlab.flops.attention_flops for naive and tiled: same matmuls.",)),
+               hints=("Compare flashlab.flops.attention_flops for naive and tiled: same matmuls.",
+                      "Three of the four options are about S and P in HBM; the tiled loop never stores them.",
+                      "Q K^T and P V are computed in full, tile by tile: their FLOPs do not shrink.")),
     _quiz_part("Q3", "why the online softmax is exact", "2bdaf6029225a400162c",
-               hints=("Write l after two chunks with and without the rescale factor exp(m_old - m_new).",)),
+               hints=("Write l after two chunks with and without the rescale factor exp(m_old - m_new).",
+                      "exp(x - m_old) * exp(m_old - m_new) = exp(x - m_new) holds exactly in real arithmetic.",
+                      "So after the last chunk, l = sum_j exp(x_j - max): the same number a two-pass softmax "
+                      "computes, whatever the chunking; no estimate is involved.")),
     _quiz_part("Q4", "why prefill gains more than decode", "96b7f72cd6ad4ee71add",
-               hints=("With Nq = 1, how big are S and P next to K and V?",)),
+               hints=("With Nq = 1, how big are S and P next to K and V?",
+                      "FlashAttention removes the S and P traffic; K and V must be read by every method.",
+                      "At Nq = 1, S and P are Nk values each, against 2 Nk d for K and V: little left to save.")),
     _quiz_part("Q5", "prefill traffic ratio", lambda: cases.traffic_ratio(4096), kind="number",
-               hints=("Use your naive_hbm_bytes and fa2_forward_bytes with the sizes in the question.",)),
+               hints=("Use your naive_hbm_bytes and fa2_forward_bytes with the sizes in the question.",
+                      "naive_hbm_bytes(4096, 4096, 128, itemsize=2) / fa2_forward_bytes(4096, 4096, 128, "
+                      "block_q=128, block_k=128, itemsize=2, stat_itemsize=4).",
+                      "By hand: naive moves 4 N^2 + 4 N d elements; FA2 reads Q once, K and V once per query "
+                      "block (N / 128 times), writes O and an fp32 lse.")),
     _quiz_part("Q6", "decode traffic ratio", lambda: cases.traffic_ratio(1), kind="number",
-               hints=("Same as Q5 with nq=1: one query block.",)),
+               hints=("Same as Q5 with nq=1: one query block.",
+                      "naive_hbm_bytes(1, 4096, 128, itemsize=2) / fa2_forward_bytes(1, 4096, 128, block_q=128, "
+                      "block_k=128, itemsize=2, stat_itemsize=4).",
+                      "Both read K and V once (2 * 4096 * 128 elements); naive adds only 4 * 4096 elements of "
+                      "S and P traffic: the ratio is close to 1.")),
 )
 
 
