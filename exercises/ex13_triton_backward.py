@@ -1,7 +1,7 @@
 """Exercise 13: the attention backward in Triton: dK and dV per key block, then dQ per query block.
 
-Grade with ``check("ex13_triton_backward")`` (hints: ``hint=1``, ``2``, ``3``). You write the whole
-kernel and the wrapper: grid, pointers, masks, the loop, the stores.
+Grade with ``check("ex13_triton_backward")`` (hints: ``hint=1``, ``2``, ``3``). You write both
+kernels and the wrappers: grids, pointers, masks, the loops, the stores.
 
 The maths (exercise 09), with S = scale Q K^T, P = softmax(S), D = rowsum(dO * O):
     dV = P^T dO,   dP = dO V^T,   dS = P * (dP - D),   dK = scale dS^T Q,   dQ = scale dS K
