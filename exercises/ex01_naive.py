@@ -25,8 +25,8 @@ def naive_attention(q, k, v, causal=False, scale=None):
 def naive_hbm_bytes(nq, nk, d, dv=None, itemsize=2):
     """Bytes naive attention moves between HBM and on-chip SRAM, for one head.
 
-    Algorithm 0 reads Q (nq x d) and K (nk x d), writes S (nq x nk), reads S, writes P (nq x nk),
-    reads P and V (nk x dv), writes O (nq x dv). Every element is ``itemsize`` bytes.
-    dv defaults to d. Returns an int.
+    Count every array Algorithm 0 (FlashAttention paper) reads from or writes to HBM: its inputs,
+    its output, and the intermediates S and P (nq x nk each), which it writes and reads back.
+    Every element is ``itemsize`` bytes; dv defaults to d. Returns an int.
     """
     raise NotImplementedError("Exercise 01: HBM bytes of naive attention")

@@ -3,7 +3,7 @@
 Grade with ``check("ex09_backward_pieces")``. NumPy only.
 With P = softmax(S) row by row and O = P V, given dO = dL/dO:
     dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q
-where D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic  (FlashAttention-2 Algorithm 2, lines 4 and 16).
+where D_i = sum_j P_ij dP_ij = sum_c dO_ic O_ic  (FlashAttention-2 Algorithm 2, lines 4 and 14).
 """
 import numpy as np
 

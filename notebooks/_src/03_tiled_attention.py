@@ -26,10 +26,7 @@ rng = np.random.default_rng(0)
 # FlashAttention-2 (Dao 2023, Algorithm 1): the **outer** loop runs over query blocks $Q_i$; for
 # each, the **inner** loop streams key/value blocks $K_j, V_j$ through SRAM and updates the
 # on-chip state with `online_update`. $O_i$ and $\mathrm{lse}_i$ are written once, at the end.
-# Read the library's loop (the tracer calls are the bookkeeping; the arithmetic is four lines):
-
-# %%
-print(course.source(flashlab.tiled_attention, start="for b in range", stop="return _outputs"))
+# You write this loop yourself in exercise 3 below; the library's version is shown after it.
 
 # %% [markdown]
 # ## Exact, for any block size
@@ -52,14 +49,23 @@ for nq, nk, block_q, block_k, d in cases:
 # %% [markdown]
 # ### Exercise 3: the tiled forward
 #
-# Complete `exercises/ex03_tiled_forward.py`: the FlashAttention-2 loop with ragged tiles. The
-# grader also measures your function's peak memory: a solution that allocates an
-# $N_q \times N_k$ array fails with a message saying so.
+# Complete `exercises/ex03_tiled_forward.py`: `tiled_attention(q, k, v, causal, scale, block_q,
+# block_k)`, FlashAttention-2's Algorithm 1 (lines 3-13) in NumPy, with ragged tiles and causal
+# tile skipping. The stub states the contract; `check("ex03_tiled_forward", hint=1)` (then 2, 3)
+# unfolds the idea, the step, the pseudocode. The grader also measures your function's peak
+# memory: a solution that allocates an $N_q \times N_k$ array fails with a message saying so.
 
 # %%
 from flashlab.grading import check
 
 check("ex03_tiled_forward")
+
+# %% [markdown]
+# Once your check passes, compare with the library's loop (the tracer calls are the bookkeeping;
+# the arithmetic is four lines):
+
+# %%
+print(course.source(flashlab.tiled_attention, start="for b in range", stop="return _outputs"))
 
 # %% [markdown]
 # **Predict, then check.** Before the trace below: how many times more HBM bytes does FlashAttention-1

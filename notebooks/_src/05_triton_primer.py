@@ -30,10 +30,8 @@ device = env.device  # "cuda" with a GPU, else "cpu" (the interpreter runs on CP
 # The launch `kernel[grid](...)` starts `grid` programs. Program `pid` (from `tl.program_id(0)`)
 # handles elements `pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)`. `BLOCK_SIZE` is a
 # `tl.constexpr`: known when the kernel is compiled, so blocks have static shapes. The last block
-# usually runs past the end of the vector; the mask turns those loads and stores off.
-
-# %%
-print(course.source(primer._add_kernel))
+# usually runs past the end of the vector; the mask turns those loads and stores off. (You write
+# this kernel in exercise 6 below; its source is shown after your check.)
 
 # %%
 n, block = 1000, 256
@@ -48,10 +46,8 @@ print("max |triton - torch| =", (out - (x + y)).abs().max().item())
 #
 # One program per row; the whole row (padded to a power of two, `BLOCK_N`) is loaded at once.
 # Padding lanes load $-\infty$, so they get weight $e^{-\infty} = 0$. `tl.max` and `tl.sum`
-# reduce along the block: this is the safe softmax of notebook 02, in one program.
-
-# %%
-print(course.source(primer._softmax_kernel))
+# reduce along the block: this is the safe softmax of notebook 02, in one program. (Exercise 6
+# too: the source comes after your check.)
 
 # %%
 scores = torch.randn(37, 100, device=device) * 20  # (rows, cols): wide range, would overflow exp
@@ -115,12 +111,33 @@ print(f"tf32-rounded inputs:   {((to_tf32(a) @ to_tf32(b)).double() - exact).abs
 #
 # ### Exercise 6: your own vector add and row softmax
 #
-# Complete the two kernels and their wrappers in `exercises/ex06_triton_primer.py`.
+# Complete the two kernels and their wrappers in `exercises/ex06_triton_primer.py`: every line
+# inside `add_kernel` and `softmax_kernel`, the grid and the launch. The matmul kernel above shows
+# the vocabulary (`tl.program_id`, `tl.arange`, masked `tl.load` / `tl.store`).
 
 # %%
 from flashlab.grading import check
 
 check("ex06_triton_primer")
+
+# %% [markdown]
+# Once your check passes, compare with the library's two kernels:
+
+# %%
+print(course.source(primer._add_kernel))
+print(course.source(primer._softmax_kernel))
+
+# %% [markdown]
+# ### Exercise 12: a softmax for rows longer than one block
+#
+# `softmax_kernel` needs the whole row in one block. In `exercises/ex12_triton_online_softmax.py`
+# write `online_softmax_kernel` and its wrapper `online_row_softmax(x, block_n=32)`: one program
+# per row that walks the row `BLOCK_N` columns at a time with the running max and sum of
+# notebook 02's online softmax, then writes the probabilities in a second pass. This is the
+# softmax half of the FlashAttention kernel of notebook 06.
+
+# %%
+check("ex12_triton_online_softmax")
 
 # %% [markdown]
 # ## Self-test

@@ -31,10 +31,8 @@ def rand(*shape, dtype=dtype):
 #
 # Comments `(line n)` point to FlashAttention-2, Algorithm 1 (Dao 2023). Compare with the NumPy
 # loop printed in notebook 03: `tl.load` of $K_j$, $V_j$ replaces the traced read, `tl.dot`
-# replaces `@`, and the online-softmax update is the same four lines.
-
-# %%
-print(course.source(flash_fwd._fwd_v1_minimal))
+# replaces `@`, and the online-softmax update is the same four lines. You write this kernel in
+# exercises 7 and 8 below; its source is printed after your checks.
 
 # %% [markdown]
 # Three details the NumPy code did not need:
@@ -79,10 +77,12 @@ for causal in (False, True):
               f"max error {err:.1e}  allowed {bound:.1e}  {'ok' if err <= bound else 'TOO LARGE'}")
 
 # %% [markdown]
-# ### Exercise 7: the inner loop
+# ### Exercise 7: the forward kernel, from its signature
 #
-# `exercises/ex07_kernel_inner_loop.py` holds a forward kernel with its inner loop missing: load
-# $K_j$ and $V_j$, compute the scores, update `m_i`, `l_i` and `acc`.
+# `exercises/ex07_kernel_inner_loop.py` gives the signature of `flash_fwd_kernel` and of the
+# wrapper `flash_forward(q, k, v, causal=False, scale=None)` on `(Z, N, d)` tensors, and nothing
+# else: write the program ids, the pointers, the masks, the loop over key blocks, the store, and
+# in the wrapper the output, the grid and the launch. Non-causal here; exercise 8 adds causal.
 
 # %%
 from flashlab.grading import check
@@ -99,9 +99,18 @@ check("ex07_kernel_inner_loop")
 # on most blocks.
 #
 # ### Exercise 8: causal masking in the kernel
+#
+# Copy your exercise 7 kernel and wrapper into `exercises/ex08_kernel_causal.py`, add the
+# `CAUSAL` argument, stop the loop before the fully masked key blocks, and mask the diagonal ones.
 
 # %%
 check("ex08_kernel_causal")
+
+# %% [markdown]
+# Once both checks pass, compare with the library's minimal rung:
+
+# %%
+print(course.source(flash_fwd._fwd_v1_minimal))
 
 # %% [markdown]
 # ## The public function: `flashlab.flash_attention`

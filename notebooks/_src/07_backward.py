@@ -122,6 +122,18 @@ for causal in (False, True):
 check("ex10_tiled_backward")
 
 # %% [markdown]
+# ### Exercise 15: FlashAttention-2 as a `torch.autograd.Function`
+#
+# In `exercises/ex15_autograd_flash.py` write `flash_forward_lse` (exercise 3's loop in torch,
+# also returning lse), the class `FlashAttention2(torch.autograd.Function)` whose `forward` saves
+# lse and whose `backward` recomputes P tile by tile (exercise 10's loop in torch), and
+# `forward_and_backward(q, k, v, do, causal)`, which runs it through autograd. The grader
+# compares o, dq, dk, dv with float64 references, gradcheck-style.
+
+# %%
+check("ex15_autograd_flash")
+
+# %% [markdown]
 # ## What recomputation buys and costs
 #
 # Storing $P$ costs $N_q N_k$ elements per head; storing lse costs $N_q$. Recomputing $P$ costs
@@ -169,7 +181,21 @@ for n in (1024, 4096, 16384):
 # `flashlab.flash_attention` is a `torch.autograd.Function`. Its backward runs three Triton
 # kernels (`flashlab.kernels.flash_bwd`): a preprocessing kernel for $D$, a kernel with one
 # program per key block for $dK, dV$ (summing over the query heads of a group for grouped-query
-# attention), and one per query block for $dQ$. The $dK, dV$ kernel's inner loop:
+# attention), and one per query block for $dQ$.
+#
+# ### Exercise 13: the backward kernels
+#
+# In `exercises/ex13_triton_backward.py` write `flash_bwd_dkdv_kernel`, one program per key
+# block, and its wrapper `flash_backward_dkdv(q, k, v, o, lse, do, causal, scale)`: keep $K_j$,
+# $V_j$ on chip, loop over the query blocks recomputing $P$ from lse, accumulate $dK_j$ and
+# $dV_j$, store them once. Then `flash_bwd_dq_kernel` and `flash_backward_dq`, one program per
+# query block.
+
+# %%
+check("ex13_triton_backward")
+
+# %% [markdown]
+# Once your check passes, compare with the library's $dK, dV$ kernel's inner loop:
 
 # %%
 from flashlab.kernels import attention, flash_bwd

@@ -175,6 +175,19 @@ else:
     print("No CUDA GPU: no live timing; the table above is the H200's.")
 
 # %% [markdown]
+# ### Exercise 14: split-KV decoding in Triton
+#
+# In `exercises/ex14_split_kv_decode.py` write `decode_partial_kernel`, one program per
+# (sequence, split) computing the split's normalised partial output and log-sum-exp, its wrapper
+# `split_kv_partials(q, k, v, num_splits)`, and `combine_splits(o_part, lse_part)`, which merges
+# the partial states (torch is fine there). Some splits may be empty.
+
+# %%
+from flashlab.grading import check
+
+check("ex14_split_kv_decode")
+
+# %% [markdown]
 # ## The kernel on a decode shape
 #
 # `flashlab.flash_attention` accepts $N_q = 1$ and grouped-query shapes; check one decode step

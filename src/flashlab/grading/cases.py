@@ -469,3 +469,228 @@ def traffic_ratio(nq):
     return naive / flash
 
 
+
+
+# ----------------------------------------------------------------------------- ex07/08 forward kernel from its signature
+def flash_scaled_reference(q, k, v, causal=False, scale=None):
+    from flashlab.reference import naive_attention
+
+    return naive_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), causal=causal,
+                           scale=scale).astype(q.dtype)
+
+
+def flash_kernel_public(rng, causal):
+    return [flash_case(rng, 1, 32, 32, 16, "float32", causal)]
+
+
+def flash_kernel_hidden(rng, causal):
+    """flash_hidden's cases with a GPU-safe large-logit case, then an explicit scale.
+
+    On a GPU a float32 tl.dot rounds its inputs to tf32 (10-bit mantissa): large scores from
+    scaled-up q would be off by far more than the tolerance. large_logits puts the large part of
+    every score of a row in one shared term (q[..., 0] * k[..., 0] with k[..., 0] = 1), whose
+    rounding is the same for every key and cancels in the softmax: with tf32-rounded q and k the
+    float64 result stays within 1e-2 (checked on 40 seeds, both causal settings).
+    """
+    cases = [c for c in flash_hidden(rng, causal) if "large logits" not in c.label]
+    kw = large_logits(rng, 32, 24, 16, batch=(1,))
+    kw["q"][..., 0] /= 8.0  # row offsets of +-100 to +-150: exp overflows float32 (past 88.7) all the same,
+    # and float32 rounding of the dot (about offset * 2**-24 per term) stays far inside the tolerance
+    kw = {name: t.astype(np.float32) for name, t in kw.items()}
+    kw["causal"] = bool(causal)
+    cases.append(Case(attn_label(kw, bool(causal), " large logits"), kw, why=LARGE_LOGITS))
+    kw = dict(qkv(rng, int(rng.integers(17, 40)), int(rng.integers(17, 40)), 16, batch=(1,), dtype="float32"),
+              causal=bool(causal), scale=float(rng.uniform(0.05, 0.5)))
+    cases.append(Case(attn_label(kw, bool(causal), f" scale={kw['scale']:.3f}"), kw,
+                      why="an explicit scale replaces 1/sqrt(d)"))
+    return cases
+
+
+# ----------------------------------------------------------------------------- ex12 online softmax kernel
+def online_kernel_reference(x, block_n=32):
+    return row_softmax_reference(x)
+
+
+def online_kernel_cases(rng, rows, why=""):
+    """rows: (M, N, block_n, dtype, scale, leading -inf columns)."""
+    cases = []
+    for m, n, block_n, dtype, scale, masked in rows:
+        x = randn(rng, m, n, dtype="float64", scale=scale)
+        x[:, :masked] = -np.inf
+        label = f"x({m}, {n}) {dtype} block_n={block_n}" + (" large logits" if scale > 1 else "")
+        label += f", columns 0-{masked - 1} -inf" if masked else ""
+        cases.append(Case(label, dict(x=x.astype(dtype), block_n=block_n), why=why))
+    return cases
+
+
+def online_kernel_public(rng):
+    return online_kernel_cases(rng, [(3, 100, 32, "float32", 1.0, 0)])
+
+
+def online_kernel_hidden(rng):
+    n = int(rng.integers(33, 200))
+    return (online_kernel_cases(rng, [(2, n, 16, "float32", 1.0, 0), (3, int(rng.integers(1, 16)), 16, "float16", 1.0, 0)],
+                                "a ragged last block; a row shorter than one block")
+            + online_kernel_cases(rng, [(2, 150, 16, "float32", 300.0, 0)], LARGE_LOGITS)
+            + online_kernel_cases(rng, [(2, 70, 16, "float32", 1.0, 20)],
+                                  "the first block is all -inf: the running max is still -inf after it, and "
+                                  "exp(-inf - (-inf)) is NaN unless that case is guarded"))
+
+
+# ----------------------------------------------------------------------------- ex13 backward kernel (dK, dV)
+def dkdv_reference(q, k, v, o, lse, do, causal=False, scale=None):
+    from flashlab.reference import naive_attention_backward
+
+    f64 = [t.astype(np.float64) for t in (q, k, v, do)]
+    _, dk, dv = naive_attention_backward(*f64, causal=causal, scale=scale)
+    return dk.astype(k.dtype), dv.astype(v.dtype)
+
+
+def dq_reference(q, k, v, o, lse, do, causal=False, scale=None):
+    from flashlab.reference import naive_attention_backward
+
+    f64 = [t.astype(np.float64) for t in (q, k, v, do)]
+    return naive_attention_backward(*f64, causal=causal, scale=scale)[0].astype(q.dtype)
+
+
+def dkdv_case(rng, z, nq, nk, d, causal, scale=None, why=""):
+    from flashlab.reference import naive_attention
+
+    kw = qkv(rng, nq, nk, d, batch=(z,))  # float64, then float32 for the kernel
+    o, lse = naive_attention(kw["q"], kw["k"], kw["v"], causal=causal, scale=scale, return_lse=True)
+    kw = {name: t.astype(np.float32) for name, t in dict(kw, o=o, lse=lse, do=randn(rng, z, nq, d)).items()}
+    kw.update(causal=causal) if scale is None else kw.update(causal=causal, scale=scale)
+    extra = "" if scale is None else f" scale={scale:.3f}"
+    return Case(attn_label(kw, causal, extra), kw, why=why)
+
+
+def dkdv_public(rng):
+    return [dkdv_case(rng, 1, 32, 32, 16, False), dkdv_case(rng, 1, 32, 32, 16, True)]
+
+
+def dkdv_hidden(rng):
+    return [dkdv_case(rng, 2, int(rng.integers(17, 45)), int(rng.integers(17, 45)), 16, False,
+                      why="ragged query and key blocks, Nq != Nk"),
+            dkdv_case(rng, 1, int(rng.integers(35, 50)), int(rng.integers(17, 30)), 16, True,
+                      why="causal with Nq > Nk"),
+            dkdv_case(rng, 1, int(rng.integers(17, 30)), int(rng.integers(35, 50)), 32, True,
+                      why="causal with Nq < Nk: the last key blocks see no query row (dK = dV = 0 there)"),
+            dkdv_case(rng, 1, 24, 40, 16, False, scale=float(rng.uniform(0.05, 0.5)),
+                      why="an explicit scale replaces 1/sqrt(d)")]
+
+
+# ----------------------------------------------------------------------------- ex14 split-KV decode
+def split_bounds(nk, num_splits):
+    """[(lo, hi)] of each split: ceil(nk / num_splits) keys each, the last ones possibly short or empty."""
+    per = -(-nk // num_splits)
+    return [(min(s * per, nk), min((s + 1) * per, nk)) for s in range(num_splits)]
+
+
+def partials_reference(q, k, v, num_splits, scale=None):
+    z, nk, d = k.shape
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    o_part = np.zeros((z, num_splits, v.shape[-1]))
+    lse_part = np.full((z, num_splits), -np.inf)
+    for s, (lo, hi) in enumerate(split_bounds(nk, num_splits)):
+        if hi > lo:
+            scores = scale * np.einsum("zd,znd->zn", q.astype(np.float64), k[:, lo:hi].astype(np.float64))
+            m = scores.max(-1, keepdims=True)  # (Z, 1)
+            p = np.exp(scores - m)
+            o_part[:, s] = np.einsum("zn,znd->zd", p, v[:, lo:hi].astype(np.float64)) / p.sum(-1, keepdims=True)
+            lse_part[:, s] = m[:, 0] + np.log(p.sum(-1))
+    return o_part.astype(np.float32), lse_part.astype(np.float32)
+
+
+def partials_case(rng, z, nk, d, num_splits, dtype, scale=None, why=""):
+    kw = dict(q=randn(rng, z, d, dtype=dtype), k=randn(rng, z, nk, d, dtype=dtype),
+              v=randn(rng, z, nk, d, dtype=dtype), num_splits=num_splits)
+    if scale is not None:
+        kw["scale"] = scale
+    empty = sum(hi == lo for lo, hi in split_bounds(nk, num_splits))
+    label = f"Z={z} Nk={nk} d={d} {dtype} num_splits={num_splits}" + (f" ({empty} empty)" if empty else "")
+    return Case(label + ("" if scale is None else f" scale={scale:.3f}"), kw, why=why)
+
+
+def partials_public(rng):
+    return [partials_case(rng, 2, 64, 16, 4, "float32")]
+
+
+def partials_hidden(rng):
+    return [partials_case(rng, 2, int(rng.integers(40, 120)), 32, 3, "float32",
+                          why="splits that are not a multiple of BLOCK_N keys"),
+            partials_case(rng, 1, 9, 16, 4, "float32",
+                          why="ceil(9 / 4) = 3 keys per split: the fourth split is empty (o = 0, lse = -inf)"),
+            partials_case(rng, 3, int(rng.integers(20, 70)), 16, 5, "float16", why="float16 keys and values"),
+            partials_case(rng, 1, 50, 16, 1, "float32", scale=float(rng.uniform(0.05, 0.5)),
+                          why="one split: the whole row; an explicit scale")]
+
+
+def combine_splits_reference(o_part, lse_part):
+    lse = np.logaddexp.reduce(lse_part.astype(np.float64), axis=-1)  # (Z,)
+    w = np.exp(lse_part.astype(np.float64) - lse[:, None])  # (Z, S)
+    return (w[..., None] * o_part).sum(1).astype(o_part.dtype)
+
+
+def combine_splits_case(rng, z, nk, d, num_splits, why=""):
+    base = partials_case(rng, z, nk, d, num_splits, "float64")
+    o_part, lse_part = partials_reference(**base.kwargs)
+    return Case(base.label.replace("float64", "partials float32"), dict(o_part=o_part, lse_part=lse_part), why=why)
+
+
+def combine_splits_public(rng):
+    return [combine_splits_case(rng, 2, 64, 16, 4)]
+
+
+def combine_splits_hidden(rng):
+    return [combine_splits_case(rng, 3, int(rng.integers(30, 100)), 8, 6, "random split sizes"),
+            combine_splits_case(rng, 2, 9, 8, 4, "an empty split (lse = -inf) must weigh 0, without NaN"),
+            combine_splits_case(rng, 2, 40, 8, 1, "a single split: the combine returns it unchanged")]
+
+
+# ----------------------------------------------------------------------------- ex15 autograd Function
+def lse_forward_reference(q, k, v, causal=False):
+    from flashlab.reference import naive_attention
+
+    o, lse = naive_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), causal=causal,
+                             return_lse=True)
+    return o.astype(q.dtype), lse.astype(q.dtype)
+
+
+def grads_reference(q, k, v, do, causal=False):
+    from flashlab.reference import naive_attention, naive_attention_backward
+
+    f64 = [t.astype(np.float64) for t in (q, k, v, do)]
+    o = naive_attention(*f64[:3], causal=causal)
+    return tuple(t.astype(q.dtype) for t in (o, *naive_attention_backward(*f64, causal=causal)))
+
+
+def autograd_case(rng, batch, nq, nk, d, dtype, causal, with_do=True, why=""):
+    kw = dict(qkv(rng, nq, nk, d, batch=batch, dtype=dtype), causal=causal)
+    if with_do:
+        kw["do"] = randn(rng, *batch, nq, d, dtype=dtype)
+    return Case(attn_label(kw, causal), kw, why=why)
+
+
+def lse_forward_public(rng):
+    return [autograd_case(rng, (1,), 32, 32, 8, "float64", False, False)]
+
+
+def lse_forward_hidden(rng):
+    return [autograd_case(rng, (2,), int(rng.integers(17, 50)), int(rng.integers(17, 50)), 8, "float64", c, False,
+                          why="ragged last tiles, Nq != Nk") for c in (False, True)] + [
+            autograd_case(rng, (1,), int(rng.integers(35, 50)), int(rng.integers(5, 20)), 8, "float32", True, False,
+                          why="causal with Nq > Nk, float32")]
+
+
+def grads_public(rng):
+    return [autograd_case(rng, (1,), 32, 32, 8, "float64", False), autograd_case(rng, (1,), 24, 24, 8, "float64", True)]
+
+
+def grads_hidden(rng):
+    return [autograd_case(rng, (2,), int(rng.integers(17, 50)), int(rng.integers(17, 50)), 8, "float64", False,
+                          why="ragged tiles, Nq != Nk, a batch dim"),
+            autograd_case(rng, (1,), int(rng.integers(35, 50)), int(rng.integers(10, 30)), 8, "float64", True,
+                          why="causal with Nq > Nk"),
+            autograd_case(rng, (1,), int(rng.integers(10, 30)), int(rng.integers(35, 50)), 8, "float64", True,
+                          why="causal with Nq < Nk: keys no query row sees get dK = dV = 0"),
+            autograd_case(rng, (1,), 20, 20, 8, "float32", True, why="float32: gradients in the input dtype")]
