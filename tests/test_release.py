@@ -60,8 +60,9 @@ def test_no_solution_line_appears_in_the_student_release(student):
     leaked = []
     for solution in sorted((REPO / "solutions").glob("ex*.py")):
         stub = REPO / "exercises" / solution.name
+        given = " ".join(stub.read_text().split())  # the stub's own text (its docstring states the interface)
         added = _code_lines(solution) - _code_lines(stub)
-        for line in (line for line in added if len(line) >= 30):
+        for line in (line for line in added if len(line) >= 30 and line not in given):
             leaked += [f"{solution.name}: {line!r} in {p.relative_to(student)}" for p, t in texts.items() if line in t]
     assert not leaked, "solution lines in the student release:\n" + "\n".join(leaked[:20])
 

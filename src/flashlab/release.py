@@ -88,9 +88,9 @@ def release_student(target, root: Path | None = None) -> Path:
 
 
 def kernel_sources(package: Path) -> list[str]:
-    """Modules (relative to ``package``) that define Triton or Gluon kernels: they stay source."""
-    return sorted(p.relative_to(package).as_posix() for p in (package / "kernels").glob("*.py")
-                  if "@triton.jit" in p.read_text() or "@gluon.jit" in p.read_text())
+    """The modules of ``flashlab.kernels`` (relative to ``package``): they stay source, since Triton
+    compiles a kernel from its Python source and the wrappers launch them."""
+    return sorted(p.relative_to(package).as_posix() for p in (package / "kernels").glob("*.py"))
 
 
 def _release_note(package: Path) -> str:
