@@ -42,6 +42,7 @@ from dataclasses import dataclass
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
 SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_OPTIONS = ()  # AttnSpec options beyond causal top-left: none (its loop bounds are its own)
 BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
 
 
@@ -292,8 +293,12 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
 
     from .flash_fwd_hopper import row_views
 
+    from .visible import as_spec
+
     if not checked:
         _check_inputs(q, k, v, causal, scale, warmup)
+    spec = as_spec(causal, scale)  # causal top-left or none: what _check_inputs lets through
+    causal, scale = spec.causal, spec.scale
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
     n_kv = k.shape[2]
     cfg = config or default_config(d, causal)
@@ -370,7 +375,7 @@ def _gluon_available() -> bool:
 def _check_inputs(q, k, v, causal, scale, compile_only: bool = False):
     from .flash_fwd_hopper import check_rung_inputs
 
-    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS)
+    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS, SUPPORTED_OPTIONS)
     if q.device.type != "cuda" and not compile_only:
         raise ValueError(f"q is on {q.device}; the Gluon rung runs on a CUDA sm90 (Hopper) GPU only "
                          "(flashlab.flash_attention picks a rung that runs here)")
