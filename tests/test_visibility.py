@@ -198,9 +198,10 @@ WINDOW_CASES = [  # Nq, Nk, spec
 ]
 
 
-def _window_check(rungs, nq, nk, spec, device, dtype, fwd_block, bwd_config, forward_kwargs=None):
+def _window_check(rungs, nq, nk, spec, device, dtype, poison_block, bwd_config):
     """Each forward rung and the backward against the float64 reference, with NaN in every key
-    block (of fwd_block keys; the backward config uses the same) that no query sees."""
+    block of ``poison_block`` keys that no query sees (a multiple of every BLOCK_N the rungs and
+    the backward use, so a kernel that loads such a key loads a tile it should have skipped)."""
     import torch
 
     from flashlab.kernels import flash_bwd
@@ -208,8 +209,8 @@ def _window_check(rungs, nq, nk, spec, device, dtype, fwd_block, bwd_config, for
 
     seed = random.randrange(2**31)
     q, k, v = _torch_inputs(nq, nk, 64, dtype, seed, device)  # (1, 2, N, 64)
-    seen = TileVisibility(spec, nq, nk, nq, fwd_block).visited_tiles.any(axis=0)  # (key blocks,)
-    unseen = torch.from_numpy(np.repeat(~seen, fwd_block)[:nk]).to(device)
+    seen = TileVisibility(spec, nq, nk, nq, poison_block).visited_tiles.any(axis=0)  # (key blocks,)
+    unseen = torch.from_numpy(np.repeat(~seen, poison_block)[:nk]).to(device)
     k_nan, v_nan = k.clone(), v.clone()
     k_nan[:, :, unseen] = float("nan")
     v_nan[:, :, unseen] = float("nan")
@@ -248,8 +249,18 @@ def test_triton_rungs_compute_window_and_bottom_right_without_loading_unseen_key
     _window_check(rungs, nq, nk, spec, "cpu", torch.float16, 16, flash_bwd.BwdConfig(16, 16, 32, 16, 4, 2, 16))
 
 
+# On the GPU v3 autotunes BLOCK_N up to 64, so keys are poisoned in blocks of 64; Nk is a multiple
+# of 64 because the Hopper rung reads a ragged key tail from the next head's rows (masked, but a
+# NaN planted there would leak in through P V).
+GPU_WINDOW_CASES = [
+    (30, 192, AttnSpec(causal=True, window=20)),  # keys 64.. unseen
+    (20, 192, AttnSpec(causal=True, causal_align="bottom_right", window=17)),  # keys ..127 unseen
+    (37, 192, AttnSpec(causal=True, causal_align="bottom_right")),
+]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("nq,nk,spec", WINDOW_CASES, ids=["window", "bottom-right-window", "bottom-right"])
+@pytest.mark.parametrize("nq,nk,spec", GPU_WINDOW_CASES, ids=["window", "bottom-right-window", "bottom-right"])
 def test_compiled_rungs_compute_window_and_bottom_right_without_loading_unseen_keys(nq, nk, spec):
     torch = pytest.importorskip("torch")
     from flashlab.kernels import flash_bwd, flash_fwd, flash_fwd_hopper
@@ -260,7 +271,7 @@ def test_compiled_rungs_compute_window_and_bottom_right_without_loading_unseen_k
     rungs["v3"] = lambda q, k, v, s: flash_fwd.forward_v3(q, k, v, s)
     rungs["v4_hopper"] = lambda q, k, v, s: flash_fwd_hopper.forward(
         q, k, v, s, config=flash_fwd_hopper.HopperConfig(32, 16, 4, 2))
-    _window_check(rungs, nq, nk, spec, "cuda", torch.float16, 16, flash_bwd.BwdConfig(16, 16, 32, 16, 4, 2, 16))
+    _window_check(rungs, nq, nk, spec, "cuda", torch.float16, 64, flash_bwd.BwdConfig(16, 16, 32, 16, 4, 2, 16))
 
 
 @pytest.mark.interpreter
