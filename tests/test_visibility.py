@@ -12,11 +12,17 @@ from flashlab.attnspec import AttnSpec
 from flashlab.visibility import FULL, SKIPPED, TileVisibility
 
 try:  # the Triton twins of the model (the probe kernel below reads them as globals)
+    import triton
     import triton.language as tl
 
     from flashlab.kernels.visible import kv_bounds, q_bounds
 except ImportError:
     tl = kv_bounds = q_bounds = None
+else:
+    @triton.jit
+    def sliding_window_9(q_idx, kv_idx):
+        # a new variant is one function: the same one serves NumPy (via .fn) and the kernels
+        return (kv_idx <= q_idx) & (kv_idx > q_idx - 9)
 
 SPECS = [
     AttnSpec(),
@@ -162,8 +168,8 @@ def test_triton_loop_bound_helpers_equal_the_numpy_model():
     def probe(Out, N_Q, N_K, DIAG, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
         pid = tl.program_id(0)
-        a0, a1, a2, a3 = kv_bounds(pid, N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
-        b0, b1, b2, b3 = q_bounds(pid, N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+        a0, a1, a2, a3 = kv_bounds(pid, N_Q, N_K, DIAG, WINDOW, None, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, False)
+        b0, b1, b2, b3 = q_bounds(pid, N_Q, N_K, DIAG, WINDOW, None, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, False)
         for t, x in ((0, a0), (1, a1), (2, a2), (3, a3), (4, b0), (5, b1), (6, b2), (7, b3)):
             tl.store(Out + pid * 8 + t, x)
 
@@ -235,7 +241,8 @@ def _window_check(rungs, nq, nk, spec, device, dtype, poison_block, bwd_config):
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("nq,nk,spec", WINDOW_CASES, ids=["window", "bottom-right-window", "bottom-right"])
+@pytest.mark.parametrize("nq,nk,spec", WINDOW_CASES + [(20, 70, "mask_mod")],
+                         ids=["window", "bottom-right-window", "bottom-right", "window-as-mask_mod"])
 def test_triton_rungs_compute_window_and_bottom_right_without_loading_unseen_keys(nq, nk, spec):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
@@ -243,6 +250,8 @@ def test_triton_rungs_compute_window_and_bottom_right_without_loading_unseen_key
 
     if not _mode.is_interpreter():
         pytest.skip("the interpreter version; tests/test_visibility.py's gpu test runs it compiled")
+    if spec == "mask_mod":
+        spec = AttnSpec(mask_mod=sliding_window_9)
     tall = flash_fwd.FwdConfig(32, 16, 1, 1)
     rungs = {name: (lambda q, k, v, s, f=getattr(flash_fwd, name): f(q, k, v, s, config=tall))
              for name in ("forward_v0", "forward_v1", "forward_v2")}
@@ -275,6 +284,30 @@ def test_compiled_rungs_compute_window_and_bottom_right_without_loading_unseen_k
 
 
 @pytest.mark.interpreter
+def test_flash_attention_takes_a_mask_mod_and_matches_the_same_window_built_in():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from flashlab.kernels import ladder
+    from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = _torch_inputs(33, 33, 32, torch.float32, 12, device)
+    assert ladder.best_rung(q, k, v, AttnSpec(mask_mod=sliding_window_9)) == "v2_exp2_causal"
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, mask_mod=sliding_window_9)
+    ref_leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref = attention_reference(*ref_leaves, causal=True, window=9)  # the built-in rule, as reference
+    pt_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    pt = attention_reference(*pt_leaves, causal=True, window=9, upcast=False)
+    assert max_error(out, ref) <= allowed_error(ref, pt)
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(device)
+    for t in (out, ref, pt):
+        t.backward(do.to(t.dtype))
+    for name, mine, r, p in zip("qkv", leaves, ref_leaves, pt_leaves):
+        assert max_error(mine.grad, r.grad) <= allowed_error(r.grad, p.grad), f"d{name}"
+
+
+@pytest.mark.interpreter
 def test_flash_attention_takes_window_as_a_keyword_and_refuses_what_no_kernel_computes():
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
@@ -293,7 +326,9 @@ def test_flash_attention_takes_window_as_a_keyword_and_refuses_what_no_kernel_co
     ref.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in leaves)
     with pytest.raises(ValueError, match="mask_mod"):
-        flash_attention(q, k, v, mask_mod=lambda qi, ki: ki <= qi)
+        ladder.RUNGS["v4_hopper"](q, k, v, mask_mod=sliding_window_9)
+    with pytest.raises(ValueError, match="seqlens"):
+        flash_attention(q, k, v, seqlens_q=(24,))
     with pytest.raises(ValueError, match="window"):
         ladder.RUNGS["v5_gluon_ws"](q, k, v, causal=True, window=6)
     with pytest.raises(ValueError, match="window"):

@@ -16,8 +16,10 @@ Conventions (Nq query rows, Nk key rows, 0-based):
   sees the w keys ``i + off - w < j <= i + off``.
 * ``mask_mod(q_idx, kv_idx) -> bool``: an extra rule in the manner of FlexAttention, called with
   broadcastable integer arrays; True where the key is visible. It is ANDed with the rules above.
-  The NumPy paths and the Triton interpreter path (rung v1) honour it; block skipping is derived
-  from it by evaluating it on each tile (:mod:`flashlab.visibility`).
+  The NumPy paths take any Python function; the Triton rungs v0-v2 and the backward take a
+  ``@triton.jit`` function written with plain operators (the NumPy paths then call its Python
+  ``.fn``), so one function serves both. Block skipping is derived from it by evaluating it on
+  each tile (:mod:`flashlab.visibility`; the kernels get the resulting per-block ranges).
 * Per-sequence lengths (a packed or ragged batch): ``seqlens_q`` / ``seqlens_k`` give each
   sequence's (Nq_b, Nk_b); the rules above then apply per sequence with that sequence's own Nq_b,
   Nk_b (so ``bottom_right`` lines up each sequence's last query with its own last key). No
@@ -113,8 +115,8 @@ class AttnSpec:
         q_idx, kv_idx = np.asarray(q_idx), np.asarray(kv_idx)
         first, end = self.key_interval(q_idx, nq, nk)
         visible = (kv_idx >= first) & (kv_idx < end) & (kv_idx >= 0) & (q_idx >= 0) & (q_idx < nq)
-        if self.mask_mod is not None:
-            visible = visible & np.asarray(self.mask_mod(q_idx, kv_idx), dtype=bool)
+        if self.mask_mod is not None:  # a @triton.jit mask_mod is called through its Python function
+            visible = visible & np.asarray(getattr(self.mask_mod, "fn", self.mask_mod)(q_idx, kv_idx), dtype=bool)
         return visible
 
     def check_lengths(self, nq: int, nk: int) -> None:
@@ -165,6 +167,10 @@ class AttnSpec:
                      "seqlens": (self.seqlens_q, self.seqlens_k)}[name]
             raise ValueError(f"{name}={value!r} is not supported by {where}")
 
+    def mask_args(self) -> dict:
+        """The mask_mod's kernel keywords: MASK_MOD (the function, a constexpr) and HAS_MASK_MOD."""
+        return dict(MASK_MOD=self.mask_mod, HAS_MASK_MOD=self.mask_mod is not None)
+
     def kernel_args(self, nq: int, nk: int) -> dict:
         """Keyword arguments every Triton kernel takes for the rule: the diagonal offset and window
         (runtime ints) and the flags CAUSAL, HAS_WINDOW (constexprs, also autotune keys)."""
@@ -176,7 +182,7 @@ class AttnSpec:
 
 
 # the constexpr flags of kernel_args: part of every autotune key
-KERNEL_FLAGS = ("CAUSAL", "HAS_WINDOW")
+KERNEL_FLAGS = ("CAUSAL", "HAS_WINDOW", "HAS_MASK_MOD")
 OPTIONS = tuple(f.name for f in fields(AttnSpec))
 
 

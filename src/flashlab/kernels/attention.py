@@ -239,8 +239,8 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *
     16 <= d <= 256; strided (non-contiguous) inputs are fine. ``causal``: query i sees keys j <= i
     (top-left, as torch SDPA). ``scale`` defaults to 1/sqrt(d). ``options``: ``window=w`` (sliding
     window, with causal: query i sees keys i - w < j <= i), ``causal_align="bottom_right"`` (query
-    i of Nq sees keys j <= Nk - Nq + i), or ``spec=AttnSpec(...)`` (:mod:`flashlab.attnspec`; a
-    ``mask_mod`` is refused here: the NumPy functions take it). Returns (B, H, Nq, d) in q's dtype;
+    i of Nq sees keys j <= Nk - Nq + i), ``mask_mod=f`` (a ``@triton.jit`` f(q_idx, kv_idx) -> bool;
+    runs on rung v2) or ``spec=AttnSpec(...)`` (:mod:`flashlab.attnspec`). Returns (B, H, Nq, d) in q's dtype;
     differentiable with respect to q, k and v. Limits, checked up front with a ValueError: on a GPU
     B*H <= 65535 (CUDA's grid), and the elements one (batch, head) slice spans must fit in int32.
 
@@ -249,7 +249,9 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *
     """
     global _FUNCTION
     spec = attn_spec(q, k, v, causal, scale, **options)
-    spec.refuse(("window", "causal_align"), "flash_attention (the Triton kernels)")
+    from .ladder import TRITON_OPTIONS
+
+    spec.refuse(TRITON_OPTIONS, "flash_attention (the Triton kernels)")
     if _FUNCTION is None:
         _FUNCTION = _autograd_function()
     return _FUNCTION.apply(q, k, v, spec)

@@ -28,7 +28,7 @@ triton = _mode.triton()
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .visible import as_spec, kv_bounds, q_bounds, stage_range, visible  # noqa: E402
+from .visible import as_spec, block_ranges, kv_bounds, q_bounds, stage_range, visible  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ def _bwd_dkdv_inner(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_qk, stride_dom, stride_dok,
     offs_n, offs_d, lo, hi, qk_scale, N_Q, N_K, DIAG, WINDOW,
     D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     for start_m in range(lo, hi, BLOCK_M):  # line 7: for each query block i
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -121,7 +122,8 @@ def _bwd_dkdv_inner(
         qkT = _dot(k, tl.trans(q), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
         pT = tl.math.exp2(qkT - lse2[None, :])
         if MASK:
-            pT = tl.where(visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW), pT, 0.0)
+            seen = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
+            pT = tl.where(seen, pT, 0.0)
         # -- dV_j += P_ij^T dO_i (line 11)
         dv = _dot_acc(pT.to(do.dtype), do, dv, DOT_F32, DOT_PRECISION)
         # -- dP_ij^T = V_j dO_i^T (line 12); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 13)
@@ -141,9 +143,10 @@ def _bwd_dkdv(
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- key/value block j and (batch, kv head) of this program (line 5)
     start_n = tl.program_id(0) * BLOCK_N
@@ -158,8 +161,8 @@ def _bwd_dkdv(
     #    band (masked), rows that see every key of it (unmasked), the window's far edge (masked).
     #    A key block no query sees (lo == hi, e.g. causal keys past the last row) is never
     #    loaded, and dK_j = dV_j = 0 are written (visibility.TileVisibility.q_range in NumPy)
-    lo, full_lo, full_hi, hi = q_bounds(tl.program_id(0), N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N,
-                                        CAUSAL, HAS_WINDOW)
+    lo, full_lo, full_hi, hi = q_bounds(tl.program_id(0), N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                        CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
     load_mask = kv_mask & (lo < hi)
     # -- load K_j, V_j (line 6); initialise dK_j = dV_j = 0 (line 7)
     k = tl.load(K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
@@ -181,7 +184,8 @@ def _bwd_dkdv(
             dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                      stride_qm, stride_qk, stride_dom, stride_dok,
                                      offs_n, offs_d, stage_lo, stage_hi, qk_scale, N_Q, N_K, DIAG, WINDOW,
-                                     D_HEAD, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, DOT_F32, DOT_PRECISION)
+                                     D_HEAD, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD, DOT_F32,
+                                     DOT_PRECISION)
     # -- write dK_j, dV_j to HBM (line 20)
     dk = dk * sm_scale
     tl.store(DK + off_z * stride_dkz + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
@@ -195,7 +199,8 @@ def _bwd_dq_inner(
     dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
     offs_m, offs_d, lo, hi, qk_scale, N_K, DIAG, WINDOW,
     D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     for start_n in range(lo, hi, BLOCK_N):  # for each key block j
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -207,7 +212,8 @@ def _bwd_dq_inner(
         qk = _dot(q, kT, DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         p = tl.math.exp2(qk - lse2[:, None])
         if MASK:
-            p = tl.where(visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW), p, 0.0)
+            seen = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
+            p = tl.where(seen, p, 0.0)
         # -- dP_ij = dO_i V_j^T (line 12); dS_ij = P_ij * (dP_ij - D_i) (line 13)
         dp = _dot(do, vT, DOT_F32, DOT_PRECISION)
         ds = p * (dp - Di[:, None])
@@ -224,9 +230,10 @@ def _bwd_dq(
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dqz, stride_dqh, stride_dqm, stride_dqk,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- query block i and (batch, head) of this program
     start_m = tl.program_id(0)
@@ -249,12 +256,14 @@ def _bwd_dq(
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
     v_base = V + off_z * stride_vz + off_hkv * stride_vh
     # -- the same three stages as the forward (v2): visible.kv_bounds
-    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                         CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
     for stage in tl.static_range(3):
         stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
         dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
                            offs_m, offs_d, stage_lo, stage_hi, qk_scale, N_K, DIAG, WINDOW,
-                           D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW, DOT_F32, DOT_PRECISION)
+                           D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD, DOT_F32,
+                                     DOT_PRECISION)
     # -- write dQ_i (line 21)
     dq = dq * sm_scale
     tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + offs_m[:, None] * stride_dqm
@@ -278,7 +287,8 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     consts = dict(HEAD_DIM=head_dim, D_HEAD=d)
     spec = as_spec(causal, scale)
     scale = spec.resolved_scale(d)
-    flags = dict(**spec.kernel_args(Nq, Nk), DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
+    flags = dict(**spec.kernel_args(Nq, Nk), **spec.mask_args(), DOT_F32=_mode.dot_upcast(q.dtype),
+                 DOT_PRECISION=dot_precision(q.dtype))
     lse = lse.contiguous()
     delta = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
     dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
@@ -293,10 +303,12 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
             _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
                 q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
+                RANGES=block_ranges(spec, Nq, Nk, cfg.block_m1, cfg.block_n1, "k", q.device),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
                 q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+                RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return dq, dk, dv
         except OutOfResources:

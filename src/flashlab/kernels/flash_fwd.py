@@ -44,7 +44,7 @@ triton = _mode.triton()
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .visible import as_spec, finite_max, kv_bounds, stage_range, visible  # noqa: E402
+from .visible import as_spec, block_ranges, finite_max, kv_bounds, stage_range, visible  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Configuration as data
@@ -138,9 +138,10 @@ def _fwd_v0_grid_bh(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- this program owns one (batch, head): the grid has B*H programs and no query-block axis
     off_hz = tl.program_id(0)
@@ -159,7 +160,8 @@ def _fwd_v0_grid_bh(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+        lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
@@ -167,10 +169,11 @@ def _fwd_v0_grid_bh(
             v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
                         mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
             qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale
-            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW)
+            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             qk = tl.where(mask, qk, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            m_use = finite_max(m_ij, HAS_WINDOW)
+            m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)
             p = tl.exp(qk - m_use[:, None])
             alpha = tl.exp(m_i - m_use)
             l_i = l_i * alpha + tl.sum(p, 1)
@@ -192,9 +195,10 @@ def _fwd_v1_minimal(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which query block i and which (batch, head) this program owns (line 3: parallel over i)
     start_m = tl.program_id(0)
@@ -215,7 +219,8 @@ def _fwd_v1_minimal(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # (BLOCK_M, HEAD_DIM)
     # -- only key blocks some row of this block sees are visited; the rest are never loaded
     #    (visibility.TileVisibility.kv_range in NumPy)
-    lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+    lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         # -- load K_j (as K_j^T) and V_j from HBM to SRAM (line 7)
@@ -226,12 +231,13 @@ def _fwd_v1_minimal(
         # -- S_ij = Q_i K_j^T (line 8), masked where j is past N_K or not visible to the row
         #    (tiled.py: s = _masked_scores(q_i, k_j, ...))
         qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, BLOCK_N)
-        mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW)
+        mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
         qk = tl.where(mask, qk, float("-inf"))  # (BLOCK_M, BLOCK_N)
         # -- m_ij = max(m_i, rowmax(S_ij)); P_ij = exp(S_ij - m_ij); l_i = e^(m_i - m_ij) l_i + rowsum(P_ij) (line 9)
         #    (the first lines of softmax.online_update, with m_ij for its m_new)
         m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
-        m_use = finite_max(m_ij, HAS_WINDOW)  # (BLOCK_M,)
+        m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)  # (BLOCK_M,)
         p = tl.exp(qk - m_use[:, None])  # (BLOCK_M, BLOCK_N)
         alpha = tl.exp(m_i - m_use)  # (BLOCK_M,)
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
@@ -257,6 +263,7 @@ def _fwd_v2_inner(
     offs_m, offs_d, lo, hi, qk_scale, N_K, DIAG, WINDOW,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     for start_n in range(lo, hi, BLOCK_N):  # line 6
@@ -277,11 +284,12 @@ def _fwd_v2_inner(
         # -- S_ij in log2 units: Q_i K_j^T * scale * log2(e) (line 8)
         qk = _dot(q, k, DOT_F32, DOT_PRECISION) * qk_scale
         if MASK:
-            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW)
+            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             qk = tl.where(mask, qk, float("-inf"))
         # -- m_ij, P_ij = 2^(S_ij - m_ij), l_i (line 9)
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        m_use = finite_max(m_ij, HAS_WINDOW)
+        m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)
         p = tl.math.exp2(qk - m_use[:, None])
         alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -299,9 +307,10 @@ def _fwd_v2_exp2_causal(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW, N_Q_BUCKET, N_K_BUCKET,  # the buckets are only autotuning keys (v3)
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES, N_Q_BUCKET, N_K_BUCKET,  # the buckets are only autotuning keys (v3)
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- query block i and (batch, head) of this program (line 3)
     start_m = tl.program_id(0)
@@ -323,13 +332,14 @@ def _fwd_v2_exp2_causal(
     # -- the key range in three stages (kernels.visible.kv_bounds): masked blocks at the window's
     #    lower edge, blocks every row sees in full (no mask), then masked blocks (the diagonal band,
     #    the ragged tail); blocks outside [lo, hi) are never loaded
-    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
     for stage in tl.static_range(3):
         stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
         acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
                                       offs_m, offs_d, stage_lo, stage_hi, qk_scale, N_K, DIAG, WINDOW,
                                       HEAD_DIM, D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW,
-                                      DOT_F32, DOT_PRECISION)
+                                      MASK_MOD, HAS_MASK_MOD, DOT_F32, DOT_PRECISION)
     # -- O_i = O_i / l_i (line 12); L_i = m_i + log(l_i), back in natural-log units (line 13)
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
@@ -404,19 +414,25 @@ def _out_and_args(q, k, v, spec: AttnSpec):
         H, H // Hkv, Nq, Nk,
     )
     consts = dict(
-        HEAD_DIM=head_dim_padded(d), D_HEAD=d, **spec.kernel_args(Nq, Nk),
+        HEAD_DIM=head_dim_padded(d), D_HEAD=d, **spec.kernel_args(Nq, Nk), **spec.mask_args(),
         DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
     )
     return o, lse, args, consts
 
 
-def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
-    """Launch with ``config``; on a shared-memory overflow retry with smaller tiles."""
+def _ranges(spec: AttnSpec, q, k):
+    """RANGES for a config: the key range of each query block, from the model (mask_mod only)."""
+    return lambda cfg: block_ranges(spec, q.shape[2], k.shape[2], cfg.block_m, cfg.block_n, "q", q.device)
+
+
+def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
+    """Launch with ``config``; on a shared-memory overflow retry with smaller tiles.
+    ``ranges(cfg)``: the RANGES argument for that config's block sizes."""
     from triton.runtime.errors import OutOfResources
 
     for cfg in fallback_fwd_configs(config):
         try:
-            kernel[grid(cfg)](*args, **consts, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            kernel[grid(cfg)](*args, **consts, RANGES=ranges(cfg), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return cfg
         except OutOfResources:
@@ -427,30 +443,33 @@ def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
 def forward_v0(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
     """Rung v0: grid over (batch, head) only. ``causal``: a bool or an AttnSpec.
     Returns (o (B, H, Nq, d), lse (B, H, Nq) fp32, natural log)."""
-    o, lse, args, consts = _out_and_args(q, k, v, as_spec(causal, scale))
+    spec = as_spec(causal, scale)
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
     config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
     B, H = q.shape[:2]
-    _launch(_fwd_v0_grid_bh, lambda c: (B * H,), args, consts, config)
+    _launch(_fwd_v0_grid_bh, lambda c: (B * H,), args, consts, config, _ranges(spec, q, k))
     return o, lse
 
 
 def forward_v1(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
     """Rung v1: FA2 grid (query block, batch*head), natural exp, masks everywhere."""
-    o, lse, args, consts = _out_and_args(q, k, v, as_spec(causal, scale))
+    spec = as_spec(causal, scale)
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
     config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
     B, H, Nq = q.shape[:3]
-    _launch(_fwd_v1_minimal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config)
+    _launch(_fwd_v1_minimal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config, _ranges(spec, q, k))
     return o, lse
 
 
 def forward_v2(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
     """Rung v2: exp2 with log2(e) folded into the scale; the loop in three stages (masked,
     unmasked, masked) from ``visible.kv_bounds``."""
-    o, lse, args, consts = _out_and_args(q, k, v, as_spec(causal, scale))
+    spec = as_spec(causal, scale)
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
     consts.update(N_Q_BUCKET=_bucket(q.shape[2]), N_K_BUCKET=_bucket(k.shape[2]))
     config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
     B, H, Nq = q.shape[:3]
-    _launch(_fwd_v2_exp2_causal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config)
+    _launch(_fwd_v2_exp2_causal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config, _ranges(spec, q, k))
     return o, lse
 
 
@@ -460,8 +479,10 @@ def forward_v3(q, k, v, causal, scale: float | None = None):
     ``FLASHLAB_AUTOTUNE=0``, it runs v2 with ``default_fwd_config`` instead (one small config)."""
     if not autotune_enabled():
         return forward_v2(q, k, v, causal, scale)
-    o, lse, args, consts = _out_and_args(q, k, v, as_spec(causal, scale))
+    spec = as_spec(causal, scale)
+    spec.refuse(("window", "causal_align"), "forward_v3 when it autotunes (its block sizes are chosen at launch)")
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
     consts.update(N_Q_BUCKET=_bucket(q.shape[2]), N_K_BUCKET=_bucket(k.shape[2]))
     B, H, Nq = q.shape[:3]
-    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **consts)
+    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **consts, RANGES=None)
     return o, lse

@@ -110,7 +110,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, q
             cols = start_n + offs_n
             # (BLOCK_M, BLOCK_N): the ragged tail of K/V and the rule (kernels.visible); a row a
             # window hides from the whole tile gets -1e6 everywhere, wiped out by the next rescale
-            keep = visible(offs_m[:, None], cols[None, :], N_KV, DIAG, WINDOW, CAUSAL, HAS_WINDOW)
+            keep = visible(offs_m[:, None], cols[None, :], N_KV, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
             qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
             qk = qk - m_ij[:, None]
@@ -150,7 +150,7 @@ def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, DIAG, WIND
 
     # -- three stages (kernels.visible.kv_bounds): the window's lower edge (masked), key blocks
     #    no mask touches, the diagonal band and the ragged tail (masked); past them: never loaded
-    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_KV, DIAG, WINDOW, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_KV, DIAG, WINDOW, None, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, False)
     for stage in tl.static_range(3):
         stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, stage_lo, stage_hi,

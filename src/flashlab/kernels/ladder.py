@@ -18,7 +18,7 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 This module is the one place the forward kernel is chosen: :func:`choose` (what
 ``flash_attention`` runs, through ``attention.best_forward``), :func:`resolve` (what a named
 entry runs) and :func:`run` all read ``RUNG_OPTIONS``, the AttnSpec options each rung computes
-(sliding ``window``, bottom-right ``causal_align``); asked for one it lacks, a named entry raises
+(sliding ``window``, bottom-right ``causal_align``, ``mask_mod``); asked for one it lacks, a named entry raises
 a ValueError naming the option. ``causal`` is a bool or an :class:`flashlab.attnspec.AttnSpec`
 everywhere; the entries also take the AttnSpec fields as keywords (``window=``, ...).
 """
@@ -31,17 +31,19 @@ from ..attnspec import AttnSpec
 from . import flash_fwd_gluon  # imports triton only when a kernel is first used
 from .attention import attn_spec, on_device
 
-ALL_OPTIONS = ("window", "causal_align")
-# the AttnSpec options each rung computes (beyond dense and causal top-left); mask_mod and ragged
-# batches are NumPy-only so far (flashlab.tiled)
+BAND_OPTIONS = ("window", "causal_align")
+# the AttnSpec options each rung computes (beyond dense and causal top-left). A mask_mod needs
+# block sizes known on the host (its ranges come from flashlab.visibility), so not the autotuned
+# v3 nor v4/v5; ragged batches (seqlens) no rung computes yet
 RUNG_OPTIONS = {
-    "v0_grid_bh": ALL_OPTIONS,
-    "v1_minimal": ALL_OPTIONS,
-    "v2_exp2_causal": ALL_OPTIONS,
-    "v3_autotuned": ALL_OPTIONS,
-    "v4_hopper": ALL_OPTIONS,
+    "v0_grid_bh": BAND_OPTIONS + ("mask_mod",),
+    "v1_minimal": BAND_OPTIONS + ("mask_mod",),
+    "v2_exp2_causal": BAND_OPTIONS + ("mask_mod",),
+    "v3_autotuned": BAND_OPTIONS,
+    "v4_hopper": BAND_OPTIONS,
     "v5_gluon_ws": (),
 }
+TRITON_OPTIONS = BAND_OPTIONS + ("mask_mod",)  # what some rung (and the backward) computes
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,7 +82,10 @@ def hopper_applies(q, k, v, causal, checked: bool = False) -> bool:
 def choose(q, k, v, spec: AttnSpec) -> str:
     """The rung ``flash_attention`` runs for inputs that passed ``check_inputs``: v5_gluon_ws where
     it applies and is measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
-    applies, else v3_autotuned. Only what the input check leaves open is asked: it runs per call."""
+    applies, else v3_autotuned (v2_exp2_causal with a mask_mod). Only what the input check leaves
+    open is asked: it runs per call."""
+    if spec.mask_mod is not None:
+        return "v2_exp2_causal"
     if _fits("v5_gluon_ws", spec) and flash_fwd_gluon.preferred(q, k, spec.causal):
         return "v5_gluon_ws"
     return "v4_hopper" if hopper_applies(q, k, v, spec, checked=True) else "v3_autotuned"
