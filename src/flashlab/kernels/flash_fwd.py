@@ -24,8 +24,10 @@ natural log):
 
 Shapes are general: any Nq, Nk >= 1 (ragged last tiles are masked); head dims that are not powers
 of two are padded to ``HEAD_DIM`` (the next power of two) with masked loads, ``D_HEAD`` being the
-real one; grouped-query attention reads kv head ``h // GROUP`` for query head ``h``. Causal is
-top-left aligned (query i sees keys j <= i), and tiles wholly above the diagonal are never loaded.
+real one; grouped-query attention reads kv head ``h // GROUP`` for query head ``h``. Which keys a query
+sees is an :class:`flashlab.attnspec.AttnSpec` (``causal`` may be a bool or one): causal top-left
+(query i sees keys j <= i) or bottom-right, a sliding window, a ``mask_mod``; every kernel gets its
+loop bounds and mask from :mod:`flashlab.kernels.visible`, and tiles no query sees are never loaded.
 
 Sequence lengths, head counts and the group size are not specialised on (``do_not_specialize``):
 one compiled kernel serves every length, so a sweep over lengths does not recompile per length.

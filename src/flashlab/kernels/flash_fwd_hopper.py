@@ -1,7 +1,7 @@
 """The Hopper rung (``v4_hopper``): FlashAttention-2 forward fed by tensor descriptors (TMA).
 
 Same algorithm as the other rungs (FlashAttention-2, Algorithm 1, forward pass; exp2 and the
-causal two-stage loop of ``flash_fwd.py``), with three changes aimed at Hopper (sm90):
+staged loop of ``flash_fwd.py``, from ``kernels.visible``), with three changes aimed at Hopper (sm90):
 
 * Q, K and V tiles are loaded through **tensor descriptors** (``triton.tools.tensor_descriptor.
   TensorDescriptor`` built on the host, passed by value). On sm90 Triton lowers a descriptor load
@@ -26,7 +26,8 @@ one head reads rows of the next head (or zeros past the end of the tensor, from 
 those key columns are masked to a large negative score and those query rows are never stored, so
 ragged N (not a multiple of the block sizes) is handled by masking, not by padding.
 
-Causal convention: top-left aligned (``docs/ARCHITECTURE.md``): query row i sees key column j <= i.
+Which keys a query sees: an AttnSpec (``docs/ARCHITECTURE.md``), causal top-left by default (query
+row i sees key column j <= i), also bottom-right and a sliding window (``SUPPORTED_OPTIONS``).
 Outputs: ``o`` (B, H, Nq, d) in the input dtype and ``lse`` (B, H, Nq) float32, natural log.
 """
 from __future__ import annotations
