@@ -18,6 +18,7 @@ Also here, beside the kernel: ``check_inputs`` (every error names the argument) 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 
@@ -85,12 +86,22 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
     return float(scale)
 
 
+@functools.lru_cache(maxsize=64)
+def _plain_spec(causal: bool, scale: float, group: int):
+    from ..attnspec import AttnSpec
+
+    return AttnSpec(causal=causal, scale=scale, group=group)
+
+
 def attn_spec(q, k, v, causal=False, scale=None, **options):
     """The checked :class:`flashlab.attnspec.AttnSpec` of a call: :func:`check_inputs`, then the
     options (``spec=`` or AttnSpec fields such as ``window=``, ``causal_align=``) with the scale
     resolved and the group set from the head counts; errors name the option."""
     from ..attnspec import AttnSpec, make_spec
 
+    if not options and isinstance(causal, bool):  # the common call, once per step: a cached spec
+        scale = check_inputs(q, k, v, causal, scale)
+        return _plain_spec(causal, scale, q.shape[1] // k.shape[1])
     if isinstance(causal, AttnSpec):
         options["spec"], causal = causal, False
     scale = check_inputs(q, k, v, causal, scale if scale is not None else getattr(options.get("spec"), "scale", None))
