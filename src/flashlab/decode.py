@@ -324,9 +324,10 @@ def decode_shape(q, k, causal: bool, causal_align: str) -> bool:
 
 
 def takes_over(q, k, v, causal: bool, return_lse, causal_align) -> bool:
-    """True when :func:`extended_attention` must answer a ``flash_attention`` call: a non-default
-    ``return_lse`` or ``causal_align``, or a decode shape with no gradient needed."""
-    if return_lse is not False or causal_align != "top_left":
+    """True when :func:`extended_attention` must answer a ``flash_attention`` call: ``return_lse``,
+    or a decode shape with no gradient needed. (Bottom-right alignment alone runs on the prefill
+    rungs, which compute it through the AttnSpec.)"""
+    if return_lse is not False:
         return True
     return decode_shape(q, k, causal, causal_align) and not _needs_grad(q, k, v)
 

@@ -14,9 +14,11 @@ None of them allocates an Nq x Nk array: the extra memory is O(block_q * block_k
 per tile (plus the HBM-resident O, l, m of FA1 and D of the backward, which are O(Nq * d)).
 The online-softmax arithmetic is :func:`flashlab.softmax.online_update`; it is not repeated here.
 
-Causal (top-left aligned, query i sees keys j <= i): tile (i, j) is skipped when its first key
-column is past its last query row (:func:`causal_tile_skipped`, docs/ARCHITECTURE.md); tiles that
-straddle the diagonal are computed with the mask applied inside.
+Which keys each query sees is an :class:`flashlab.attnspec.AttnSpec` (causal, its alignment, a
+sliding window, a ``mask_mod``); which tiles that computes is :mod:`flashlab.visibility`: the loops
+walk each block's range from the model, skip tiles it marks SKIPPED (never loaded), and apply the
+mask inside PARTIAL tiles only. Causal top-left, the course's first case: tile (i, j) is skipped
+when its first key column is past its last query row (:func:`causal_tile_skipped`).
 
 Tracing. With ``tracer`` (a :class:`flashlab.tracer.TrafficTracer`) every HBM <-> SRAM transfer is
 recorded as docs/ARCHITECTURE.md ("Traffic accounting rules") says, and one Step per inner
@@ -40,37 +42,30 @@ import numpy as np
 
 from ._checks import (check_bool, check_like, check_positive_int, check_qkv, check_scale,
                       check_tracer, quiet_nonfinite)
-from .reference import causal_mask
+from .attnspec import AttnSpec, make_spec
 from .softmax import online_update
+from .visibility import PARTIAL, SKIPPED, num_blocks, tiles
 
 
-# -- tile geometry (shared with flashlab.traffic and flashlab.flops) ----------------------------
-def num_blocks(n: int, block: int) -> int:
-    """Number of blocks of `block` rows covering n rows (the last one may be ragged)."""
-    return -(-n // block)
-
-
+# -- tile geometry: the visibility model, with the causal helpers of the exercises ---------------
 def causal_tile_skipped(i: int, j: int, block_q: int, block_k: int, nq: int) -> bool:
-    """True when causal tile (i, j) is fully masked: its first key is past its last query row."""
+    """True when causal (top-left) tile (i, j) is fully masked: its first key is past its last query
+    row. The general rule, for any AttnSpec, is ``visibility.tiles(...).state(i, j) == SKIPPED``."""
     return j * block_k > min((i + 1) * block_q, nq) - 1
 
 
 def kv_blocks_visited(i: int, nq: int, nk: int, block_q: int, block_k: int, causal: bool) -> int:
-    """Key blocks computed for query block i: j = 0 .. kv_blocks_visited - 1 (all, unless causal)."""
-    n_kv = num_blocks(nk, block_k)
-    if not causal:
-        return n_kv
-    last_row = min((i + 1) * block_q, nq) - 1
-    return min(n_kv, last_row // block_k + 1)
+    """Key blocks computed for query block i, causal top-left or dense: j = 0 .. result - 1.
+    (Other rules also need a start: :meth:`flashlab.visibility.TileVisibility.kv_range`.)"""
+    return tiles(AttnSpec(causal=bool(causal)), nq, nk, block_q, block_k).kv_range(i)[1]
 
 
 def first_q_block(j: int, nq: int, block_q: int, block_k: int, causal: bool) -> int:
-    """First query block whose tile with key block j is computed (num_blocks(nq) when none is)."""
-    if not causal:
-        return 0
-    if j * block_k > nq - 1:
-        return num_blocks(nq, block_q)
-    return (j * block_k) // block_q
+    """First query block whose tile with key block j is computed (num_blocks(nq) when none is),
+    causal top-left or dense (the general form: ``TileVisibility.q_range``)."""
+    nk = (j + 1) * block_k  # top-left causal visibility does not depend on Nk past block j
+    lo, hi = tiles(AttnSpec(causal=bool(causal)), nq, nk, block_q, block_k).q_range(j)
+    return lo if hi > lo else num_blocks(nq, block_q)
 
 
 def _span(index: int, block: int, n: int) -> tuple[int, int]:
@@ -88,51 +83,57 @@ class _NoTrace:
     def write(self, *args, **kwargs): pass
 
 
-def _prepare(q, k, v, causal, scale, block_q, block_k, tracer):
+def _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options):
+    """Checked inputs and the problem: (dims, spec, scale, grid, tracer); grid is the tile model."""
     dims = check_qkv(q, k, v)
-    scale = check_scale(scale, dims.d)
-    causal = check_bool("causal", causal)
+    spec = make_spec(options.pop("spec", None), causal=check_bool("causal", causal), scale=scale, **options)
+    scale = check_scale(spec.scale, dims.d)
+    spec.refuse(("window", "causal_align", "mask_mod"), "the NumPy tiled functions")
+    spec.check_lengths(dims.nq, dims.nk)
     block_q = check_positive_int("block_q", block_q)
     block_k = check_positive_int("block_k", block_k)
     tracer = check_tracer(tracer)
-    return dims, scale, causal, block_q, block_k, tracer
+    return dims, spec, scale, tiles(spec, dims.nq, dims.nk, block_q, block_k), tracer
 
 
 def _flat(x: np.ndarray, dims) -> np.ndarray:
     return x.astype(dims.work_dtype, copy=False).reshape(dims.batch, *x.shape[-2:])  # (B, N, last)
 
 
-def _begin(tracer, algorithm, q, dims, block_q, block_k, causal):
+def _begin(tracer, algorithm, q, dims, grid):
     trace = _NoTrace() if tracer is None else tracer
-    trace.begin(algorithm, q.itemsize, Nq=dims.nq, Nk=dims.nk, d=dims.d, dv=dims.dv, block_q=block_q,
-                block_k=block_k, causal=causal, batch=dims.batch)
+    spec = grid.spec
+    trace.begin(algorithm, q.itemsize, Nq=dims.nq, Nk=dims.nk, d=dims.d, dv=dims.dv, block_q=grid.block_q,
+                block_k=grid.block_k, causal=spec.causal, batch=dims.batch, spec=spec)
     return trace, trace.meta["itemsize"]
 
 
-def _masked_scores(q_i, k_j, scale, causal, r0, c0):
+def _masked_scores(q_i, k_j, scale, grid, i, j):
     s = scale * (q_i @ k_j.T)  # (rq, ck)  S = Q_i K_j^T
-    if causal and c0 + k_j.shape[0] - 1 > r0:  # tile reaches above the diagonal: mask key > query
-        s = np.where(causal_mask(q_i.shape[0], k_j.shape[0], r0, c0), -np.inf, s)  # (rq, ck)
+    if grid.state(i, j) == PARTIAL:  # some (query, key) pairs of the tile are not visible: mask them
+        s = np.where(grid.tile_mask(i, j), s, -np.inf)  # (rq, ck)
     return s
 
 
 @quiet_nonfinite
 def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
                     scale: float | None = None, block_q: int = 64, block_k: int = 64,
-                    return_lse: bool = False, tracer=None):
+                    return_lse: bool = False, tracer=None, **options):
     """FlashAttention-2 forward: same result as :func:`flashlab.naive_attention`, tile by tile.
 
     q: (..., Nq, d), k: (..., Nk, d), v: (..., Nk, dv). Returns o (..., Nq, dv) in the input dtype
     and, with ``return_lse``, lse (..., Nq) (float32 for float16 inputs). Any Nq, Nk >= 1;
-    block sizes need not divide them and may exceed them.
+    block sizes need not divide them and may exceed them. ``options``: ``spec=AttnSpec(...)`` or
+    its fields as keywords (``window``, ``causal_align``, ``mask_mod``; :mod:`flashlab.attnspec`).
     """
-    dims, scale, causal, block_q, block_k, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer)
+    dims, spec, scale, grid, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options)
+    block_q, block_k = grid.block_q, grid.block_k
     return_lse = check_bool("return_lse", return_lse)
     nq, nk, d, dv = dims.nq, dims.nk, dims.d, dims.dv
     q3, k3, v3 = _flat(q, dims), _flat(k, dims), _flat(v, dims)  # (B, Nq, d), (B, Nk, d), (B, Nk, dv)
     o = np.empty((dims.batch, nq, dv), dims.work_dtype)  # (B, Nq, dv)  HBM output
     lse = np.empty((dims.batch, nq), dims.work_dtype)  # (B, Nq)
-    trace, size = _begin(tracer, "fa2_forward", q, dims, block_q, block_k, causal)
+    trace, size = _begin(tracer, "fa2_forward", q, dims, grid)
 
     for b in range(dims.batch):
         for i in range(num_blocks(nq, block_q)):  # outer loop over query blocks (FA2 Alg. 1 line 3)
@@ -148,7 +149,9 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
             l_i = np.zeros(rq, dims.work_dtype)  # (rq,)
             acc = np.zeros((rq, dv), dims.work_dtype)  # (rq, dv)
 
-            for j in range(kv_blocks_visited(i, nq, nk, block_q, block_k, causal)):  # inner loop (line 6)
+            for j in range(*grid.kv_range(i)):  # inner loop (line 6) over the key blocks query block i sees
+                if not grid.visited(i, j):  # (only a mask_mod leaves skipped tiles inside the range)
+                    continue
                 c0, c1 = _span(j, block_k, nk)
                 k_j, v_j = k3[b, c0:c1], v3[b, c0:c1]  # (ck, d), (ck, dv)
                 ck = c1 - c0
@@ -161,7 +164,7 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
                 trace.read("K", (c0, c1), (0, d), b)
                 trace.read("V", (c0, c1), (0, dv), b)
                 # -- S = Q_i K_j^T, masked (line 8); update m_i, l_i (line 9) and acc (line 10)
-                s = _masked_scores(q_i, k_j, scale, causal, r0, c0)  # (rq, ck)
+                s = _masked_scores(q_i, k_j, scale, grid, i, j)  # (rq, ck)
                 m_i, l_i, acc = online_update(m_i, l_i, acc, s, v_j)
 
             # -- epilogue: O_i = acc / l_i (line 12), lse_i = m_i + log(l_i) (line 13); write both (lines 14-15)
@@ -185,18 +188,19 @@ def _outputs(o, lse, dims, return_lse):
 @quiet_nonfinite
 def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
                         scale: float | None = None, block_q: int = 64, block_k: int = 64,
-                        return_lse: bool = False, tracer=None):
+                        return_lse: bool = False, tracer=None, **options):
     """FlashAttention-1 forward (outer loop over K_j, V_j): same arguments and results as
     :func:`tiled_attention`. lse is computed from the final HBM arrays m, l (FA1 stores m and l,
     not lse, so no lse traffic is traced)."""
-    dims, scale, causal, block_q, block_k, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer)
+    dims, spec, scale, grid, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options)
+    block_q, block_k = grid.block_q, grid.block_k
     return_lse = check_bool("return_lse", return_lse)
     nq, nk, d, dv = dims.nq, dims.nk, dims.d, dims.dv
     n_q_blocks, n_kv_blocks = num_blocks(nq, block_q), num_blocks(nk, block_k)
     q3, k3, v3 = _flat(q, dims), _flat(k, dims), _flat(v, dims)
     o = np.empty((dims.batch, nq, dv), dims.work_dtype)  # (B, Nq, dv)  O in HBM
     lse = np.empty((dims.batch, nq), dims.work_dtype)  # (B, Nq)
-    trace, size = _begin(tracer, "fa1_forward", q, dims, block_q, block_k, causal)
+    trace, size = _begin(tracer, "fa1_forward", q, dims, grid)
 
     for b in range(dims.batch):
         # -- Alg. 1 line 2: initialise O = 0, l = 0, m = -inf in HBM
@@ -210,8 +214,8 @@ def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
             trace.write("m", rows, (0, 1), b)
 
         for j in range(n_kv_blocks):  # line 5: outer loop over key/value blocks
-            i_start = first_q_block(j, nq, block_q, block_k, causal)
-            if i_start == n_q_blocks:  # causal: no query sees these keys, so K_j, V_j are never loaded
+            i_start, i_end = grid.q_range(j)
+            if i_start == i_end:  # no query sees these keys, so K_j, V_j are never loaded
                 continue
             c0, c1 = _span(j, block_k, nk)
             cols = (c0, c1)
@@ -223,7 +227,9 @@ def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
             trace.read("K", cols, (0, d), b)
             trace.read("V", cols, (0, dv), b)
 
-            for i in range(i_start, n_q_blocks):  # line 7: inner loop over query blocks
+            for i in range(i_start, i_end):  # line 7: inner loop over the query blocks that see K_j
+                if not grid.visited(i, j):
+                    continue
                 r0, r1 = _span(i, block_q, nq)
                 rows = (r0, r1)
                 rq = r1 - r0
@@ -237,13 +243,15 @@ def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
                     trace.read(name, rows, (0, width), b)
                 q_i = q3[b, r0:r1]  # (rq, d)
                 # -- line 9: S = Q_i K_j^T (masked)
-                s = _masked_scores(q_i, k_j, scale, causal, r0, c0)  # (rq, ck)
+                s = _masked_scores(q_i, k_j, scale, grid, i, j)  # (rq, ck)
                 # -- lines 10-11: un-normalise O_i to acc, fold in this tile (m_new, l_new)
                 acc = o_hbm[r0:r1] * l_hbm[r0:r1, None]  # (rq, dv)
                 m_new, l_new, acc = online_update(m_hbm[r0:r1], l_hbm[r0:r1], acc, s, v_j)
                 # -- lines 12-13: write O_i = acc / l_new, l_i, m_i back to HBM
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    o_hbm[r0:r1] = acc / l_new[:, None]  # (rq, dv)
+                # (a row that has seen no key yet, l = 0: a window or mask_mod can hide a whole
+                #  tile row, keeps O_i = 0 rather than 0/0)
+                o_hbm[r0:r1] = np.divide(acc, l_new[:, None], out=np.zeros_like(acc),
+                                         where=l_new[:, None] != 0)  # (rq, dv)
                 l_hbm[r0:r1], m_hbm[r0:r1] = l_new, m_new
                 trace.write("O", rows, (0, dv), b)
                 trace.write("l", rows, (0, 1), b)
@@ -258,14 +266,16 @@ def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
 @quiet_nonfinite
 def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, lse: np.ndarray,
                              do: np.ndarray, causal: bool = False, scale: float | None = None,
-                             block_q: int = 64, block_k: int = 64, tracer=None):
+                             block_q: int = 64, block_k: int = 64, tracer=None, **options):
     """FlashAttention-2 backward: gradients (dq, dk, dv) of sum(o * do).
 
     q: (..., Nq, d), k: (..., Nk, d), v: (..., Nk, dv); o: (..., Nq, dv) and lse: (..., Nq) from
     ``tiled_attention(..., return_lse=True)`` with the same causal and scale; do: (..., Nq, dv).
-    Returns dq (..., Nq, d), dk (..., Nk, d), dv (..., Nk, dv) in the input dtype.
+    Returns dq (..., Nq, d), dk (..., Nk, d), dv (..., Nk, dv) in the input dtype. ``options`` as
+    :func:`tiled_attention` (the same spec as the forward).
     """
-    dims, scale, causal, block_q, block_k, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer)
+    dims, spec, scale, grid, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options)
+    block_q, block_k = grid.block_q, grid.block_k
     nq, nk, d, dv = dims.nq, dims.nk, dims.d, dims.dv
     check_like("o", o, (*dims.batch_shape, nq, dv), "the forward output: (..., Nq, dv)")
     check_like("lse", lse, (*dims.batch_shape, nq), "the forward log-sum-exp: (..., Nq)")
@@ -276,7 +286,7 @@ def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
     dq = np.zeros((dims.batch, nq, d), dims.work_dtype)  # (B, Nq, d)   dQ in HBM
     dk = np.empty((dims.batch, nk, d), dims.work_dtype)  # (B, Nk, d)
     dvv = np.empty((dims.batch, nk, dv), dims.work_dtype)  # (B, Nk, dv)
-    trace, size = _begin(tracer, "backward", q, dims, block_q, block_k, causal)
+    trace, size = _begin(tracer, "backward", q, dims, grid)
 
     for b in range(dims.batch):
         # -- preprocessing: D = rowsum(dO * O), written to HBM; dQ = 0 in HBM
@@ -301,15 +311,17 @@ def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
             dv_acc = np.zeros((ck, dv), dims.work_dtype)  # (ck, dv)
             kv_chip = (("K", cols, (0, d)), ("V", cols, (0, dv)), ("dK_acc", cols, (0, d)),
                        ("dV_acc", cols, (0, dv)))
-            i_start = first_q_block(j, nq, block_q, block_k, causal)
-            if i_start < n_q_blocks:  # causal: a key block no query sees keeps dK_j = dV_j = 0
+            i_start, i_end = grid.q_range(j)
+            if i_start < i_end:  # a key block no query sees keeps dK_j = dV_j = 0, never loaded
                 # -- load K_j, V_j; dK_j = dV_j = 0 on chip
                 trace.step(f"load K_{j} V_{j}", k_block=j, batch=b, resident=kv_chip)
                 trace.read("K", cols, (0, d), b)
                 trace.read("V", cols, (0, dv), b)
             k_j, v_j = k3[b, c0:c1], v3[b, c0:c1]  # (ck, d), (ck, dv)
 
-            for i in range(i_start, n_q_blocks):  # inner loop over query blocks
+            for i in range(i_start, i_end):  # inner loop over the query blocks that see K_j
+                if not grid.visited(i, j):
+                    continue
                 r0, r1 = _span(i, block_q, nq)
                 rows = (r0, r1)
                 rq = r1 - r0
@@ -323,7 +335,7 @@ def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
                 for name, width in (("Q", d), ("dO", dv), ("lse", 1), ("D", 1), ("dQ", d)):
                     trace.read(name, rows, (0, width), b)
                 q_i, do_i = q3[b, r0:r1], do3[b, r0:r1]  # (rq, d), (rq, dv)
-                s = _masked_scores(q_i, k_j, scale, causal, r0, c0)  # (rq, ck)  recompute S
+                s = _masked_scores(q_i, k_j, scale, grid, i, j)  # (rq, ck)  recompute S
                 p = np.exp(s - lse2[b, r0:r1, None])  # (rq, ck)  P = exp(S - lse_i)
                 dv_acc += p.T @ do_i  # (ck, dv)  dV_j += P^T dO_i
                 dp = do_i @ v_j.T  # (rq, ck)  dP = dO_i V_j^T

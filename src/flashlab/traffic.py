@@ -5,9 +5,10 @@ transfer for transfer: a traced run of :mod:`flashlab.tiled` with the same shape
 ``itemsize`` and ``stat_itemsize`` records exactly these bytes (tested). Every count is for the
 whole batch: the per-head count times ``batch``. ``itemsize`` is bytes per element of Q, K, V, O,
 S, P and the gradients (2 for fp16/bf16); ``stat_itemsize`` is bytes per row statistic (lse, m, l,
-D; defaults to ``itemsize``; real kernels use 4). Causal counts sum over query (or key) blocks
-with the tile-skipping rule of :func:`flashlab.tiled.causal_tile_skipped`, so they are exact for
-ragged tiles; they cost O(number of blocks), never O(N^2).
+D; defaults to ``itemsize``; real kernels use 4). Tiled counts sum over the tiles that
+:mod:`flashlab.visibility` marks computed for the problem (``causal``, or ``spec=`` / ``window=``
+/ ``causal_align=`` / ``mask_mod=`` as in :mod:`flashlab.attnspec`), so they are exact for ragged
+tiles; for causal and window rules they cost O(number of tiles) array work, never O(N^2).
 
 - naive forward (FlashAttention paper, Algorithm 0): S and P are written to HBM and read back.
 - naive backward (FlashAttention paper, Appendix B, Algorithm 3, "standard attention backward"),
@@ -25,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._checks import check_bool, check_positive_int
-from .tiled import first_q_block, kv_blocks_visited, num_blocks
+from .attnspec import make_spec
 from .tracer import READ, STAT_TENSORS, WRITE
+from .visibility import tiles
 
 
 @dataclass(frozen=True)
@@ -62,14 +64,16 @@ class _Tally:
         return Traffic(reads, writes, by)
 
 
-def _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q=1, block_k=1, causal=False):
+def _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q=1, block_k=1, causal=False, options=None):
     nq, nk, d = (check_positive_int(n, x) for n, x in (("nq", nq), ("nk", nk), ("d", d)))
     dv = d if dv is None else check_positive_int("dv", dv)
     itemsize = check_positive_int("itemsize", itemsize)
     stat_itemsize = itemsize if stat_itemsize is None else check_positive_int("stat_itemsize", stat_itemsize)
     batch = check_positive_int("batch", batch)
     block_q, block_k = check_positive_int("block_q", block_q), check_positive_int("block_k", block_k)
-    return nq, nk, d, dv, _Tally(itemsize, stat_itemsize, batch), block_q, block_k, check_bool("causal", causal)
+    spec = make_spec((options or {}).pop("spec", None), causal=check_bool("causal", causal), **(options or {}))
+    spec.check_lengths(nq, nk)
+    return nq, nk, d, dv, _Tally(itemsize, stat_itemsize, batch), tiles(spec, nq, nk, block_q, block_k)
 
 
 def naive_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2, batch: int = 1,
@@ -78,7 +82,7 @@ def naive_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int
 
     S and P (Nq x Nk) are materialised in full even when causal (``causal`` changes nothing).
     """
-    nq, nk, d, dv, t, _, _, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
+    nq, nk, d, dv, t, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
     t.add("Q", READ, nq * d)
     t.add("K", READ, nk * d)
     t.add("S", WRITE, nq * nk)
@@ -93,7 +97,7 @@ def naive_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int
 def naive_backward_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2,
                            batch: int = 1, causal: bool = False) -> Traffic:
     """Standard attention backward (FlashAttention paper, Algorithm 3), P stored by the forward."""
-    nq, nk, d, dv, t, _, _, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
+    nq, nk, d, dv, t, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
     # dV = P^T dO
     t.add("P", READ, nq * nk)
     t.add("dO", READ, nq * dv)
@@ -117,64 +121,65 @@ def naive_backward_traffic(nq: int, nk: int, d: int, dv: int | None = None, item
 
 def fa2_forward_traffic(nq: int, nk: int, d: int, dv: int | None = None, block_q: int = 64, block_k: int = 64,
                         causal: bool = False, itemsize: int = 2, stat_itemsize: int | None = None,
-                        batch: int = 1) -> Traffic:
-    """FlashAttention-2 forward: Q_i read once; K_j, V_j read once per computed tile; O, lse written once."""
-    nq, nk, d, dv, t, bq, bk, causal = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal)
+                        batch: int = 1, **options) -> Traffic:
+    """FlashAttention-2 forward: Q_i read once; K_j, V_j read once per computed tile; O, lse written once.
+    ``options``: ``spec=`` or AttnSpec fields (``window``, ``causal_align``, ``mask_mod``)."""
+    nq, nk, d, dv, t, grid = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal, options)
+    kv_rows = int(grid.visited_tiles.sum(axis=0) @ grid.col_counts)  # keys loaded, summed over tiles
     t.add("Q", READ, nq * d)
-    for i in range(num_blocks(nq, bq)):
-        kv_rows = min(kv_blocks_visited(i, nq, nk, bq, bk, causal) * bk, nk)  # keys seen by query block i
-        t.add("K", READ, kv_rows * d)
-        t.add("V", READ, kv_rows * dv)
+    t.add("K", READ, kv_rows * d)
+    t.add("V", READ, kv_rows * dv)
     t.add("O", WRITE, nq * dv)
     t.add("lse", WRITE, nq)
     return t.traffic()
 
 
+def _per_key_block(grid):
+    """(ck, q_rows, loaded) per key block: its keys, the query rows of its computed tiles, and
+    whether any tile of it is computed (K_j, V_j loaded)."""
+    visited = grid.visited_tiles  # (nqb, nkb)
+    return grid.col_counts, grid.row_counts @ visited, visited.any(axis=0)
+
+
 def fa1_forward_traffic(nq: int, nk: int, d: int, dv: int | None = None, block_q: int = 64, block_k: int = 64,
                         causal: bool = False, itemsize: int = 2, stat_itemsize: int | None = None,
-                        batch: int = 1) -> Traffic:
+                        batch: int = 1, **options) -> Traffic:
     """FlashAttention-1 forward: O, l, m initialised in HBM, then read and written back per tile."""
-    nq, nk, d, dv, t, bq, bk, causal = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal)
+    nq, nk, d, dv, t, grid = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal, options)
+    ck, q_rows, loaded = _per_key_block(grid)
+    kv_rows, q_rows = int(ck @ loaded), int(q_rows.sum())  # key blocks some query sees: K_j, V_j loaded
     t.add("O", WRITE, nq * dv)
     t.add("l", WRITE, nq)
     t.add("m", WRITE, nq)
-    for j in range(num_blocks(nk, bk)):
-        i0 = first_q_block(j, nq, bq, bk, causal)
-        if i0 == num_blocks(nq, bq):
-            continue  # no query sees key block j: K_j, V_j are not loaded
-        ck = min((j + 1) * bk, nk) - j * bk
-        q_rows = nq - i0 * bq  # rows of the query blocks i0 .. end
-        t.add("K", READ, ck * d)
-        t.add("V", READ, ck * dv)
-        for name, width in (("Q", d), ("O", dv), ("l", 1), ("m", 1)):
-            t.add(name, READ, q_rows * width)
-        for name, width in (("O", dv), ("l", 1), ("m", 1)):
-            t.add(name, WRITE, q_rows * width)
+    t.add("K", READ, kv_rows * d)
+    t.add("V", READ, kv_rows * dv)
+    for name, width in (("Q", d), ("O", dv), ("l", 1), ("m", 1)):
+        t.add(name, READ, q_rows * width)
+    for name, width in (("O", dv), ("l", 1), ("m", 1)):
+        t.add(name, WRITE, q_rows * width)
     return t.traffic()
 
 
 def backward_traffic(nq: int, nk: int, d: int, dv: int | None = None, block_q: int = 64, block_k: int = 64,
                      causal: bool = False, itemsize: int = 2, stat_itemsize: int | None = None,
-                     batch: int = 1) -> Traffic:
+                     batch: int = 1, **options) -> Traffic:
     """FlashAttention-2 backward (Algorithm 2): D preprocessing, then per computed tile Q_i, dO_i,
-    lse_i, D_i, dQ_i read and dQ_i written; K_j, V_j read and dK_j, dV_j written once per key block."""
-    nq, nk, d, dv, t, bq, bk, causal = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal)
+    lse_i, D_i, dQ_i read and dQ_i written; K_j, V_j read (when some tile of them is computed) and
+    dK_j, dV_j written once per key block."""
+    nq, nk, d, dv, t, grid = _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q, block_k, causal, options)
+    ck, q_rows, loaded = _per_key_block(grid)
+    kv_rows, q_rows = int(ck @ loaded), int(q_rows.sum())
     t.add("dO", READ, nq * dv)
     t.add("O", READ, nq * dv)
     t.add("D", WRITE, nq)
     t.add("dQ", WRITE, nq * d)
-    for j in range(num_blocks(nk, bk)):
-        ck = min((j + 1) * bk, nk) - j * bk
-        i0 = first_q_block(j, nq, bq, bk, causal)
-        if i0 < num_blocks(nq, bq):
-            q_rows = nq - i0 * bq
-            t.add("K", READ, ck * d)
-            t.add("V", READ, ck * dv)
-            for name, width in (("Q", d), ("dO", dv), ("lse", 1), ("D", 1), ("dQ", d)):
-                t.add(name, READ, q_rows * width)
-            t.add("dQ", WRITE, q_rows * d)
-        t.add("dK", WRITE, ck * d)
-        t.add("dV", WRITE, ck * dv)
+    t.add("K", READ, kv_rows * d)
+    t.add("V", READ, kv_rows * dv)
+    for name, width in (("Q", d), ("dO", dv), ("lse", 1), ("D", 1), ("dQ", d)):
+        t.add(name, READ, q_rows * width)
+    t.add("dQ", WRITE, q_rows * d)
+    t.add("dK", WRITE, nk * d)
+    t.add("dV", WRITE, nk * dv)
     return t.traffic()
 
 

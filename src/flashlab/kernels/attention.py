@@ -1,8 +1,13 @@
 """``flash_attention``: the public, differentiable FlashAttention built from the Triton kernels.
 
-Forward: the best rung of :mod:`flashlab.kernels.ladder` for the inputs (``v5_gluon_ws`` on an
-sm90 GPU where ``flash_fwd_gluon.preferred`` says it is faster, else ``v4_hopper`` where
-``flashlab.kernels.flash_fwd_hopper.supports`` accepts them, else ``v3_autotuned``). It
+The problem is one :class:`flashlab.attnspec.AttnSpec` (causal and its alignment, sliding
+window, scale, head grouping), built once by :func:`attn_spec` and passed unchanged to the
+forward rung, the autograd Function and the backward kernels.
+
+Forward: the rung :func:`flashlab.kernels.ladder.choose` picks, the one place the choice is made
+(``v5_gluon_ws`` on an sm90 GPU where ``flash_fwd_gluon.preferred`` says it is faster, else
+``v4_hopper`` where ``flashlab.kernels.flash_fwd_hopper.supports`` accepts them, else
+``v3_autotuned``; a rung that lacks an AttnSpec option in use is never chosen). It
 saves ``o`` and ``lse`` (float32, natural log, one per query row). Backward: the three kernels of
 :mod:`flashlab.kernels.flash_bwd` (preprocess ``D = rowsum(dO * O)``, then dK/dV, then dQ), which
 recompute ``P`` from ``lse`` instead of storing it (FlashAttention-2, Algorithm 2).
@@ -13,6 +18,7 @@ Also here, beside the kernel: ``check_inputs`` (every error names the argument) 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 
@@ -80,15 +86,50 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
     return float(scale)
 
 
-def attention_reference(q, k, v, causal: bool = False, scale: float | None = None, upcast: bool = True):
+@functools.lru_cache(maxsize=64)
+def _plain_spec(causal: bool, scale: float, group: int):
+    from ..attnspec import AttnSpec
+
+    return AttnSpec(causal=causal, scale=scale, group=group)
+
+
+def attn_spec(q, k, v, causal=False, scale=None, **options):
+    """The checked :class:`flashlab.attnspec.AttnSpec` of a call: :func:`check_inputs`, then the
+    options (``spec=`` or AttnSpec fields such as ``window=``, ``causal_align=``) with the scale
+    resolved and the group set from the head counts; errors name the option."""
+    from ..attnspec import AttnSpec, make_spec
+
+    if not options and isinstance(causal, bool):  # the common call, once per step: a cached spec
+        scale = check_inputs(q, k, v, causal, scale)
+        return _plain_spec(causal, scale, q.shape[1] // k.shape[1])
+    if isinstance(causal, AttnSpec):
+        options["spec"], causal = causal, False
+    scale = check_inputs(q, k, v, causal, scale if scale is not None else getattr(options.get("spec"), "scale", None))
+    spec = make_spec(options.pop("spec", None), causal=causal, **options)
+    spec = spec.replace(scale=scale, group=q.shape[1] // k.shape[1])
+    spec.check_lengths(q.shape[2], k.shape[2])
+    return spec
+
+
+def attention_reference(q, k, v, causal: bool = False, scale: float | None = None, upcast: bool = True,
+                        **options):
     """Plain PyTorch attention (materialises S and P), the trusted twin of the kernels.
 
     q (B, H, Nq, d), k and v (B, Hkv, Nk, d) -> (B, H, Nq, d) in q's dtype. With ``upcast`` it
     computes in float64 (the reference); without it, in the inputs' dtype (the error of "PyTorch in
-    the same dtype" that the flash-attention test rule allows twice of). Causal is top-left aligned.
+    the same dtype" that the flash-attention test rule allows twice of). Causal is top-left aligned;
+    ``options`` (``spec=``, ``window=``, ``causal_align=``, ``mask_mod=``) as
+    :class:`flashlab.attnspec.AttnSpec`, whose ``mask`` gives the visible (query, key) pairs.
     """
+    import numpy as np
     import torch
 
+    from ..attnspec import AttnSpec, make_spec
+
+    if isinstance(causal, AttnSpec):
+        options["spec"], causal = causal, False
+    spec = make_spec(options.pop("spec", None), causal=bool(causal), **options)
+    scale = spec.scale if scale is None else scale
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     dtype = q.dtype
     if upcast:
@@ -97,10 +138,10 @@ def attention_reference(q, k, v, causal: bool = False, scale: float | None = Non
     k = k.repeat_interleave(group, dim=1)  # (B, H, Nk, d)
     v = v.repeat_interleave(group, dim=1)  # (B, H, Nk, d)
     s = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, Nq, Nk)
-    if causal:
+    if not spec.is_dense:
         n_q, n_k = q.shape[2], k.shape[2]
-        visible = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()  # key j <= query i
-        s = s.masked_fill(~visible, float("-inf"))
+        visible = spec.mask(np.arange(n_q)[:, None], np.arange(n_k)[None, :], n_q, n_k)  # (Nq, Nk)
+        s = s.masked_fill(~torch.from_numpy(visible).to(q.device), float("-inf"))
     p = torch.softmax(s, dim=-1)  # (B, H, Nq, Nk)
     return torch.matmul(p, v).to(dtype)  # (B, H, Nq, d)
 
@@ -148,29 +189,28 @@ def on_device(tensor):
     return contextlib.nullcontext()
 
 
-def best_forward(q, k, v, causal: bool, scale: float):
-    """(o, lse) from the best rung for inputs that passed :func:`check_inputs`: v5_gluon_ws where
-    it is measured faster, else v4_hopper where it applies, else v3_autotuned
-    (``ladder.best_rung`` names the same choice).
+def best_forward(q, k, v, causal, scale: float | None = None):
+    """(o, lse) from the rung :func:`flashlab.kernels.ladder.choose` picks, for inputs that passed
+    :func:`check_inputs`; ``causal`` is a bool or an AttnSpec.
 
     The rungs are called without their own input checks: validating once matters at small N,
     where the host's time per call is comparable to the kernel's (benchmarks/NOTES.md, call 4).
     """
-    from . import flash_fwd_gluon
+    from . import ladder
+    from .visible import as_spec
 
-    if flash_fwd_gluon.preferred(q, k, causal):
-        return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
-    return hopper_forward(q, k, v, causal, scale)
+    spec = as_spec(causal, scale)
+    return ladder.run(ladder.choose(q, k, v, spec), q, k, v, spec)
 
 
-def hopper_forward(q, k, v, causal: bool, scale: float):
+def hopper_forward(q, k, v, causal, scale: float | None = None):
     """(o, lse) from v4_hopper where it applies, else v3_autotuned (inputs already checked)."""
-    from . import flash_fwd, ladder
+    from . import ladder
+    from .visible import as_spec
 
-    hopper = ladder.hopper_module()
-    if hopper is not None and q.device.type == "cuda" and hopper.supports_checked(q, k, v):
-        return hopper.forward(q, k, v, causal, scale, checked=True)
-    return flash_fwd.forward_v3(q, k, v, causal, scale)
+    spec = as_spec(causal, scale)
+    name = "v4_hopper" if ladder.hopper_applies(q, k, v, spec, checked=True) else "v3_autotuned"
+    return ladder.run(name, q, k, v, spec)
 
 
 def _autograd_function():
@@ -179,22 +219,22 @@ def _autograd_function():
     from . import flash_bwd
 
     class FlashAttentionFunction(torch.autograd.Function):
-        """Triton forward (saves o, lse) and Triton backward (recomputes P from lse)."""
+        """Triton forward (saves o, lse) and Triton backward (recomputes P from lse); one AttnSpec."""
 
         @staticmethod
-        def forward(ctx, q, k, v, causal, scale):
+        def forward(ctx, q, k, v, spec):
             with on_device(q):
-                o, lse = best_forward(q, k, v, causal, scale)  # (B, H, Nq, d), (B, H, Nq)
+                o, lse = best_forward(q, k, v, spec)  # (B, H, Nq, d), (B, H, Nq)
             ctx.save_for_backward(q, k, v, o, lse)
-            ctx.causal, ctx.scale = causal, scale
+            ctx.spec = spec
             return o
 
         @staticmethod
         def backward(ctx, do):
             q, k, v, o, lse = ctx.saved_tensors
             with on_device(q):
-                dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.causal, ctx.scale)
-            return dq, dk, dv, None, None
+                dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.spec)
+            return dq, dk, dv, None
 
     return FlashAttentionFunction
 
@@ -202,33 +242,42 @@ def _autograd_function():
 _FUNCTION = None
 
 
-def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *,
-                    return_lse: bool = False, causal_align: str = "top_left"):
+def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *, return_lse: bool = False,
+                    **options):
     """FlashAttention: softmax(q k^T * scale) v without materialising the (Nq, Nk) scores.
 
     q: (B, H, Nq, d); k, v: (B, Hkv, Nk, d) with H a multiple of Hkv (query head h reads kv head
     h // (H // Hkv): grouped-query and multi-query attention). fp16, bf16 or fp32; any Nq, Nk >= 1;
     16 <= d <= 256; strided (non-contiguous) inputs are fine. ``causal``: query i sees keys j <= i
-    (top-left, as torch SDPA). ``scale`` defaults to 1/sqrt(d). Returns (B, H, Nq, d) in q's dtype;
+    (top-left, as torch SDPA). ``scale`` defaults to 1/sqrt(d). ``options``: ``window=w`` (sliding
+    window, with causal: query i sees keys i - w < j <= i), ``causal_align="bottom_right"`` (query
+    i of Nq sees keys j <= Nk - Nq + i), ``mask_mod=f`` (a ``@triton.jit`` f(q_idx, kv_idx) -> bool;
+    runs on rung v2) or ``spec=AttnSpec(...)`` (:mod:`flashlab.attnspec`). Returns (B, H, Nq, d) in q's dtype;
     differentiable with respect to q, k and v. Limits, checked up front with a ValueError: on a GPU
     B*H <= 65535 (CUDA's grid), and the elements one (batch, head) slice spans must fit in int32.
 
     Runs compiled on CUDA tensors, or in Triton's CPU interpreter on CPU tensors when
     ``TRITON_INTERPRET=1`` (set automatically on a machine with no GPU; see ``kernels._mode``).
 
-    ``return_lse=True`` returns (o, lse), lse (B, H, Nq) float32, natural log (not differentiable).
-    ``causal_align="bottom_right"`` aligns the last query with the last key (query i sees keys
-    j <= Nk - Nq + i; Nq <= Nk). Decode shapes (Nq <= 16, no gradient needed) take the
-    split-KV kernel of ``flashlab.kernels.flash_decode``. These three live in ``flashlab.decode``.
+    ``return_lse=True`` returns (o, lse), lse (B, H, Nq) float32, natural log (not differentiable;
+    not with ``window`` or ``mask_mod``). Decode shapes (Nq <= 16, no gradient needed) take the
+    split-KV kernel of ``flashlab.kernels.flash_decode``; both are routed by ``flashlab.decode``.
     """
     global _FUNCTION
-    scale = check_inputs(q, k, v, causal, scale)
-    # -- return_lse, causal_align and the split-KV decode path (flashlab.decode)
+    spec = attn_spec(q, k, v, causal, scale, **options)
+    from .ladder import TRITON_OPTIONS
+
+    spec.refuse(TRITON_OPTIONS, "flash_attention (the Triton kernels)")
+    # -- return_lse and the split-KV decode path (flashlab.decode): plain or bottom-right causal
     from .. import decode
 
-    if decode.takes_over(q, k, v, causal, return_lse, causal_align):
-        return decode.extended_attention(q, k, v, causal, scale, return_lse, causal_align)
+    if spec.window is None and spec.mask_mod is None:
+        if decode.takes_over(q, k, v, spec.causal, return_lse, spec.causal_align):
+            return decode.extended_attention(q, k, v, spec.causal, spec.scale, return_lse, spec.causal_align)
+    elif return_lse is not False:
+        raise ValueError(f"return_lse={return_lse!r} is not supported with window= or mask_mod=; "
+                         "call without return_lse")
     # -- end of the decode block
     if _FUNCTION is None:
         _FUNCTION = _autograd_function()
-    return _FUNCTION.apply(q, k, v, causal, scale)
+    return _FUNCTION.apply(q, k, v, spec)

@@ -11,9 +11,11 @@ paper, with the NumPy names of ``flashlab.tiled.tiled_attention_backward``):
 3. ``_bwd_dq``: one program per query block accumulates ``dQ_i`` over the key blocks (line 21 of
    FA2's dQ update, done without atomics by a second pass, as FA2's Triton ports do).
 
-Every kernel works in log2 units: ``P = exp2(S * scale * log2(e) - lse * log2(e))``. Causal loops
-have two stages: the blocks that cross the diagonal with the mask, the rest without a score mask
-(loads are still row-masked, so any Nq, Nk >= 1 works). Tiles wholly above the diagonal are skipped.
+Every kernel works in log2 units: ``P = exp2(S * scale * log2(e) - lse * log2(e))``. Loops run in
+the three stages of :mod:`flashlab.kernels.visible` (``q_bounds`` for dK/dV, ``kv_bounds`` for
+dQ): masked, unmasked, masked (loads are still row-masked, so any Nq, Nk >= 1 works). Tiles no
+query of the rule (causal, bottom-right, sliding window; :class:`flashlab.attnspec.AttnSpec`)
+sees are skipped and never loaded.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from .flash_fwd import _dot, _dot_acc, dot_precision, head_dim_padded, new_outpu
 triton = _mode.triton()
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from .visible import as_spec, block_ranges, kv_bounds, q_bounds, stage_range, visible  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,9 @@ def _bwd_preprocess(
 @triton.jit
 def _bwd_dkdv_inner(
     dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_qk, stride_dom, stride_dok,
-    offs_n, offs_d, lo, hi, qk_scale, N_Q,
+    offs_n, offs_d, lo, hi, qk_scale, N_Q, N_K, DIAG, WINDOW,
     D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     for start_m in range(lo, hi, BLOCK_M):  # line 7: for each query block i
@@ -117,7 +122,8 @@ def _bwd_dkdv_inner(
         qkT = _dot(k, tl.trans(q), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
         pT = tl.math.exp2(qkT - lse2[None, :])
         if MASK:
-            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+            seen = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
+            pT = tl.where(seen, pT, 0.0)
         # -- dV_j += P_ij^T dO_i (line 11)
         dv = _dot_acc(pT.to(do.dtype), do, dv, DOT_F32, DOT_PRECISION)
         # -- dP_ij^T = V_j dO_i^T (line 12); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 13)
@@ -128,7 +134,7 @@ def _bwd_dkdv_inner(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "DIAG", "WINDOW"])
 def _bwd_dkdv(
     Q, K, V, DO, LSE, Delta, DK, DV, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
@@ -137,9 +143,10 @@ def _bwd_dkdv(
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dkz, stride_dkh, stride_dkn, stride_dkk,
     stride_dvz, stride_dvh, stride_dvn, stride_dvk,
-    H, GROUP, N_Q, N_K,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- key/value block j and (batch, kv head) of this program (line 5)
     start_n = tl.program_id(0) * BLOCK_N
@@ -150,20 +157,13 @@ def _bwd_dkdv(
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     kv_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD)
-    # -- causal: query blocks ending before this key block see none of it (skipped); the blocks
-    #    from `lo` to `mid` cross the diagonal (masked); from `mid` to `hi` every row sees every
-    #    key. A key block that starts past the last query row (Nk > Nq) is seen by no query:
-    #    `hi` = 0 skips every tile and the load, and dK_j = dV_j = 0 are written
-    #    (first_q_block in tiled.py)
-    lo = 0
-    mid = 0
-    hi = N_Q
-    load_mask = kv_mask
-    if CAUSAL:
-        hi = tl.where(start_n < N_Q, N_Q, 0)
-        lo = tl.minimum((start_n // BLOCK_M) * BLOCK_M, hi)
-        mid = tl.minimum(lo + tl.cdiv(start_n + BLOCK_N - lo, BLOCK_M) * BLOCK_M, hi)
-        load_mask = kv_mask & (start_n < N_Q)
+    # -- the query rows that see this key block, in three stages (visible.q_bounds): the diagonal
+    #    band (masked), rows that see every key of it (unmasked), the window's far edge (masked).
+    #    A key block no query sees (lo == hi, e.g. causal keys past the last row) is never
+    #    loaded, and dK_j = dV_j = 0 are written (visibility.TileVisibility.q_range in NumPy)
+    lo, full_lo, full_hi, hi = q_bounds(tl.program_id(0), N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                        CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+    load_mask = kv_mask & (lo < hi)
     # -- load K_j, V_j (line 6); initialise dK_j = dV_j = 0 (line 7)
     k = tl.load(K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
                 + offs_d[None, :] * stride_kk, mask=load_mask, other=0.0)
@@ -179,15 +179,13 @@ def _bwd_dkdv(
         do_base = DO + off_z * stride_doz + off_h * stride_doh
         lse_base = LSE + off_hz * N_Q
         delta_base = Delta + off_hz * N_Q
-        if CAUSAL:
+        for stage in tl.static_range(3):
+            stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
             dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
                                      stride_qm, stride_qk, stride_dom, stride_dok,
-                                     offs_n, offs_d, lo, mid, qk_scale, N_Q,
-                                     D_HEAD, BLOCK_M, True, DOT_F32, DOT_PRECISION)
-        dk, dv = _bwd_dkdv_inner(dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-                                 stride_qm, stride_qk, stride_dom, stride_dok,
-                                 offs_n, offs_d, mid, hi, qk_scale, N_Q,
-                                 D_HEAD, BLOCK_M, False, DOT_F32, DOT_PRECISION)
+                                     offs_n, offs_d, stage_lo, stage_hi, qk_scale, N_Q, N_K, DIAG, WINDOW,
+                                     D_HEAD, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD, DOT_F32,
+                                     DOT_PRECISION)
     # -- write dK_j, dV_j to HBM (line 20)
     dk = dk * sm_scale
     tl.store(DK + off_z * stride_dkz + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
@@ -199,8 +197,9 @@ def _bwd_dkdv(
 @triton.jit
 def _bwd_dq_inner(
     dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-    offs_m, offs_d, lo, hi, qk_scale, N_K,
+    offs_m, offs_d, lo, hi, qk_scale, N_K, DIAG, WINDOW,
     D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     for start_n in range(lo, hi, BLOCK_N):  # for each key block j
@@ -213,10 +212,8 @@ def _bwd_dq_inner(
         qk = _dot(q, kT, DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         p = tl.math.exp2(qk - lse2[:, None])
         if MASK:
-            mask = offs_n[None, :] < N_K
-            if CAUSAL:
-                mask = mask & (offs_n[None, :] <= offs_m[:, None])
-            p = tl.where(mask, p, 0.0)
+            seen = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
+            p = tl.where(seen, p, 0.0)
         # -- dP_ij = dO_i V_j^T (line 12); dS_ij = P_ij * (dP_ij - D_i) (line 13)
         dp = _dot(do, vT, DOT_F32, DOT_PRECISION)
         ds = p * (dp - Di[:, None])
@@ -225,7 +222,7 @@ def _bwd_dq_inner(
     return dq
 
 
-@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "DIAG", "WINDOW"])
 def _bwd_dq(
     Q, K, V, DO, LSE, Delta, DQ, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
@@ -233,9 +230,10 @@ def _bwd_dq(
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_doz, stride_doh, stride_dom, stride_dok,
     stride_dqz, stride_dqh, stride_dqm, stride_dqk,
-    H, GROUP, N_Q, N_K,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- query block i and (batch, head) of this program
     start_m = tl.program_id(0)
@@ -257,30 +255,28 @@ def _bwd_dq(
     qk_scale = sm_scale * 1.4426950408889634
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
     v_base = V + off_z * stride_vz + off_hkv * stride_vh
-    # -- the same two stages as the forward (v2): full blocks below the diagonal, then masked ones
-    hi = N_K
-    unmasked_hi = (N_K // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))  # past the last row: never loaded
-        unmasked_hi = tl.minimum(unmasked_hi, (start_m * BLOCK_M) // BLOCK_N * BLOCK_N)
-    dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                       offs_m, offs_d, 0, unmasked_hi, qk_scale, N_K,
-                       D_HEAD, BLOCK_N, False, CAUSAL, DOT_F32, DOT_PRECISION)
-    dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                       offs_m, offs_d, unmasked_hi, hi, qk_scale, N_K,
-                       D_HEAD, BLOCK_N, True, CAUSAL, DOT_F32, DOT_PRECISION)
+    # -- the same three stages as the forward (v2): visible.kv_bounds
+    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                         CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+    for stage in tl.static_range(3):
+        stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
+        dq = _bwd_dq_inner(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                           offs_m, offs_d, stage_lo, stage_hi, qk_scale, N_K, DIAG, WINDOW,
+                           D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD, DOT_F32,
+                                     DOT_PRECISION)
     # -- write dQ_i (line 21)
     dq = dq * sm_scale
     tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + offs_m[:, None] * stride_dqm
              + offs_d[None, :] * stride_dqk, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
 
-def backward(q, k, v, o, lse, do, causal: bool, scale: float, config: BwdConfig | None = None):
+def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: BwdConfig | None = None):
     """Gradients of attention from the saved forward output and log-sum-exp.
 
     q, o, do: (B, H, Nq, d); k, v: (B, Hkv, Nk, d); lse: (B, H, Nq) float32, natural log.
     Returns dq (B, H, Nq, d), dk and dv (B, Hkv, Nk, d), in the dtypes of q, k and v; with
     grouped-query attention dk and dv are summed over the H // Hkv query heads of each kv head.
+    ``causal``: a bool or the forward's AttnSpec.
     """
     from triton.runtime.errors import OutOfResources
 
@@ -289,7 +285,10 @@ def backward(q, k, v, o, lse, do, causal: bool, scale: float, config: BwdConfig 
     group = H // Hkv
     head_dim = head_dim_padded(d)
     consts = dict(HEAD_DIM=head_dim, D_HEAD=d)
-    flags = dict(CAUSAL=bool(causal), DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
+    spec = as_spec(causal, scale)
+    scale = spec.resolved_scale(d)
+    flags = dict(**spec.kernel_args(Nq, Nk), **spec.mask_args(), DOT_F32=_mode.dot_upcast(q.dtype),
+                 DOT_PRECISION=dot_precision(q.dtype))
     lse = lse.contiguous()
     delta = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
     dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
@@ -304,10 +303,12 @@ def backward(q, k, v, o, lse, do, causal: bool, scale: float, config: BwdConfig 
             _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
                 q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
+                RANGES=block_ranges(spec, Nq, Nk, cfg.block_m1, cfg.block_n1, "k", q.device),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
                 q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+                RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return dq, dk, dv
         except OutOfResources:

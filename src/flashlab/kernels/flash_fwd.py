@@ -17,14 +17,17 @@ natural log):
 
 * ``forward_v0`` — grid over (batch, head) only; each program loops over ALL query blocks.
 * ``forward_v1`` — grid over (query block, batch*head) as FA2; natural ``exp``; masks everywhere.
-* ``forward_v2`` — ``exp2`` with log2(e) folded into the scale; causal two-stage loop (blocks
-  below the diagonal without masks, then the diagonal blocks with the mask).
+* ``forward_v2`` — ``exp2`` with log2(e) folded into the scale; the key loop in three stages
+  from ``visible.kv_bounds`` (masked blocks at a sliding window's lower edge, blocks every row
+  sees in full without masks, then the diagonal band and ragged tail with the mask).
 * ``forward_v3`` — v2 with ``triton.autotune`` over block sizes, warps and stages.
 
 Shapes are general: any Nq, Nk >= 1 (ragged last tiles are masked); head dims that are not powers
 of two are padded to ``HEAD_DIM`` (the next power of two) with masked loads, ``D_HEAD`` being the
-real one; grouped-query attention reads kv head ``h // GROUP`` for query head ``h``. Causal is
-top-left aligned (query i sees keys j <= i), and tiles wholly above the diagonal are never loaded.
+real one; grouped-query attention reads kv head ``h // GROUP`` for query head ``h``. Which keys a query
+sees is an :class:`flashlab.attnspec.AttnSpec` (``causal`` may be a bool or one): causal top-left
+(query i sees keys j <= i) or bottom-right, a sliding window, a ``mask_mod``; every kernel gets its
+loop bounds and mask from :mod:`flashlab.kernels.visible`, and tiles no query sees are never loaded.
 
 Sequence lengths, head counts and the group size are not specialised on (``do_not_specialize``):
 one compiled kernel serves every length, so a sweep over lengths does not recompile per length.
@@ -36,11 +39,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..attnspec import KERNEL_FLAGS, AttnSpec
 from . import _mode
 
 triton = _mode.triton()
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+from .visible import as_spec, block_ranges, finite_max, kv_bounds, stage_range, visible  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Configuration as data
@@ -127,16 +133,17 @@ def _dot_acc(a, b, acc, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr):
 # --------------------------------------------------------------------------------------------
 # v0: one program per (batch, head), looping over every query block
 # --------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "DIAG", "WINDOW"])
 def _fwd_v0_grid_bh(
     Q, K, V, Out, LSE, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- this program owns one (batch, head): the grid has B*H programs and no query-block axis
     off_hz = tl.program_id(0)
@@ -155,23 +162,22 @@ def _fwd_v0_grid_bh(
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        hi = N_K
-        if CAUSAL:
-            hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))
-        for start_n in range(0, hi, BLOCK_N):
+        lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+        for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
                         mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
             v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
                         mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
             qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale
-            mask = offs_n[None, :] < N_K
-            if CAUSAL:
-                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             qk = tl.where(mask, qk, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
-            p = tl.exp(qk - m_ij[:, None])
-            alpha = tl.exp(m_i - m_ij)
+            m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)
+            p = tl.exp(qk - m_use[:, None])
+            alpha = tl.exp(m_i - m_use)
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
             m_i = m_ij
@@ -184,16 +190,17 @@ def _fwd_v0_grid_bh(
 # --------------------------------------------------------------------------------------------
 # v1: FlashAttention-2 grid, mirrors the NumPy loop line for line
 # --------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "DIAG", "WINDOW"])
 def _fwd_v1_minimal(
     Q, K, V, Out, LSE, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which query block i and which (batch, head) this program owns (line 3: parallel over i)
     start_m = tl.program_id(0)
@@ -212,30 +219,29 @@ def _fwd_v1_minimal(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # (BLOCK_M, HEAD_DIM)
-    # -- causal: key blocks starting past the block's last query row (the last row that exists:
-    #    a ragged last block ends at N_Q) are skipped, never loaded (kv_blocks_visited in tiled.py)
-    hi = N_K
-    if CAUSAL:
-        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))
-    for start_n in range(0, hi, BLOCK_N):  # line 6
+    # -- only key blocks some row of this block sees are visited; the rest are never loaded
+    #    (visibility.TileVisibility.kv_range in NumPy)
+    lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+    for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         # -- load K_j (as K_j^T) and V_j from HBM to SRAM (line 7)
         k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
                     mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)  # (HEAD_DIM, BLOCK_N)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
                     mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
-        # -- S_ij = Q_i K_j^T (line 8), masked where j is past N_K or (causal) past the row
+        # -- S_ij = Q_i K_j^T (line 8), masked where j is past N_K or not visible to the row
         #    (tiled.py: s = _masked_scores(q_i, k_j, ...))
         qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, BLOCK_N)
-        mask = offs_n[None, :] < N_K
-        if CAUSAL:
-            mask = mask & (offs_n[None, :] <= offs_m[:, None])
+        mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
         qk = tl.where(mask, qk, float("-inf"))  # (BLOCK_M, BLOCK_N)
         # -- m_ij = max(m_i, rowmax(S_ij)); P_ij = exp(S_ij - m_ij); l_i = e^(m_i - m_ij) l_i + rowsum(P_ij) (line 9)
         #    (the first lines of softmax.online_update, with m_ij for its m_new)
         m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
-        p = tl.exp(qk - m_ij[:, None])  # (BLOCK_M, BLOCK_N)
-        alpha = tl.exp(m_i - m_ij)  # (BLOCK_M,)
+        m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)  # (BLOCK_M,)
+        p = tl.exp(qk - m_use[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.exp(m_i - m_use)  # (BLOCK_M,)
         l_i = l_i * alpha + tl.sum(p, 1)  # (BLOCK_M,)
         # -- O_i = diag(alpha) O_i + P_ij V_j (line 10)
         acc = acc * alpha[:, None]  # (BLOCK_M, HEAD_DIM)
@@ -251,21 +257,23 @@ def _fwd_v1_minimal(
 
 
 # --------------------------------------------------------------------------------------------
-# v2: exp2 and the causal two-stage loop
+# v2: exp2 and the staged loop (masked, unmasked, masked)
 # --------------------------------------------------------------------------------------------
 @triton.jit
 def _fwd_v2_inner(
     acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-    offs_m, offs_d, lo, hi, qk_scale, N_K,
+    offs_m, offs_d, lo, hi, qk_scale, N_K, DIAG, WINDOW,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
-    MASK: tl.constexpr, CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk
         v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk
-        # -- load K_j^T, V_j (line 7): full blocks below the diagonal need no row mask
+        # -- load K_j^T, V_j (line 7): blocks every row sees in full need no row mask
         if MASK:
             k = tl.load(k_ptrs, mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
             v = tl.load(v_ptrs, mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
@@ -278,14 +286,14 @@ def _fwd_v2_inner(
         # -- S_ij in log2 units: Q_i K_j^T * scale * log2(e) (line 8)
         qk = _dot(q, k, DOT_F32, DOT_PRECISION) * qk_scale
         if MASK:
-            mask = offs_n[None, :] < N_K
-            if CAUSAL:
-                mask = mask & (offs_n[None, :] <= offs_m[:, None])
+            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             qk = tl.where(mask, qk, float("-inf"))
         # -- m_ij, P_ij = 2^(S_ij - m_ij), l_i (line 9)
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_ij[:, None])
-        alpha = tl.math.exp2(m_i - m_ij)
+        m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)
+        p = tl.math.exp2(qk - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, 1)
         # -- O_i = diag(alpha) O_i + P_ij V_j (line 10)
         acc = acc * alpha[:, None]
@@ -294,16 +302,17 @@ def _fwd_v2_inner(
     return acc, l_i, m_i
 
 
-@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "N_Q_BUCKET", "N_K_BUCKET"])
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "DIAG", "WINDOW", "N_Q_BUCKET", "N_K_BUCKET"])
 def _fwd_v2_exp2_causal(
     Q, K, V, Out, LSE, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, N_Q_BUCKET, N_K_BUCKET,  # the buckets are only autotuning keys (v3)
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES, N_Q_BUCKET, N_K_BUCKET,  # the buckets are only autotuning keys (v3)
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- query block i and (batch, head) of this program (line 3)
     start_m = tl.program_id(0)
@@ -322,21 +331,17 @@ def _fwd_v2_exp2_causal(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) in: exp(x) = exp2(x * log2(e))
-    # -- the key range splits in two: full blocks that need no mask, then masked blocks
-    #    (the ragged last block; with causal, the blocks that cross the diagonal)
-    hi = N_K
-    unmasked_hi = (N_K // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))  # blocks past the last row: never loaded
-        unmasked_hi = tl.minimum(unmasked_hi, (start_m * BLOCK_M) // BLOCK_N * BLOCK_N)
-    # -- stage 1: blocks wholly below the diagonal, no masks
-    acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                                  offs_m, offs_d, 0, unmasked_hi, qk_scale, N_K,
-                                  HEAD_DIM, D_HEAD, BLOCK_N, False, CAUSAL, DOT_F32, DOT_PRECISION)
-    # -- stage 2: diagonal and ragged blocks, with the mask
-    acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                                  offs_m, offs_d, unmasked_hi, hi, qk_scale, N_K,
-                                  HEAD_DIM, D_HEAD, BLOCK_N, True, CAUSAL, DOT_F32, DOT_PRECISION)
+    # -- the key range in three stages (kernels.visible.kv_bounds): masked blocks at the window's
+    #    lower edge, blocks every row sees in full (no mask), then masked blocks (the diagonal band,
+    #    the ragged tail); blocks outside [lo, hi) are never loaded
+    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
+                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+    for stage in tl.static_range(3):
+        stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
+        acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
+                                      offs_m, offs_d, stage_lo, stage_hi, qk_scale, N_K, DIAG, WINDOW,
+                                      HEAD_DIM, D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW,
+                                      MASK_MOD, HAS_MASK_MOD, DOT_F32, DOT_PRECISION)
     # -- O_i = O_i / l_i (line 12); L_i = m_i + log(l_i), back in natural-log units (line 13)
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
@@ -381,7 +386,7 @@ def _prune_v3(configs, named_args, **kwargs):
 
 _fwd_v3_autotuned = triton.autotune(
     configs=_v3_configs(),
-    key=["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", "CAUSAL", "DOT_PRECISION", "DOT_F32"],
+    key=["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", *KERNEL_FLAGS, "DOT_PRECISION", "DOT_F32"],
     prune_configs_by={"early_config_prune": _prune_v3},
 )(_fwd_v2_exp2_causal) if not _mode.is_interpreter() else None
 
@@ -398,33 +403,38 @@ def _bucket(n: int) -> int:
 # --------------------------------------------------------------------------------------------
 # Python wrappers: one calling convention, forward(q, k, v, causal, scale) -> (o, lse)
 # --------------------------------------------------------------------------------------------
-def _out_and_args(q, k, v, scale):
+def _out_and_args(q, k, v, spec: AttnSpec):
+    """The output buffers and the kernel arguments: positional pointers, strides and sizes, and the
+    keywords of the rule (``AttnSpec.kernel_args``) and of the dtype."""
     B, H, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
     lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
     args = (
-        q, k, v, o, lse, scale,
+        q, k, v, o, lse, spec.resolved_scale(d),
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk,
     )
-    return o, lse, args
-
-
-def _constexprs(q, causal):
-    return dict(
-        HEAD_DIM=head_dim_padded(q.shape[-1]), D_HEAD=q.shape[-1], CAUSAL=bool(causal),
+    consts = dict(
+        HEAD_DIM=head_dim_padded(d), D_HEAD=d, **spec.kernel_args(Nq, Nk), **spec.mask_args(),
         DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
     )
+    return o, lse, args, consts
 
 
-def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
-    """Launch with ``config``; on a shared-memory overflow retry with smaller tiles."""
+def _ranges(spec: AttnSpec, q, k):
+    """RANGES for a config: the key range of each query block, from the model (mask_mod only)."""
+    return lambda cfg: block_ranges(spec, q.shape[2], k.shape[2], cfg.block_m, cfg.block_n, "q", q.device)
+
+
+def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
+    """Launch with ``config``; on a shared-memory overflow retry with smaller tiles.
+    ``ranges(cfg)``: the RANGES argument for that config's block sizes."""
     from triton.runtime.errors import OutOfResources
 
     for cfg in fallback_fwd_configs(config):
         try:
-            kernel[grid(cfg)](*args, **consts, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            kernel[grid(cfg)](*args, **consts, RANGES=ranges(cfg), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return cfg
         except OutOfResources:
@@ -432,45 +442,49 @@ def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
     raise RuntimeError(f"no forward config down from {config} fits this GPU")
 
 
-def forward_v0(q, k, v, causal: bool, scale: float, config: FwdConfig | None = None):
-    """Rung v0: grid over (batch, head) only. Returns (o (B, H, Nq, d), lse (B, H, Nq) fp32, natural log)."""
-    o, lse, args = _out_and_args(q, k, v, scale)
-    consts = _constexprs(q, causal)
+def forward_v0(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
+    """Rung v0: grid over (batch, head) only. ``causal``: a bool or an AttnSpec.
+    Returns (o (B, H, Nq, d), lse (B, H, Nq) fp32, natural log)."""
+    spec = as_spec(causal, scale)
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
     config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
     B, H = q.shape[:2]
-    _launch(_fwd_v0_grid_bh, lambda c: (B * H,), args, consts, config)
+    _launch(_fwd_v0_grid_bh, lambda c: (B * H,), args, consts, config, _ranges(spec, q, k))
     return o, lse
 
 
-def forward_v1(q, k, v, causal: bool, scale: float, config: FwdConfig | None = None):
+def forward_v1(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
     """Rung v1: FA2 grid (query block, batch*head), natural exp, masks everywhere."""
-    o, lse, args = _out_and_args(q, k, v, scale)
-    consts = _constexprs(q, causal)
+    spec = as_spec(causal, scale)
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
     config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
     B, H, Nq = q.shape[:3]
-    _launch(_fwd_v1_minimal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config)
+    _launch(_fwd_v1_minimal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config, _ranges(spec, q, k))
     return o, lse
 
 
-def forward_v2(q, k, v, causal: bool, scale: float, config: FwdConfig | None = None):
-    """Rung v2: exp2 with log2(e) folded into the scale; causal two-stage loop."""
-    o, lse, args = _out_and_args(q, k, v, scale)
-    args = (*args, _bucket(q.shape[2]), _bucket(k.shape[2]))
-    consts = _constexprs(q, causal)
+def forward_v2(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
+    """Rung v2: exp2 with log2(e) folded into the scale; the loop in three stages (masked,
+    unmasked, masked) from ``visible.kv_bounds``."""
+    spec = as_spec(causal, scale)
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
+    consts.update(N_Q_BUCKET=_bucket(q.shape[2]), N_K_BUCKET=_bucket(k.shape[2]))
     config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
     B, H, Nq = q.shape[:3]
-    _launch(_fwd_v2_exp2_causal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config)
+    _launch(_fwd_v2_exp2_causal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config, _ranges(spec, q, k))
     return o, lse
 
 
-def forward_v3(q, k, v, causal: bool, scale: float):
+def forward_v3(q, k, v, causal, scale: float | None = None):
     """Rung v3: v2 autotuned over BLOCK_M/BLOCK_N/num_warps/num_stages, keyed on length buckets,
-    head dim, causal and dtype. In the interpreter, or with ``FLASHLAB_AUTOTUNE=0``, it runs v2
-    with ``default_fwd_config`` instead (one small config; no timing runs)."""
+    head dim, the rule's flags (``attnspec.KERNEL_FLAGS``) and dtype. In the interpreter, or with
+    ``FLASHLAB_AUTOTUNE=0``, it runs v2 with ``default_fwd_config`` instead (one small config)."""
     if not autotune_enabled():
         return forward_v2(q, k, v, causal, scale)
-    o, lse, args = _out_and_args(q, k, v, scale)
-    args = (*args, _bucket(q.shape[2]), _bucket(k.shape[2]))
+    spec = as_spec(causal, scale)
+    spec.refuse(("window", "causal_align"), "forward_v3 when it autotunes (its block sizes are chosen at launch)")
+    o, lse, args, consts = _out_and_args(q, k, v, spec)
+    consts.update(N_Q_BUCKET=_bucket(q.shape[2]), N_K_BUCKET=_bucket(k.shape[2]))
     B, H, Nq = q.shape[:3]
-    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **_constexprs(q, causal))
+    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **consts, RANGES=None)
     return o, lse

@@ -1,7 +1,7 @@
 """The warp-specialised Hopper rung (``v5_gluon_ws``): FlashAttention forward written in Gluon.
 
 Same mathematics as every other rung (FlashAttention-2, Algorithm 1: online softmax in log2
-units, the causal two-stage loop), but the schedule is written by hand instead of left to
+units, the unmasked-then-masked loop), but the schedule is written by hand instead of left to
 Triton's compiler. Gluon (``triton.experimental.gluon``, shipped with triton 3.6) is Triton's
 lower-level language: the kernel names its register layouts, allocates its shared memory,
 issues the tensor-core instructions (``warpgroup_mma``, Hopper's asynchronous ``wgmma``) and the
@@ -26,7 +26,9 @@ partitions of warps at once (``gl.warp_specialize``):
 Layout and masking as the ``v4_hopper`` rung (``flash_fwd_hopper.py``): q, k, v are viewed as
 (B*H*N, d) rows; a tile past the end of one head reads rows of the next head (or zeros past the
 end of the tensor), masked to a large negative score; query rows past Nq are never stored.
-Causal convention: top-left aligned, query row i sees key column j <= i.
+Causal convention: top-left aligned, query row i sees key column j <= i. This rung computes no
+other AttnSpec option (window, bottom-right): it refuses them by name (``SUPPORTED_OPTIONS``),
+and its loop bounds are still its own, written in Gluon (not yet ported to ``kernels.visible``).
 
 Gluon has no CPU interpreter: this rung runs only on a CUDA sm90 GPU. On a machine without one
 it can still be compiled for sm90 (``tests/test_flash_fwd_gluon.py`` does, to check that it
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
 SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_OPTIONS = ()  # AttnSpec options beyond causal top-left: none (its loop bounds are its own)
 BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
 
 
@@ -292,8 +295,12 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
 
     from .flash_fwd_hopper import row_views
 
+    from .visible import as_spec
+
     if not checked:
         _check_inputs(q, k, v, causal, scale, warmup)
+    spec = as_spec(causal, scale)  # causal top-left or none: what _check_inputs lets through
+    causal, scale = spec.causal, spec.scale
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
     n_kv = k.shape[2]
     cfg = config or default_config(d, causal)
@@ -370,7 +377,7 @@ def _gluon_available() -> bool:
 def _check_inputs(q, k, v, causal, scale, compile_only: bool = False):
     from .flash_fwd_hopper import check_rung_inputs
 
-    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS)
+    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS, SUPPORTED_OPTIONS)
     if q.device.type != "cuda" and not compile_only:
         raise ValueError(f"q is on {q.device}; the Gluon rung runs on a CUDA sm90 (Hopper) GPU only "
                          "(flashlab.flash_attention picks a rung that runs here)")

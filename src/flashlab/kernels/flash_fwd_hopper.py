@@ -1,7 +1,7 @@
 """The Hopper rung (``v4_hopper``): FlashAttention-2 forward fed by tensor descriptors (TMA).
 
 Same algorithm as the other rungs (FlashAttention-2, Algorithm 1, forward pass; exp2 and the
-causal two-stage loop of ``flash_fwd.py``), with three changes aimed at Hopper (sm90):
+staged loop of ``flash_fwd.py``, from ``kernels.visible``), with three changes aimed at Hopper (sm90):
 
 * Q, K and V tiles are loaded through **tensor descriptors** (``triton.tools.tensor_descriptor.
   TensorDescriptor`` built on the host, passed by value). On sm90 Triton lowers a descriptor load
@@ -26,7 +26,8 @@ one head reads rows of the next head (or zeros past the end of the tensor, from 
 those key columns are masked to a large negative score and those query rows are never stored, so
 ragged N (not a multiple of the block sizes) is handled by masking, not by padding.
 
-Causal convention: top-left aligned (``docs/ARCHITECTURE.md``): query row i sees key column j <= i.
+Which keys a query sees: an AttnSpec (``docs/ARCHITECTURE.md``), causal top-left by default (query
+row i sees key column j <= i), also bottom-right and a sliding window (``SUPPORTED_OPTIONS``).
 Outputs: ``o`` (B, H, Nq, d) in the input dtype and ``lse`` (B, H, Nq) float32, natural log.
 """
 from __future__ import annotations
@@ -39,6 +40,8 @@ from flashlab.kernels import _mode
 
 triton = _mode.triton()
 import triton.language as tl  # noqa: E402  (after _mode.triton() picked the mode)
+
+from flashlab.kernels.visible import as_spec, kv_bounds, stage_range, visible  # noqa: E402
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
@@ -94,9 +97,9 @@ SUPPORTED_HEAD_DIMS = (64, 128)
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, qk_scale, N_KV,
+def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, qk_scale, N_KV, DIAG, WINDOW,
                     DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
-                    CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -106,9 +109,9 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, q
         # -- m_ij = max(m_i, rowmax(S_ij)), in log2 units (scores pre-multiplied by log2(e))
         if MASKED:
             cols = start_n + offs_n
-            keep = cols[None, :] < N_KV  # (1, BLOCK_N): ragged tail of K/V
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= cols[None, :])  # (BLOCK_M, BLOCK_N)
+            # (BLOCK_M, BLOCK_N): the ragged tail of K/V and the rule (kernels.visible); a row a
+            # window hides from the whole tile gets -1e6 everywhere, wiped out by the next rescale
+            keep = visible(offs_m[:, None], cols[None, :], N_KV, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
             qk = qk * qk_scale + tl.where(keep, 0.0, -1.0e6)
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
             qk = qk - m_ij[:, None]
@@ -130,9 +133,9 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, lo, hi, offs_m, q
 
 
 @triton.jit
-def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, off_hz,
+def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, DIAG, WINDOW, start_m, off_hz,
                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+               CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     """O_i and lse_i of query block ``start_m`` of head ``off_hz`` (B*H flattened)."""
     DTYPE: tl.constexpr = Out.dtype.element_ty
     q_row0 = off_hz * N_Q + start_m * BLOCK_M  # first row of Q_i in the (B*H*Nq, d) view
@@ -146,20 +149,14 @@ def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, o
 
     q = desc_q.load([q_row0, 0])  # (BLOCK_M, HEAD_DIM), stays on chip for the whole loop
 
-    # -- stage 1: key blocks no mask touches; stage 2: the diagonal band and the ragged tail
-    n_full = (N_KV // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        hi_full = tl.minimum(start_m * BLOCK_M, n_full)
-        hi_band = tl.minimum(tl.minimum((start_m + 1) * BLOCK_M, N_Q), N_KV)  # past the last row: never loaded
-    else:
-        hi_full = n_full
-        hi_band = N_KV
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, 0, hi_full,
-                                    offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, False, CAUSAL,
-                                    WARP_SPECIALIZE)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, hi_full, hi_band,
-                                    offs_m, qk_scale, N_KV, DTYPE, BLOCK_N, True, CAUSAL,
-                                    WARP_SPECIALIZE)
+    # -- three stages (kernels.visible.kv_bounds): the window's lower edge (masked), key blocks
+    #    no mask touches, the diagonal band and the ragged tail (masked); past them: never loaded
+    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_KV, DIAG, WINDOW, None, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, False)
+    for stage in tl.static_range(3):
+        stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, stage_lo, stage_hi,
+                                        offs_m, qk_scale, N_KV, DIAG, WINDOW, DTYPE, BLOCK_N, stage != 1,
+                                        CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
 
     # -- epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
     acc = acc / l_i[:, None]
@@ -172,9 +169,9 @@ def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, o
 
 
 @triton.jit
-def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, N_HEADS,
+def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, N_HEADS, DIAG, WINDOW,
                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                             CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+                             CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
                              PERSISTENT: tl.constexpr):
     if PERSISTENT:
         # a fixed grid of a few programs per SM walks the (head, query block) tiles in turn
@@ -185,8 +182,8 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
                 start_m = num_m - 1 - tile % num_m  # heaviest query blocks of a head first
             else:
                 start_m = tile % num_m
-            _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, off_hz,
-                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WARP_SPECIALIZE)
+            _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, DIAG, WINDOW, start_m, off_hz,
+                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
     else:
         off_hz = tl.program_id(1)
         if CAUSAL:
@@ -194,14 +191,18 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
             start_m = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
             start_m = tl.program_id(0)
-        _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, start_m, off_hz,
-                   HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, WARP_SPECIALIZE)
+        _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, DIAG, WINDOW, start_m, off_hz,
+                   HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
+
+
+# the AttnSpec options (beyond causal top-left) this rung computes; others are refused by name
+SUPPORTED_OPTIONS = ("window", "causal_align")
 
 
 def _check_inputs(q, k, v, causal, scale):
     import torch
 
-    check_rung_inputs(q, k, v, causal, scale, "the Hopper rung", SUPPORTED_HEAD_DIMS)
+    check_rung_inputs(q, k, v, causal, scale, "the Hopper rung", SUPPORTED_HEAD_DIMS, SUPPORTED_OPTIONS)
     for name, x in (("q", q), ("k", k), ("v", v)):
         _mode.check_device(name, x)
     if q.dtype == torch.bfloat16 and _mode.is_interpreter():
@@ -210,9 +211,12 @@ def _check_inputs(q, k, v, causal, scale):
                         "which upcasts bf16 dot operands there")
 
 
-def check_rung_inputs(q, k, v, causal, scale, rung: str, head_dims) -> None:
+def check_rung_inputs(q, k, v, causal, scale, rung: str, head_dims, options=()) -> None:
     """The checks the Hopper and Gluon rungs share: 4-D torch tensors of one dtype (fp16/bf16),
-    k and v of q's (B, H) and d, v shaped like k, d in ``head_dims``; each error names the argument."""
+    k and v of q's (B, H) and d, v shaped like k, d in ``head_dims``, ``causal`` a bool or an
+    AttnSpec using only ``options``; each error names the argument."""
+    from flashlab.attnspec import AttnSpec
+
     import torch
 
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -229,10 +233,13 @@ def check_rung_inputs(q, k, v, causal, scale, rung: str, head_dims) -> None:
                          f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     if q.shape[3] not in head_dims:
         raise ValueError(f"head dim d={q.shape[3]} is not supported by {rung}; expected one of {head_dims}")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
+    if not isinstance(causal, (bool, AttnSpec)):
+        raise TypeError(f"causal must be a bool or an AttnSpec, got {causal!r}")
     if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
         raise ValueError(f"scale={scale!r} must be a positive number or None (1/sqrt(d))")
+    spec = as_spec(causal)
+    spec.refuse(options, rung)
+    spec.check_lengths(q.shape[2], k.shape[2])
 
 
 def row_views(q, k, v):
@@ -254,7 +261,7 @@ def row_views(q, k, v):
 
 def default_config(head_dim: int, causal: bool) -> HopperConfig:
     """The measured best config for (head_dim, causal); a safe default for other head dims."""
-    return DEFAULT_CONFIGS.get((head_dim, causal), HopperConfig())
+    return DEFAULT_CONFIGS.get((head_dim, bool(causal)), HopperConfig())
 
 
 def launch(q, k, v, causal: bool = False, scale: float | None = None,
@@ -271,8 +278,9 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
         _check_inputs(q, k, v, causal, scale)
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
     n_kv = k.shape[2]
-    cfg = config or default_config(d, causal)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    spec = as_spec(causal, scale)
+    cfg = config or default_config(d, spec.causal)
+    scale = spec.resolved_scale(d)
     q2, k2, v2, o, lse = row_views(q, k, v)
     desc_q = TensorDescriptor.from_tensor(q2, [cfg.block_q, d])
     desc_k = TensorDescriptor.from_tensor(k2, [cfg.block_k, d])
@@ -282,7 +290,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
         grid = (min(grid[0] * grid[1], cfg.persistent * _sm_count(q.device)),)
     compiled = _flash_fwd_hopper_kernel[grid](
         desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, B * H,
-        HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, CAUSAL=causal,
+        HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, **spec.kernel_args(n_q, n_kv),
         WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return o, lse, compiled
@@ -301,9 +309,10 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None,
     return o, lse
 
 
-def supports(q, k, v, causal: bool = False) -> bool:
+def supports(q, k, v, causal=False) -> bool:
     """True where this rung is correct and tested: CUDA sm90 (or the CPU interpreter), fp16/bf16,
-    d in (64, 128), v shaped like k. In the interpreter only fp16 is accepted (its bf16 dot is wrong).
+    d in (64, 128), v shaped like k; ``causal`` a bool or an AttnSpec using SUPPORTED_OPTIONS.
+    In the interpreter only fp16 is accepted (its bf16 dot is wrong).
     """
     try:
         _check_inputs(q, k, v, causal, None)

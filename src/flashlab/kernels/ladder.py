@@ -7,7 +7,7 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 | --- | --- |
 | ``v0_grid_bh`` | one program per (batch, head), looping over all query blocks |
 | ``v1_minimal`` | FA2 grid over (query block, batch*head); the NumPy loop line for line |
-| ``v2_exp2_causal`` | exp2 with log2(e) folded into the scale; causal two-stage loop |
+| ``v2_exp2_causal`` | exp2 with log2(e) folded into the scale; the staged loop of ``kernels.visible`` |
 | ``v3_autotuned`` | v2 with triton.autotune (in the interpreter: one small config) |
 | ``v4_hopper`` | ``flashlab.kernels.flash_fwd_hopper`` (TMA tensor descriptors, configs measured on an H200); |
 |  | where that module is missing or its ``supports`` says no, this entry runs v3 instead |
@@ -15,15 +15,35 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 |  | warpgroups (warp specialisation), QK^T of block j overlapping softmax and P V of block j-1; |
 |  | CUDA sm90 only: elsewhere (and in the interpreter) this entry runs what ``v4_hopper`` runs |
 
-``resolve(name, q, k, v, causal)`` says which rung an entry really runs for given inputs.
+This module is the one place the forward kernel is chosen: :func:`choose` (what
+``flash_attention`` runs, through ``attention.best_forward``), :func:`resolve` (what a named
+entry runs) and :func:`run` all read ``RUNG_OPTIONS``, the AttnSpec options each rung computes
+(sliding ``window``, bottom-right ``causal_align``, ``mask_mod``); asked for one it lacks, a named entry raises
+a ValueError naming the option. ``causal`` is a bool or an :class:`flashlab.attnspec.AttnSpec`
+everywhere; the entries also take the AttnSpec fields as keywords (``window=``, ...).
 """
 from __future__ import annotations
 
 import functools
 import importlib
 
+from ..attnspec import AttnSpec
 from . import flash_fwd_gluon  # imports triton only when a kernel is first used
-from .attention import check_inputs, hopper_forward, on_device
+from .attention import attn_spec, on_device
+
+BAND_OPTIONS = ("window", "causal_align")
+# the AttnSpec options each rung computes (beyond dense and causal top-left). A mask_mod needs
+# block sizes known on the host (its ranges come from flashlab.visibility), so not the autotuned
+# v3 nor v4/v5; ragged batches (seqlens) no rung computes yet
+RUNG_OPTIONS = {
+    "v0_grid_bh": BAND_OPTIONS + ("mask_mod",),
+    "v1_minimal": BAND_OPTIONS + ("mask_mod",),
+    "v2_exp2_causal": BAND_OPTIONS + ("mask_mod",),
+    "v3_autotuned": BAND_OPTIONS,
+    "v4_hopper": BAND_OPTIONS,
+    "v5_gluon_ws": (),
+}
+TRITON_OPTIONS = BAND_OPTIONS + ("mask_mod",)  # what some rung (and the backward) computes
 
 
 @functools.lru_cache(maxsize=None)
@@ -37,71 +57,89 @@ def hopper_module():
         return None
 
 
-def hopper_applies(q, k, v, causal: bool) -> bool:
-    """True when the Hopper rung exists, the tensors are on CUDA and it supports these inputs."""
-    if q.device.type != "cuda":
+def _spec(causal) -> AttnSpec:
+    from .visible import as_spec
+
+    return as_spec(causal)
+
+
+def _fits(name: str, spec: AttnSpec) -> bool:
+    return spec.features() <= set(RUNG_OPTIONS[name])
+
+
+def hopper_applies(q, k, v, causal, checked: bool = False) -> bool:
+    """True when the Hopper rung exists, the tensors are on CUDA and it supports these inputs
+    (``checked``: they passed ``attention.check_inputs``, so only the rest is asked)."""
+    spec = _spec(causal)
+    if q.device.type != "cuda" or not _fits("v4_hopper", spec):
         return False
     module = hopper_module()
-    return module is not None and bool(module.supports(q, k, v, causal))
+    if module is None:
+        return False
+    return bool(module.supports_checked(q, k, v) if checked else module.supports(q, k, v, spec))
 
 
-def resolve(name: str, q, k, v, causal: bool) -> str:
+def choose(q, k, v, spec: AttnSpec) -> str:
+    """The rung ``flash_attention`` runs for inputs that passed ``check_inputs``: v5_gluon_ws where
+    it applies and is measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
+    applies, else v3_autotuned (v2_exp2_causal with a mask_mod). Only what the input check leaves
+    open is asked: it runs per call."""
+    if spec.mask_mod is not None:
+        return "v2_exp2_causal"
+    if _fits("v5_gluon_ws", spec) and flash_fwd_gluon.preferred(q, k, spec.causal):
+        return "v5_gluon_ws"
+    return "v4_hopper" if hopper_applies(q, k, v, spec, checked=True) else "v3_autotuned"
+
+
+def run(name: str, q, k, v, spec: AttnSpec):
+    """(o, lse) from rung ``name`` (one that :func:`resolve` returns), inputs already checked."""
+    if name == "v5_gluon_ws":
+        return flash_fwd_gluon.forward(q, k, v, spec, spec.scale, checked=True)
+    if name == "v4_hopper":
+        return hopper_module().forward(q, k, v, spec, spec.scale, checked=True)
+    from . import flash_fwd
+
+    return getattr(flash_fwd, _FORWARDS[name])(q, k, v, spec, spec.scale)
+
+
+_FORWARDS = {"v0_grid_bh": "forward_v0", "v1_minimal": "forward_v1", "v2_exp2_causal": "forward_v2",
+             "v3_autotuned": "forward_v3"}
+
+
+def resolve(name: str, q, k, v, causal) -> str:
     """The rung that entry ``name`` actually runs for these inputs (``v5_gluon_ws`` may fall back to
-    ``v4_hopper``'s choice, and ``v4_hopper`` to v3)."""
+    ``v4_hopper``'s choice, and ``v4_hopper`` to v3). Raises ValueError naming an AttnSpec option
+    the rung does not compute."""
     if name not in RUNGS:
         raise ValueError(f"rung name={name!r} is unknown; expected one of {sorted(RUNGS)}")
+    spec = _spec(causal)
+    spec.refuse(RUNG_OPTIONS[name], f"rung {name} (it computes {RUNG_OPTIONS[name] or 'none of them'})")
     if name == "v5_gluon_ws":
-        if flash_fwd_gluon.supports(q, k, v, causal):
+        if flash_fwd_gluon.supports(q, k, v, spec):
             return name
         name = "v4_hopper"
-    if name == "v4_hopper" and not hopper_applies(q, k, v, causal):
+    if name == "v4_hopper" and not hopper_applies(q, k, v, spec):
         return "v3_autotuned"
     return name
 
 
-def best_rung(q, k, v, causal: bool) -> str:
-    """The rung ``flash_attention`` uses (``attention.best_forward``): v5_gluon_ws where it is
-    supported and measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
-    applies, else v3_autotuned."""
-    if flash_fwd_gluon.preferred(q, k, causal):
-        return "v5_gluon_ws"
-    return resolve("v4_hopper", q, k, v, causal)
+def best_rung(q, k, v, causal) -> str:
+    """The rung ``flash_attention`` uses (``attention.best_forward``): :func:`choose`."""
+    return choose(q, k, v, _spec(causal))
 
 
-def _entry(forward_name: str):
-    def forward(q, k, v, causal: bool = False, scale: float | None = None):
-        from . import flash_fwd
-
-        scale = check_inputs(q, k, v, causal, scale)
+def _entry(name: str):
+    def forward(q, k, v, causal=False, scale: float | None = None, **options):
+        spec = attn_spec(q, k, v, causal, scale, **options)
         with on_device(q):
-            return getattr(flash_fwd, forward_name)(q, k, v, causal, scale)
+            return run(resolve(name, q, k, v, spec), q, k, v, spec)
 
-    forward.__name__ = forward_name
-    forward.__doc__ = f"Validated ``flash_fwd.{forward_name}``: (q, k, v, causal, scale) -> (o, lse)."
+    forward.__name__ = name
+    forward.__doc__ = (f"Rung ``{name}``, validated: (q, k, v, causal, scale, **AttnSpec options) -> (o, lse); "
+                       "falls back as :func:`resolve` says.")
     return forward
 
 
-def v4_hopper(q, k, v, causal: bool = False, scale: float | None = None):
-    """The Hopper rung where it applies; otherwise v3_autotuned (see ``resolve``)."""
-    scale = check_inputs(q, k, v, causal, scale)
-    with on_device(q):
-        return hopper_forward(q, k, v, causal, scale)
-
-
-def v5_gluon_ws(q, k, v, causal: bool = False, scale: float | None = None):
-    """The warp-specialised Gluon rung where it is supported; otherwise what v4_hopper runs."""
-    scale = check_inputs(q, k, v, causal, scale)
-    with on_device(q):
-        if flash_fwd_gluon.supports(q, k, v, causal):
-            return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
-        return hopper_forward(q, k, v, causal, scale)
-
-
-RUNGS = {
-    "v0_grid_bh": _entry("forward_v0"),
-    "v1_minimal": _entry("forward_v1"),
-    "v2_exp2_causal": _entry("forward_v2"),
-    "v3_autotuned": _entry("forward_v3"),
-    "v4_hopper": v4_hopper,
-    "v5_gluon_ws": v5_gluon_ws,
-}
+RUNGS = {name: _entry(name) for name in RUNG_OPTIONS}
+v4_hopper = RUNGS["v4_hopper"]
+v5_gluon_ws = RUNGS["v5_gluon_ws"]

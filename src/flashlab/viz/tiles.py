@@ -162,15 +162,13 @@ class TileSchedule:
         self.resident_bytes = np.array([sum(r.nbytes for r in s.resident) for s in tracer.steps], dtype=np.int64)
 
     def _skipped_mask(self) -> np.ndarray:
-        geo = self.geometry
-        mask = np.zeros((geo.n_q_tiles, geo.n_k_tiles), dtype=bool)
-        if geo.causal:
-            from ..tiled import causal_tile_skipped
+        # the tiles the visibility model skips for the traced run's AttnSpec (older traces: causal flag)
+        from ..attnspec import AttnSpec
+        from ..visibility import SKIPPED, tiles
 
-            for i in range(geo.n_q_tiles):
-                for j in range(geo.n_k_tiles):
-                    mask[i, j] = causal_tile_skipped(i, j, geo.block_q, geo.block_k, geo.nq)
-        return mask
+        geo = self.geometry
+        spec = self.tracer.meta.get("spec") or AttnSpec(causal=geo.causal)
+        return tiles(spec, geo.nq, geo.nk, geo.block_q, geo.block_k).states == SKIPPED
 
     def _check_step(self, step) -> int:
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
