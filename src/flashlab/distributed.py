@@ -218,7 +218,6 @@ def run_gloo(world_size: int, target, args: tuple = (), port: int | None = None)
 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= 16:
         raise ValueError(f"world_size={world_size!r} must be an int from 1 to 16")
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # inherited by the children before they import triton
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = port or _free_port()
@@ -242,6 +241,7 @@ def run_gloo(world_size: int, target, args: tuple = (), port: int | None = None)
 
 
 def _gloo_child(rank, world_size, port, target, args, results):
+    os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors: Triton's interpreter, set before triton is imported
     import traceback
 
     import torch.distributed as dist
