@@ -15,6 +15,7 @@ COMMANDS = {
     "tiles": ("flashlab.viz.cli", "tiles_main", "the tile schedule as PNG and animated GIF"),
     "bench": ("flashlab.bench", "main", "time flash_attention against PyTorch SDPA (GPU only)"),
     "tour": ("flashlab.tour", "main", "a headless run of the main pipeline, no GPU needed"),
+    "workarea": ("flashlab.workarea", "main", "create or update your work area (work/): notebooks, exercises"),
 }
 
 
