@@ -1,9 +1,16 @@
-"""Slider redraw time of the tile-schedule widget (issue 4's target: about 0.2 s per step, N <= 4096).
+"""Redraw time per step of the two notebook widgets at N = 4096 (target: at most 0.2 s per step).
 
-Traces one run per algorithm once, builds the widget, then moves the step slider to 30 random
-steps and times each full redraw (the widget's callback, PNG included). CPU only; no GPU needed.
+- Tile schedule (notebook 03): one traced run per algorithm at N = 4096; the step slider moved to
+  30 random steps.
+- Traffic vs N (notebook 04): curves for N = 128 .. 65536 (4096 among them), traced points at
+  N = 128, 256, 512 (those of at most 256 tiles); 30 changes of d, M, the element-size dropdown or
+  the causal box, each to a random other value. Every change is a setting the widget has not
+  shown before in this process where possible, so the traced runs are not cached.
 
-    PYTHONPATH=src python benchmarks/bench_slider_redraw.py [--out benchmarks/results/slider_redraw.json]
+Each step is timed as a full widget update: the control's callback, which redraws the figure on
+its Agg canvas and encodes the PNG the Image widget shows. CPU only; no GPU needed.
+
+    PYTHONPATH=src python benchmarks/bench_widgets.py [--out benchmarks/results/bench_widgets.json]
 """
 from __future__ import annotations
 
@@ -17,10 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
-CASES = (("fa2", False), ("fa2", True), ("fa1", False), ("backward", True))  # (algorithm, causal)
+TILE_CASES = (("fa2", False), ("fa2", True), ("fa1", False), ("backward", True))  # (algorithm, causal)
+TARGET_MS = 200
 
 
-def time_case(algorithm: str, causal: bool, n: int, d: int, block: int, steps: int, rng) -> dict:
+def _summary(times: list[float]) -> dict:
+    t = np.array(times) * 1e3  # (steps,) ms
+    return {"steps_timed": len(t), "median_ms": float(np.median(t)), "p90_ms": float(np.percentile(t, 90)),
+            "max_ms": float(t.max())}
+
+
+def time_tile_widget(algorithm: str, causal: bool, n: int, d: int, block: int, steps: int, rng) -> dict:
     from flashlab.viz.traffic_plots import traced_forward
     from flashlab.viz.widgets import tile_schedule_widget
 
@@ -32,12 +46,32 @@ def time_case(algorithm: str, causal: bool, n: int, d: int, block: int, steps: i
     times = []
     for step in rng.integers(0, widget.slider.max + 1, steps):
         start = time.perf_counter()
-        widget.on_step({"new": int(step)})
+        widget.slider.value = int(step)  # the slider's observer: frame, artists, blit, PNG
         times.append(time.perf_counter() - start)
-    times = np.array(times)  # (steps,) seconds
-    return {"algorithm": algorithm, "causal": causal, "n": n, "d": d, "block": block,
-            "schedule_steps": widget.slider.max + 1, "trace_s": t1 - t0, "build_s": t2 - t1,
-            "redraw_median_ms": float(np.median(times) * 1e3), "redraw_max_ms": float(times.max() * 1e3)}
+    return {"widget": "tile_schedule", "algorithm": algorithm, "causal": causal, "n": n, "d": d, "block": block,
+            "schedule_steps": widget.slider.max + 1, "trace_s": t1 - t0, "build_s": t2 - t1, **_summary(times)}
+
+
+def time_traffic_widget(steps: int, rng) -> dict:
+    from flashlab.viz.widgets import traffic_vs_n_widget
+
+    t0 = time.perf_counter()
+    widget = traffic_vs_n_widget(d=64, sram_kib=128, traced_ns=(128, 256, 512))
+    build_s = time.perf_counter() - t0
+    controls = [(widget.d, list(widget.D_CHOICES)), (widget.sram, list(widget.SRAM_KIB_CHOICES)),
+                (widget.itemsize, [size for _, size in widget.ITEMSIZE_CHOICES]), (widget.causal, [False, True])]
+    times, changes = [], []
+    for _ in range(steps):
+        control, values = controls[rng.integers(len(controls))]
+        value = rng.choice([v for v in values if v != control.value]).item()
+        start = time.perf_counter()
+        control.value = value  # the observer: formulas, traced runs not seen before, blit, PNG
+        times.append(time.perf_counter() - start)
+        changes.append(f"{control.description}={value}")
+    data = widget.view.data
+    return {"widget": "traffic_vs_n", "n_range": [int(data.ns.min()), int(data.ns.max())],
+            "traced_ns": [128, 256, 512],
+            "max_traced_tiles": widget.max_traced_tiles, "build_s": build_s, "changes": changes, **_summary(times)}
 
 
 def main() -> None:
@@ -46,22 +80,27 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=64)
     parser.add_argument("--block", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "slider_redraw.json")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_widgets.json")
     args = parser.parse_args()
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(args.seed)
     rows = []
-    for algorithm, causal in CASES:
-        row = time_case(algorithm, causal, args.n, args.d, args.block, args.steps, rng)
+    for algorithm, causal in TILE_CASES:
+        row = time_tile_widget(algorithm, causal, args.n, args.d, args.block, args.steps, rng)
         rows.append(row)
-        print(f"{algorithm:8s} causal={causal!s:5s} N={row['n']} d={row['d']} blocks {args.block}: "
-              f"{row['schedule_steps']} steps, trace {row['trace_s']:.1f} s, widget {row['build_s']:.2f} s, "
-              f"redraw median {row['redraw_median_ms']:.0f} ms, max {row['redraw_max_ms']:.0f} ms")
+        print(f"tile schedule {algorithm:8s} causal={causal!s:5s} N={row['n']}: {row['schedule_steps']} steps; "
+              f"per step median {row['median_ms']:.0f} ms, max {row['max_ms']:.0f} ms")
+    row = time_traffic_widget(args.steps, rng)
+    rows.append(row)
+    print(f"traffic vs N, N {row['n_range'][0]}..{row['n_range'][1]}: per change median {row['median_ms']:.0f} ms, "
+          f"max {row['max_ms']:.0f} ms")
     result = {"environment": {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "python": platform.python_version(), "machine": platform.machine(),
                               "cpus": os.cpu_count(), "load_average_1min": os.getloadavg()[0]},
-              "target_ms": 200, "rows": rows}
+              "target_ms": TARGET_MS, "seed": args.seed, "rows": rows,
+              "worst_max_ms": max(r["max_ms"] for r in rows)}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}; worst step {result['worst_max_ms']:.0f} ms (target {TARGET_MS} ms)")
 
 
 if __name__ == "__main__":
