@@ -158,7 +158,7 @@ class TrafficVsNView:
     them, as the widget does: moving a slider then moves the curves against still axes, and
     :meth:`render_png` redraws only the curves and the title over a cached background."""
 
-    def __init__(self, data: TrafficVsN, figsize=(8, 5.2), dpi: int = 100, managed: bool = True,
+    def __init__(self, data: TrafficVsN, figsize=(8, 6), dpi: int = 100, managed: bool = True,
                  limits=None) -> None:
         self.limits = limits
         self._background = None
@@ -182,16 +182,16 @@ class TrafficVsNView:
         ax.set_xlabel("sequence length N (Nq = Nk = N), log scale")
         ax.set_ylabel("HBM ↔ SRAM bytes, one head (log scale)")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        # below the axes, where no curve of any setting reaches it: a redraw leaves it in the background
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, fontsize=8)
         self.update(data)
         if not managed:  # a widget's figure: solve the constrained layout once, then keep it
             self.fig.canvas.draw()
             self.fig.set_layout_engine("none")
 
     def _dynamic_artists(self) -> list:
-        """What an update changes, in drawing order; the legend is redrawn over the curves, as a
-        full draw would draw it."""
-        return [self.naive, self.fa1, self.fa2, self.theta, self.traced, self.ax.get_legend(), self.ax.title]
+        """What an update changes, in drawing order."""
+        return [self.naive, self.fa1, self.fa2, self.theta, self.traced, self.ax.title]
 
     def update(self, data: TrafficVsN) -> None:
         self.data = data
@@ -215,7 +215,9 @@ class TrafficVsNView:
         causal = ", causal" if data.causal else ""
         self.ax.set_title(f"HBM traffic vs N: d={data.d}, M={style.format_bytes(data.sram_bytes)} "
                           f"({data.sram_bytes // data.itemsize} elements of {data.itemsize} B){causal}\n"
-                          f"paper blocks for M: block_q={data.block_q}, block_k={data.block_k}", fontsize=10)
+                          f"paper blocks for M: block_q={data.block_q}, block_k={data.block_k}; "
+                          + (f"traced at N = {', '.join(map(str, data.traced_ns))}" if data.traced_ns
+                             else "no traced run (too many tiles to trace quickly)"), fontsize=10)
 
     def render_rgba(self) -> np.ndarray:
         """Draw the current data: the axes, ticks, grid and legend are drawn once and cached; each
