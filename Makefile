@@ -23,8 +23,11 @@ kernel: install
 # Jupyter refuses to start as root (containers, WSL set-ups) unless told it may.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab: install  ## set up and open the course at notebook 00
-	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/00_orientation.ipynb
+# The learner works in work/ (git-ignored): their copies of the notebooks and exercises/.
+# `flashlab workarea` creates it, copies in new course files, never overwrites the learner's.
+lab: install  ## set up your work area (work/) and open the course there at notebook 00
+	$(BIN)/flashlab workarea
+	cd work && "$(CURDIR)/$(BIN)/jupyter" lab $(ALLOW_ROOT) 00_orientation.ipynb
 
 test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
 	$(BIN)/python -m pytest -q

@@ -52,7 +52,8 @@ def test_flashlab_grade_command_runs_in_a_fresh_process():
     assert out.returncode == 0, out.stdout + out.stderr
     total = sum(EXERCISES[name].points for name in names)
     assert f"{total}/{total}" in out.stdout.splitlines()[-1], out.stdout
-    out = subprocess.run([sys.executable, "-m", "flashlab.cli", "grade", *names, "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "flashlab.cli", "grade", *names, "--json",  # the stubs, not a
+                          "--exercises-dir", str(REPO / "exercises")], capture_output=True,  # learner's work/
                          text=True, cwd=REPO, timeout=600)
     report = json.loads(out.stdout)  # nothing but the JSON on stdout
     assert out.returncode == 1 and report["score"] == 0 and [e["name"] for e in report["exercises"]] == names

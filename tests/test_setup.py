@@ -176,8 +176,9 @@ def test_readme_opens_with_make_lab_and_make_test_and_the_makefile_has_them():
     first_block = readme.split("```")[1].strip().splitlines()
     assert [line.split("#")[0].strip() for line in first_block[:2]] == ["make lab", "make test"], first_block
     lab = _make_dry_run("lab")
-    notebook = re.search(r"jupyter lab .*?(notebooks/\S+\.ipynb)", lab)
-    assert notebook and (ROOT / notebook.group(1)).exists(), lab
+    assert "flashlab workarea" in lab, lab  # prepares work/, the learner's copies
+    notebook = re.search(r"cd work && .*jupyter\"? lab .*?(\d\d_\S+\.ipynb)", lab)
+    assert notebook and (ROOT / "notebooks" / notebook.group(1)).exists(), lab  # work/ holds its copy
     assert "python -m pytest" in _make_dry_run("test")
     assert "flashlab tour" in _make_dry_run("tour")
     assert "make test" in (ROOT / ".ci" / "run").read_text()

@@ -1,4 +1,4 @@
-"""The ``flashlab`` command: doctor, grade, progress, traffic, tiles, bench, tour, release.
+"""The ``flashlab`` command: doctor, grade, progress, workarea, traffic, tiles, bench, tour, release.
 
 Each sub-command lives in the module that owns its subject; this file only dispatches.
 Every sub-command's ``main(argv)`` takes the remaining arguments and returns an exit code.
@@ -17,6 +17,7 @@ COMMANDS = {
     "bench": ("flashlab.bench", "main", "time flash_attention against PyTorch SDPA (GPU only)"),
     "tour": ("flashlab.tour", "main", "a headless run of the main pipeline, no GPU needed"),
     "release": ("flashlab.release", "main", "write a student release or a Gradescope autograder"),
+    "workarea": ("flashlab.workarea", "main", "create or update your work area (work/): notebooks, exercises"),
 }
 
 

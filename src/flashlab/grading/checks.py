@@ -249,8 +249,10 @@ def find_exercises_dir(exercises_dir=None, solutions: bool = False) -> Path:
     """Where the learner's modules are.
 
     Order: ``exercises_dir``; ``solutions=True`` -> the repository's ``solutions/``; the
-    environment variable FLASHLAB_EXERCISES_DIR; ``exercises/`` in the current directory or one
-    above it; the ``exercises/`` of the repository flashlab is installed from (editable install).
+    environment variable FLASHLAB_EXERCISES_DIR; walking up from the current directory, the
+    first folder holding ``work/exercises/`` (the learner's work area, :mod:`flashlab.workarea`)
+    or ``exercises/``, the work area first; then the work area or else the ``exercises/`` of the
+    repository flashlab is installed from (editable install).
     """
     if exercises_dir is not None:
         path = Path(exercises_dir).expanduser()
@@ -265,13 +267,17 @@ def find_exercises_dir(exercises_dir=None, solutions: bool = False) -> Path:
             raise ValueError(f"FLASHLAB_EXERCISES_DIR={env!r} is not a directory; expected the folder holding "
                              "ex01_naive.py, ex02_softmax.py, ...")
         return Path(env).expanduser().resolve()
+    from flashlab.workarea import exercises_dir as work_exercises  # <repo>/work/exercises, or None
+
     for parent in [Path.cwd(), *Path.cwd().parents]:
+        if not solutions and (parent / "notebooks").is_dir() and work_exercises(parent):
+            return work_exercises(parent).resolve()
         for name in names:
             if (parent / name / "ex01_naive.py").is_file():
                 return (parent / name).resolve()
     root = _repo_root()
     if root is not None:
-        return root / names[0]
+        return ((not solutions and work_exercises(root)) or root / names[0]).resolve()
     raise ValueError(f"no {names[0]}/ folder found above {Path.cwd()}; pass exercises_dir=... or set "
                      "FLASHLAB_EXERCISES_DIR")
 

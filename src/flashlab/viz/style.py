@@ -20,10 +20,12 @@ FLASH_FA1 = "#d35486"  # pink: FlashAttention-1 loop order
 BACKWARD = "#16a085"  # teal: FlashAttention-2 backward
 DECODE = "#b7950b"  # ochre: one query row against a KV cache
 BOUND = "#34495e"  # dark slate: the Theta(N^2 d^2 / M) line and lower bounds
-# -- tile states in the tile-schedule grids
-TILE_IDLE = "#ecf0f1"  # in HBM, not touched this step
-TILE_DONE = "#d5d8dc"  # S/P tile already computed
-TILE_SKIPPED = "#ffffff"  # causal: never computed
+# -- tile states in the tile-schedule grids. "Done" and "not yet done" differ in lightness (contrast
+# ratio 5.5:1, WCAG's formula) as well as hue, so they stay apart in greyscale and for every
+# colour-vision deficiency (tests/test_widgets.py simulates protan-, deuteran- and tritanopia)
+TILE_IDLE = "#d9d9d9"  # light grey: S/P tile not yet done; Q/K/... tile in HBM, not touched this step
+TILE_DONE = "#6b4e00"  # dark ochre: S/P tile already computed
+TILE_SKIPPED = "#ffffff"  # white: causal, never computed
 TILE_RESIDENT = "#aed6f1"  # in SRAM this step (a lighter SRAM blue)
 TILE_CURRENT = SRAM  # the S/P tile being computed this step
 

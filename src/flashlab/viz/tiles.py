@@ -246,6 +246,12 @@ def _title(geo: Geometry) -> str:
     return f"{name}: Nq={geo.nq}, Nk={geo.nk}, block_q={geo.block_q}, block_k={geo.block_k}{causal}"
 
 
+def step_title(step: int, n_steps: int) -> str:
+    """How the figure and the widget's slider name a step: 0-based, as ``frame(step)``, the
+    slider's value and ``tracer.steps[step]``: "step 6 (of 0..17)"."""
+    return f"step {step} (of 0..{n_steps - 1})"
+
+
 def _tile_grid(ax_q, ax_k, ax_s) -> list:
     """Integer tick labels on the block axes; thin white lines between tiles (one LineCollection
     per grid, much cheaper to draw than one minor tick per tile). Returns the line collections."""
@@ -309,11 +315,12 @@ class TileScheduleView:
         self.wr_k, = self.ax_k.plot([], [], "^", color=style.WRITE, **mk)
         legend = [Patch(color=style.TILE_RESIDENT, label="in SRAM"), Patch(color=style.TILE_CURRENT, label="S/P tile now"),
                   Patch(color=style.TILE_DONE, label="S/P done"),
+                  Patch(color=style.TILE_IDLE, label="S/P not yet done (Q, K, ...: in HBM)"),
                   Patch(facecolor=style.TILE_SKIPPED, edgecolor="grey", label="skipped (causal)"),
                   Line2D([], [], marker="v", color=style.READ, label="loaded now (HBM→SRAM)", **mk),
                   Line2D([], [], marker="^", color=style.WRITE, label="stored now (SRAM→HBM)", **mk)]
         self.ax_text.axis("off")
-        self.fig.legend(handles=legend, loc="outside lower center", fontsize=8, frameon=False, ncols=6)
+        self.fig.legend(handles=legend, loc="outside lower center", fontsize=8, frameon=False, ncols=4)
         self.step_text = self.ax_text.text(0.0, 1.0, "", transform=self.ax_text.transAxes, fontsize=9,
                                            va="top", family="monospace")
         self.step_text.set_in_layout(False)  # its length changes per step; the layout is solved once
@@ -416,7 +423,7 @@ class TileScheduleView:
         if over:
             self.bar_texts[0].set_text(style.format_bytes(frame.sram_bytes) + " > capacity")
         batch = f"  batch {frame.batch}" if self.schedule.n_batch > 1 else ""
-        self.step_text.set_text(f"step {frame.step + 1}/{self.schedule.n_steps}: {frame.label}{batch}\n"
+        self.step_text.set_text(f"{step_title(frame.step, self.schedule.n_steps)}: {frame.label}{batch}\n"
                                 f"load : {describe_transfers(frame.reads)}\n"
                                 f"store: {describe_transfers(frame.writes)}")
         self.frame = frame

@@ -84,9 +84,44 @@ class TrafficVsN:
     block_k: int
 
 
+def forward_totals(ns, d: int, block_q: int, block_k: int, causal: bool, itemsize: int,
+                   stat_itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """Total bytes of :func:`flashlab.traffic.fa2_forward_traffic` and ``fa1_forward_traffic`` for
+    Nq = Nk = N at each N of ``ns``, one head: the same sums over blocks, taken with NumPy instead
+    of a Python loop (a widget redraws a curve of 25 N up to 65536 in milliseconds, where the loops
+    over up to 16384 blocks per N take seconds). Tested equal to the flashlab.traffic functions.
+    Returns (fa2, fa1), each (len(ns),) int64."""
+    fa2, fa1 = [], []
+    for n in (int(n) for n in ns):
+        n_q, n_k = -(-n // block_q), -(-n // block_k)
+        # FA2: Q read once; per query block i, the keys of the tiles it computes; O and lse written once
+        i = np.arange(n_q, dtype=np.int64)  # (n_q,) query blocks
+        visited = np.full(n_q, n_k, dtype=np.int64)
+        if causal:
+            visited = np.minimum(n_k, (np.minimum((i + 1) * block_q, n) - 1) // block_k + 1)
+        kv_rows = np.minimum(visited * block_k, n)  # (n_q,) keys seen by query block i
+        fa2.append(2 * n * d * itemsize + int(kv_rows.sum()) * 2 * d * itemsize + n * stat_itemsize)
+        # FA1: O, l, m initialised; per loaded key block j: K_j, V_j read, then the query rows from the
+        # first query block that sees j: Q, O, l, m read and O, l, m written
+        j = np.arange(n_k, dtype=np.int64)  # (n_k,) key blocks
+        i0 = np.zeros(n_k, dtype=np.int64)
+        if causal:
+            i0 = np.where(j * block_k > n - 1, n_q, (j * block_k) // block_q)
+        loaded = i0 < n_q
+        ck = np.minimum((j + 1) * block_k, n) - j * block_k  # (n_k,) rows of key block j
+        q_rows = n - i0 * block_q  # (n_k,) query rows that see key block j
+        per_block = ck * 2 * d * itemsize + q_rows * (3 * d * itemsize + 4 * stat_itemsize)
+        fa1.append(n * d * itemsize + 2 * n * stat_itemsize + int(per_block[loaded].sum()))
+    return np.array(fa2, dtype=np.int64), np.array(fa1, dtype=np.int64)
+
+
 def traffic_vs_n_data(d: int = 64, sram_bytes: int = 128 * 1024, itemsize: int = 2, causal: bool = False,
-                      ns=None, traced_ns=(128, 256, 512)) -> TrafficVsN:
-    """The curves and traced points of :func:`plot_traffic_vs_n` (one head, Nq = Nk = N)."""
+                      ns=None, traced_ns=(128, 256, 512), max_traced_tiles: int | None = None) -> TrafficVsN:
+    """The curves and traced points of :func:`plot_traffic_vs_n` (one head, Nq = Nk = N).
+
+    ``max_traced_tiles``: trace only the N in ``traced_ns`` whose schedule has at most this many
+    (block_q x block_k) tiles (a traced NumPy run costs about 0.3 ms per tile on one CPU core);
+    the others are left out of ``traced_ns``. None traces every N."""
     from .. import traffic as tr
 
     d, sram_bytes, itemsize = (_positive_int(k, v) for k, v in
@@ -97,20 +132,36 @@ def traffic_vs_n_data(d: int = 64, sram_bytes: int = 128 * 1024, itemsize: int =
                          f"at least 4*d = {4 * d} (raise sram_bytes or lower d)")
     block_q, block_k = tr.paper_block_sizes(sram_elements, d)
     ns = np.unique(np.geomspace(128, 65536, 25).astype(int)) if ns is None else np.asarray(ns, dtype=int)
-    kw = dict(block_q=block_q, block_k=block_k, causal=causal, itemsize=itemsize, stat_itemsize=4)
-    naive = np.array([tr.naive_traffic(n, n, d, itemsize=itemsize).total for n in ns])
-    fa2 = np.array([tr.fa2_forward_traffic(n, n, d, **kw).total for n in ns])
-    fa1 = np.array([tr.fa1_forward_traffic(n, n, d, **kw).total for n in ns])
+    naive = np.array([tr.naive_traffic(int(n), int(n), d, itemsize=itemsize).total for n in ns])
+    fa2, fa1 = forward_totals(ns, d, block_q, block_k, bool(causal), itemsize, stat_itemsize=4)
     theta = ns.astype(float) ** 2 * d**2 / sram_elements * itemsize
-    traced = tuple(traced_hbm_bytes(int(n), d, block_q, block_k, bool(causal), itemsize) for n in traced_ns)
-    return TrafficVsN(ns, naive, fa2, fa1, theta, tuple(int(n) for n in traced_ns), traced, d, sram_bytes,
+    traced_ns = tuple(int(n) for n in traced_ns)
+    if max_traced_tiles is not None:
+        traced_ns = tuple(n for n in traced_ns if -(-n // block_q) * -(-n // block_k) <= max_traced_tiles)
+    traced = tuple(traced_hbm_bytes(n, d, block_q, block_k, bool(causal), itemsize) for n in traced_ns)
+    return TrafficVsN(ns, naive, fa2, fa1, theta, traced_ns, traced, d, sram_bytes,
                       itemsize, causal, block_q, block_k)
 
 
-class TrafficVsNView:
-    """Figure of :class:`TrafficVsN`; :meth:`update` swaps in new data without rebuilding it."""
+def traffic_vs_n_limits(datas) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((x_min, x_max), (y_min, y_max)) of a log-log axis that holds every curve of ``datas``
+    (:class:`TrafficVsN` objects), with the margins :class:`TrafficVsNView` uses."""
+    ns = np.concatenate([data.ns for data in datas])
+    every = np.concatenate([np.concatenate([data.naive, data.fa2, data.fa1, data.theta]) for data in datas])
+    return (float(ns.min()) * 0.8, float(ns.max()) * 1.25), (float(every[every > 0].min()) / 2, float(every.max()) * 2)
 
-    def __init__(self, data: TrafficVsN, figsize=(8, 5.2), dpi: int = 100, managed: bool = True) -> None:
+
+class TrafficVsNView:
+    """Figure of :class:`TrafficVsN`; :meth:`update` swaps in new data without rebuilding it.
+
+    ``limits`` (from :func:`traffic_vs_n_limits`) fixes the axes for every update that fits in
+    them, as the widget does: moving a slider then moves the curves against still axes, and
+    :meth:`render_png` redraws only the curves and the title over a cached background."""
+
+    def __init__(self, data: TrafficVsN, figsize=(8, 6), dpi: int = 100, managed: bool = True,
+                 limits=None) -> None:
+        self.limits = limits
+        self._background = None
         self.fig, self.ax = style.new_figure(figsize=figsize, dpi=dpi, managed=managed)
         ax = self.ax
         # naive drawn wider, so it shows around a flash curve that lies on it (small M, large d)
@@ -131,8 +182,16 @@ class TrafficVsNView:
         ax.set_xlabel("sequence length N (Nq = Nk = N), log scale")
         ax.set_ylabel("HBM ↔ SRAM bytes, one head (log scale)")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        # below the axes, where no curve of any setting reaches it: a redraw leaves it in the background
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=2, fontsize=8)
         self.update(data)
+        if not managed:  # a widget's figure: solve the constrained layout once, then keep it
+            self.fig.canvas.draw()
+            self.fig.set_layout_engine("none")
+
+    def _dynamic_artists(self) -> list:
+        """What an update changes, in drawing order."""
+        return [self.naive, self.fa1, self.fa2, self.theta, self.traced, self.ax.title]
 
     def update(self, data: TrafficVsN) -> None:
         self.data = data
@@ -141,13 +200,49 @@ class TrafficVsNView:
         self.fa2.set_data(data.ns, data.fa2)
         self.theta.set_data(data.ns, data.theta)
         self.traced.set_data(data.traced_ns, data.traced_fa2)
-        every = np.concatenate([data.naive, data.fa2, data.fa1, data.theta])
-        self.ax.set_xlim(data.ns.min() * 0.8, data.ns.max() * 1.25)
-        self.ax.set_ylim(every[every > 0].min() / 2, every.max() * 2)
+        (x0, x1), (y0, y1) = traffic_vs_n_limits([data])
+        if self.limits is not None:  # keep the fixed axes unless these curves do not fit in them
+            (fx0, fx1), (fy0, fy1) = self.limits
+            if fx0 <= x0 and x1 <= fx1 and fy0 <= y0 and y1 <= fy1:
+                (x0, x1), (y0, y1) = self.limits
+            else:
+                self.limits = ((min(fx0, x0), max(fx1, x1)), (min(fy0, y0), max(fy1, y1)))
+                (x0, x1), (y0, y1) = self.limits
+        if (x0, x1) != self.ax.get_xlim() or (y0, y1) != self.ax.get_ylim():
+            self.ax.set_xlim(x0, x1)
+            self.ax.set_ylim(y0, y1)
+            self._background = None  # the ticks moved: the cached background is stale
         causal = ", causal" if data.causal else ""
         self.ax.set_title(f"HBM traffic vs N: d={data.d}, M={style.format_bytes(data.sram_bytes)} "
                           f"({data.sram_bytes // data.itemsize} elements of {data.itemsize} B){causal}\n"
-                          f"paper blocks for M: block_q={data.block_q}, block_k={data.block_k}", fontsize=10)
+                          f"paper blocks for M: block_q={data.block_q}, block_k={data.block_k}; "
+                          + (f"traced at N = {', '.join(map(str, data.traced_ns))}" if data.traced_ns
+                             else "no traced run (too many tiles to trace quickly)"), fontsize=10)
+
+    def render_rgba(self) -> np.ndarray:
+        """Draw the current data: the axes, ticks, grid and legend are drawn once and cached; each
+        call restores them and draws only the curves and the title (blitting). Returns the
+        canvas pixels, an (H, W, 4) uint8 array."""
+        canvas = self.fig.canvas
+        if self._background is None:
+            for artist in self._dynamic_artists():
+                artist.set_animated(True)
+            canvas.draw()  # static parts only: animated artists are skipped
+            self._background = canvas.copy_from_bbox(self.fig.bbox)
+        canvas.restore_region(self._background)
+        for artist in self._dynamic_artists():
+            self.fig.draw_artist(artist)
+        return np.asarray(canvas.buffer_rgba())
+
+    def render_png(self) -> bytes:
+        """:meth:`render_rgba` as PNG bytes (what the notebook widget shows)."""
+        import io
+
+        from PIL import Image
+
+        buffer = io.BytesIO()
+        Image.fromarray(self.render_rgba()).convert("RGB").save(buffer, format="png", compress_level=1)
+        return buffer.getvalue()
 
 
 def plot_traffic_vs_n(data: TrafficVsN | None = None, **kwargs):

@@ -11,8 +11,8 @@ import io
 
 from ..hardware import H200
 from ..tracer import TrafficTracer
-from .tiles import TileSchedule, TileScheduleView
-from .traffic_plots import TrafficVsNView, traffic_vs_n_data
+from .tiles import TileSchedule, TileScheduleView, step_title
+from .traffic_plots import TrafficVsNView, traffic_vs_n_data, traffic_vs_n_limits
 
 
 def figure_png(fig, dpi: int | None = None) -> bytes:
@@ -25,7 +25,9 @@ def figure_png(fig, dpi: int | None = None) -> bytes:
 class TileScheduleWidget:
     """View 1 with a step slider and a play button. ``.widget`` is what a notebook displays.
 
-    The run is traced once (the tracer you pass); moving the slider only redraws.
+    The run is traced once (the tracer you pass); moving the slider only redraws. Steps are
+    0-based everywhere: the slider's value t is the figure's "step t (of 0..n-1)" and
+    ``schedule.frame(t)``.
     """
 
     def __init__(self, tracer: TrafficTracer | TileSchedule, sram_capacity: int | None = H200.smem_per_sm,
@@ -36,6 +38,7 @@ class TileScheduleWidget:
         self.view = TileScheduleView(schedule, 0, dpi=dpi, managed=False)
         last = schedule.n_steps - 1
         self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step",
+                                        tooltip=f"{step_title(0, schedule.n_steps)}: the figure's step",
                                         continuous_update=True, layout=widgets.Layout(width="60%"))
         self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play")
         widgets.jslink((self.play, "value"), (self.slider, "value"))
@@ -55,24 +58,32 @@ class TileScheduleWidget:
 
 
 class TrafficVsNWidget:
-    """View 3 with sliders for head dimension d, SRAM size M, element size and a causal checkbox."""
+    """View 3 with sliders for head dimension d, SRAM size M, element size and a causal checkbox.
+
+    The axes hold every setting of the controls, so a change moves the curves, not the axes, and
+    redraws only them (blitting). Traced points are drawn for the N in ``traced_ns`` whose
+    schedule has at most ``max_traced_tiles`` tiles, so that no change waits on a long traced run.
+    """
+
+    MAX_TRACED_TILES = 256  # a traced run costs about 0.3 ms per tile: <= about 0.1 s per N
 
     D_CHOICES = (32, 64, 128, 256)
     SRAM_KIB_CHOICES = (16, 32, 48, 64, 100, 128, 164, 192, 228)
     ITEMSIZE_CHOICES = (("fp32 (4 B)", 4), ("fp16/bf16 (2 B)", 2), ("fp8 (1 B)", 1))
 
     def __init__(self, d: int = 64, sram_kib: int = 128, itemsize: int = 2, causal: bool = False,
-                 traced_ns=(128, 256, 512), dpi: int = 80) -> None:
+                 traced_ns=(128, 256, 512), dpi: int = 80, max_traced_tiles: int | None = MAX_TRACED_TILES) -> None:
         import ipywidgets as widgets
 
         self.traced_ns = traced_ns
+        self.max_traced_tiles = max_traced_tiles
         self.d = widgets.SelectionSlider(options=self.D_CHOICES, value=d, description="d")
         self.sram = widgets.SelectionSlider(options=[(f"{m} KiB", m) for m in self.SRAM_KIB_CHOICES],
                                             value=sram_kib, description="SRAM M")
         self.itemsize = widgets.Dropdown(options=self.ITEMSIZE_CHOICES, value=itemsize, description="element")
         self.causal = widgets.Checkbox(value=causal, description="causal")
-        self.view = TrafficVsNView(self._data(), dpi=dpi, managed=False)
-        self.image = widgets.Image(value=figure_png(self.view.fig), format="png")
+        self.view = TrafficVsNView(self._data(), dpi=dpi, managed=False, limits=self._limits())
+        self.image = widgets.Image(value=self.view.render_png(), format="png")
         for control in (self.d, self.sram, self.itemsize, self.causal):
             control.observe(self.on_change, names="value")
         self.widget = widgets.VBox([widgets.HBox([self.d, self.sram]), widgets.HBox([self.itemsize, self.causal]),
@@ -80,12 +91,22 @@ class TrafficVsNWidget:
 
     def _data(self):
         return traffic_vs_n_data(d=self.d.value, sram_bytes=self.sram.value * 1024, itemsize=self.itemsize.value,
-                                 causal=self.causal.value, traced_ns=self.traced_ns)
+                                 causal=self.causal.value, traced_ns=self.traced_ns,
+                                 max_traced_tiles=self.max_traced_tiles)
+
+    def _limits(self):
+        """Axes that hold the curves of every setting: traffic grows with d and the element size,
+        falls with M and with causal masking, so the extreme settings bound all the others."""
+        sizes = [size for _, size in self.ITEMSIZE_CHOICES]
+        corners = [traffic_vs_n_data(d=d, sram_bytes=m * 1024, itemsize=size, causal=causal, traced_ns=())
+                   for d in self.D_CHOICES for m in (min(self.SRAM_KIB_CHOICES), max(self.SRAM_KIB_CHOICES))
+                   for size in (min(sizes), max(sizes)) for causal in (False, True)]
+        return traffic_vs_n_limits(corners)
 
     def on_change(self, change=None) -> None:
-        """Any control's callback: recompute the curves (formulas + small traced runs) and redraw."""
+        """Any control's callback: recompute the curves (formulas + small traced runs) and redraw them."""
         self.view.update(self._data())
-        self.image.value = figure_png(self.view.fig)
+        self.image.value = self.view.render_png()
 
     def _ipython_display_(self):
         from IPython.display import display
