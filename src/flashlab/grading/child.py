@@ -72,9 +72,13 @@ class BoundedText(io.TextIOBase):
 
 # ----------------------------------------------------------------------------- forbidden library calls
 CALLS: list[str] = []  # what the learner's code called that it must not
+_ORIGINALS: dict = {}  # qualname -> the original function, for flashlab's own imports only
+_IMPORTING = [0]  # > 0 while a flashlab module executes (its decorators call other flashlab functions)
 
 
-def _forbidden(qualname: str):
+def _forbidden(qualname: str, args=(), kwargs=None):
+    if _IMPORTING[0] > 0 and qualname in _ORIGINALS:
+        return _ORIGINALS[qualname](*args, **(kwargs or {}))
     if qualname not in CALLS:
         CALLS.append(qualname)
     raise ForbiddenCall(f"{qualname} is part of flashlab's answer, not available while grading")
@@ -86,7 +90,10 @@ def _forbid_function(func, qualname: str) -> None:
         if func.__code__.co_freevars:  # a closure: its code cannot be swapped for one without cells
             break
         namespace: dict = {}
-        exec(f"def _f(*args, **kwargs):\n    return __flashlab_forbidden__({qualname!r})\n", namespace)
+        exec(f"def _f(*args, **kwargs):\n    return __flashlab_forbidden__({qualname!r}, args, kwargs)\n", namespace)
+        _ORIGINALS[qualname] = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__,
+                                                  func.__closure__)
+        _ORIGINALS[qualname].__kwdefaults__ = func.__kwdefaults__
         func.__globals__["__flashlab_forbidden__"] = _forbidden
         func.__code__ = namespace["_f"].__code__
         func.__defaults__, func.__kwdefaults__ = None, None
@@ -122,7 +129,11 @@ class _ForbidOnImport(importlib.abc.MetaPathFinder):
                 exec_module = spec.loader.exec_module
 
                 def exec_and_forbid(module, _exec=exec_module):
-                    _exec(module)
+                    _IMPORTING[0] += 1
+                    try:
+                        _exec(module)
+                    finally:
+                        _IMPORTING[0] -= 1
                     forbid_module(module)
 
                 spec.loader.exec_module = exec_and_forbid
@@ -338,6 +349,21 @@ def drop_privileges(uid) -> bool:
     return True
 
 
+def leave_root_namespace() -> bool:
+    """Root that cannot drop to ``nobody`` (e.g. Python itself lives under /root): move into a user
+    namespace of our own. File access is unchanged (the grader's files stay writable: the parent's
+    digests catch that), but capabilities over the parent's processes are gone, so with the
+    parent non-dumpable its /proc/<pid>/fd (its stdout) is closed to us. Needs a single thread."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0  # CLONE_NEWUSER
+    except (OSError, AttributeError):
+        return False
+
+
 # ----------------------------------------------------------------------------- the learner's calls
 def _learner_frame(exc, filenames: set):
     """(file, line, source) of the deepest frame of the learner's code in ``exc`` and its causes."""
@@ -443,6 +469,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         filenames |= {f.__code__.co_filename for f in functions.values() if hasattr(f, "__code__")}
     device = None
     out = BoundedText()
+    namespaced = job.get("drop_uid") is None and leave_root_namespace()
     try:
         if job.get("triton"):
             device = prepare_triton(learner_modules)
@@ -468,7 +495,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         return
     kernels = {name: type(value).__name__ for name, value in namespace.items()
                if type(value).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")}
-    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, kernels=kernels,
+    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, kernels=kernels,
                            names=sorted(k for k in namespace if not k.startswith("__"))[:200],
                            callables=sorted(k for k, v in namespace.items() if callable(v))[:200]))
     while True:
