@@ -280,7 +280,7 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if case.max_cpu_ratio is not None and cpu is not None and previous_cpu is not None \
             and cpu > max(0.3, case.max_cpu_ratio * previous_cpu):
         return dict(kind="work", message=(
-            f"took {cpu:.2f} s of CPU, {cpu / max(previous_cpu, 1e-3):.0f}x the previous check, although the extra "
+            f"took {cpu:.2f} s of CPU against {previous_cpu:.2f} s for the previous check, although the extra "
             "keys are all past the last query row: the loop computes tiles a causal loop skips"))
     return None
 
@@ -379,6 +379,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 if type(chars) is int and chars > OUTPUT_KEPT:
                     result["notes"].append(f"printed {chars:,} characters during {case.label!r}; only the first "
                                            f"{OUTPUT_KEPT:,} were kept")
+                if part.kind in ("choice", "number") and record.get("value") is None:
+                    result["status"], result["public"] = "not attempted", [0, 1]
+                    return result
                 failure = judge(part, case, record, expected, on_cuda, previous_cpu)
                 previous_cpu = record.get("cpu_s") if isinstance(record.get("cpu_s"), float) else None
             if failure is None:

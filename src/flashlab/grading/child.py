@@ -87,10 +87,15 @@ def _forbidden(qualname: str, args=(), kwargs=None):
 def _forbid_function(func, qualname: str) -> None:
     """Replace ``func.__code__`` by one that records the call and raises (in place: every reference sees it)."""
     while isinstance(func, types.FunctionType) and not getattr(func, "__flashlab_forbidden__", False):
-        if func.__code__.co_freevars:  # a closure: its code cannot be swapped for one without cells
-            break
+        free = func.__code__.co_freevars  # a closure (a decorator's wrapper): the new code needs the same cells
         namespace: dict = {}
-        exec(f"def _f(*args, **kwargs):\n    return __flashlab_forbidden__({qualname!r}, args, kwargs)\n", namespace)
+        exec("def _outer():\n" + "".join(f"    {name} = None\n" for name in free)
+             + "    def _f(*args, **kwargs):\n" + "".join(f"        {name}\n" for name in free)
+             + f"        return __flashlab_forbidden__({qualname!r}, args, kwargs)\n    return _f\n", namespace)
+        namespace["_f"] = namespace["_outer"]()
+        if namespace["_f"].__code__.co_freevars != free:
+            func = getattr(func, "__wrapped__", None)
+            continue
         _ORIGINALS[qualname] = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__,
                                                   func.__closure__)
         _ORIGINALS[qualname].__kwdefaults__ = func.__kwdefaults__

@@ -18,7 +18,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def counts_line(r: dict) -> str:
-    """e.g. '8 of 10 checks pass (public 3 of 3, hidden 5 of 7, seed 7)'."""
+    """e.g. '8 of 10 checks passed (public 3 of 3; hidden 5 of 7, seed 7)'."""
     (pp, pt), (hp, ht) = r["public"], r["hidden"]
     if r["status"] == "not attempted":
         if r.get("kind") in ("choice", "number"):
@@ -27,7 +27,9 @@ def counts_line(r: dict) -> str:
     failure = r.get("failure") or {}
     if pt == 0 and not ht:
         return "not graded (function missing)" if failure.get("kind") == "missing" else "not graded"
-    text = f"{pp + hp} of {_plural(pt + ht, 'check')} pass"
+    text = f"{pp + hp} of {_plural(pt + ht, 'check')} passed"
+    if r.get("kind") in ("choice", "number"):
+        return text
     detail = [f"public {pp} of {pt}"]
     if ht:
         detail.append(f"hidden {hp} of {ht}, seed {r['seed']}")
