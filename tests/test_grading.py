@@ -114,7 +114,7 @@ BROKEN_CASES = [
     ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "nan", "NaN at index"),
     ("launches_library_kernel", "ex06_triton_primer", "vector_add", "forbidden", "(a flashlab kernel)"),
     # 5. library functions patched in place, torch watched at the aten level
-    ("aten_softmax", "ex06_triton_primer", "row_softmax", "forbidden", "called torch aten._softmax"),
+    ("aten_softmax", "ex06_triton_primer", "row_softmax", "forbidden", "_softmax"),
     ("kernel_torch_softmax", "ex07_kernel_inner_loop", "flash_forward", "forbidden", "called torch aten."),
     ("reloads_library", "ex03_tiled_forward", "tiled_attention", "forbidden", "called flashlab.tiled.tiled_attention"),
     ("library_in_fork", "ex03_tiled_forward", "tiled_attention", "type", "expected an array"),
@@ -138,7 +138,8 @@ def test_every_broken_submission_has_a_case():
 @pytest.mark.parametrize("module, exercise, part, kind, words", BROKEN_CASES,
                          ids=[f"{r[0]}-{r[2]}" for r in BROKEN_CASES])
 def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, module, exercise, part, kind, words):
-    monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))  # the grader's setting, not the child's
+    if module == "memory_hog":  # the grader's setting (the child never sees it), lowered to keep the test small
+        monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))
     shutil.copy(BROKEN / f"{module}.py", tmp_path / f"{exercise}.py")
     report = check(exercise, exercises_dir=tmp_path, seed=3, time_limit_s=2 if module == "never_returns" else None)
     results = report.graded[0][1]

@@ -144,7 +144,9 @@ class Session:
 
         folder = str(Path(self.path).parent) if self.path else None
         job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source,
-                   triton=self.exercise.needs_triton, drop_uid=self.drop_uid, exercises_dir=folder)
+                   triton=self.exercise.needs_triton, drop_uid=self.drop_uid, exercises_dir=folder,
+                   preload_torch="torch" in (self.source or "") or any(
+                       "torch" in getattr(getattr(f, "__code__", None), "co_names", ()) for f in (self.functions or {}).values()))
         self.child = sandbox.Child(job, self.functions)
         sandbox.ACTIVE.add(self.child.pid)
         try:
