@@ -351,6 +351,8 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
     hidden = [] if public_only else part.hidden(hidden_rng)
     result["public"], result["hidden"] = [0, len(public)], [0, len(hidden)]
     on_cuda = loaded.get("device") == "cuda"
+    result["device"] = str(loaded.get("device") or "cpu")
+    result["cases"] = []  # (group, label, passed) of every case that ran
     records: list = []
     previous_cpu = None
     stopped = False
@@ -386,6 +388,7 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     return result
                 failure = judge(part, case, record, expected, on_cuda, previous_cpu)
                 previous_cpu = record.get("cpu_s") if isinstance(record.get("cpu_s"), float) else None
+            result["cases"].append([group, case.label, failure is None])
             if failure is None:
                 result[group][0] += 1
                 continue
