@@ -418,3 +418,30 @@ def test_public_only_never_counts_as_passed_and_html_says_so():
     assert {r["status"] for r in report.results} == {"public passed"} and report.score == 0 and not report.passed
     assert "hidden checks not yet run" in str(report) and "PART" in report._repr_html_()
     assert "not all checks passed" in report._repr_html_()
+
+
+@pytest.mark.parametrize("exercise, old, new, words", [
+    ("ex03_tiled_forward", "acc = alpha[..., None] * acc + p @", "acc = acc + p @", "looks like: acc is not rescaled"),
+    ("ex01_naive", "[None, :] > np.arange(nq)[:, None]", "[None, :] >= np.arange(nq)[:, None]",
+     "row 0 then sees no key"),
+], ids=["no alpha rescale", "mask hides the diagonal"])
+def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
+    source = (REPO / "solutions" / f"{exercise}.py").read_text()
+    assert old in source, "the solution changed: update this test"
+    (tmp_path / f"{exercise}.py").write_text(source.replace(old, new))
+    result = check(exercise, exercises_dir=tmp_path, seed=3).results[0]
+    assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like: "), result["failure"]
+    assert words in result["failure"]["message"]
+
+
+def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):
+    source = (REPO / "solutions" / "ex06_triton_primer.py").read_text()
+    old = "    tl.store(Out + offs, x + y, mask=mask)"
+    assert old in source, "the solution changed: update this test"
+    source = source.replace(old, "    tl.store(Out + offs, x + y + undefined_name, mask=mask)")
+    (tmp_path / "ex06_triton_primer.py").write_text(source)
+    line = source.splitlines().index("    tl.store(Out + offs, x + y + undefined_name, mask=mask)") + 1
+    report = check("ex06_triton_primer", exercises_dir=tmp_path, seed=3, public_only=True)
+    failure = report.results[0]["failure"]
+    assert failure["kind"] == "exception" and f"ex06_triton_primer.py:{line}:" in failure["where"], failure
+    assert "undefined_name" in str(report) and "site-packages" not in failure["traceback"], failure["traceback"]

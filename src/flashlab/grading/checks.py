@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from flashlab.grading import wire
+from flashlab.grading.mistakes import MISTAKES
 from flashlab.grading.registry import DEFAULT_TOLERANCE, Case, Exercise, Part, answer_hash, get_exercise
 
 PUBLIC_SEED = 20240601  # public cases are the same on every run
@@ -400,8 +401,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     return result
                 failure = dict(failure, message=f"your function still raises NotImplementedError at line {line}: "
                                "delete that line")
-            if failure["kind"] in ("value", "nan") and part.mistakes and lost is None:
-                failure = _name_mistake(part, case, record, failure, on_cuda, records)
+            mistakes = part.mistakes or MISTAKES.get((exercise.name, part.function), ())
+            if failure["kind"] in ("value", "nan") and mistakes and lost is None:
+                failure = _name_mistake(part, mistakes, case, record, failure, on_cuda, records)
             output = str(record.get("output") or "")[:500] if record else ""
             if result["failure"] is None:
                 result["failure"] = dict(failure, output=output, **where)
@@ -421,9 +423,10 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
 OUTPUT_KEPT = 2000
 
 
-def _name_mistake(part: Part, case: Case, record: dict, failure: dict, on_cuda: bool, records: list) -> dict:
+def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict, on_cuda: bool,
+                  records: list) -> dict:
     """When the learner's output equals what a known mistake gives, name the mistake first."""
-    for description, mistaken in part.mistakes:
+    for description, mistaken in mistakes:
         try:
             wrong = mistaken(dict(case.reference_kwargs or case.kwargs), _launch_info(records))
         except Exception:  # noqa: BLE001  a detector that does not apply to this case

@@ -383,16 +383,30 @@ def leave_root_namespace() -> bool:
 
 
 # ----------------------------------------------------------------------------- the learner's calls
-def _learner_frame(exc, filenames: set):
-    """(file, line, source) of the deepest frame of the learner's code in ``exc`` and its causes."""
-    best, seen = None, set()
+def _learner_frames(exc, filenames: set) -> list:
+    """Frames of the learner's code in ``exc`` and its causes, outermost first (a Triton
+    interpreter error's cause holds the kernel's own line)."""
+    frames, seen = [], set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        for frame in traceback.extract_tb(exc.__traceback__):
-            if frame.filename in filenames:
-                best = (frame.filename, frame.lineno, (frame.line or "").strip())
+        frames += [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in filenames]
         exc = exc.__cause__ or exc.__context__
-    return best
+    return frames
+
+
+def _learner_frame(exc, filenames: set):
+    """(file, line, source) of the deepest frame of the learner's code in ``exc`` and its causes."""
+    frames = _learner_frames(exc, filenames)
+    return (frames[-1].filename, frames[-1].lineno, (frames[-1].line or "").strip()) if frames else None
+
+
+def _traceback(exc, filenames: set) -> str:
+    """The learner's frames and the error; interpreter and library internals only when there are none."""
+    frames = _learner_frames(exc, filenames)
+    last = f"{type(exc).__name__}: {str(exc)[:600]}"
+    if frames:
+        return ("".join(traceback.format_list(frames)) + last)[-1500:]
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-1500:]
 
 
 def _to_tensors(kwargs: dict, device: str) -> dict:
@@ -428,9 +442,8 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
         record["not_implemented"] = str(exc) or "NotImplementedError"
         record["where"] = _learner_frame(exc, filenames)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from learner code too
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         record["exception"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
-        record["traceback"] = "".join(lines[-6:])[-1500:]
+        record["traceback"] = _traceback(exc, filenames)
         record["where"] = _learner_frame(exc, filenames)
     finally:
         TORCH_POLICY["active"] = False
