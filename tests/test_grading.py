@@ -92,7 +92,7 @@ BROKEN_CASES = [
     ("calls_library", "ex03_tiled_forward", "tiled_attention", "forbidden", "called flashlab.tiled.tiled_attention"),
     ("calls_torch_sdpa", "ex01_naive", "naive_attention", "forbidden", "scaled_dot_product"),
     ("no_causal_skip", "ex03_tiled_forward", "tiled_attention", "nan", "NaN at index"),
-    ("kernel_not_launched", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
+    ("kernel_not_launched", "ex06_triton_primer", "vector_add", "launch", "never launched the Triton kernel add_kernel"),
     ("kernel_no_causal_skip", "ex08_kernel_causal", "flash_forward", "nan", "NaN at index"),
     ("calls_library_kernel", "ex08_kernel_causal", "flash_forward", "forbidden",
      "called flashlab.kernels.flash_fwd.forward_v1"),
@@ -111,7 +111,7 @@ BROKEN_CASES = [
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),
-    ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "nan", "NaN at index"),
+    ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "launch", "handed the answer"),
     ("launches_library_kernel", "ex06_triton_primer", "vector_add", "forbidden", "(a flashlab kernel)"),
     # 5. library functions patched in place, torch watched at the aten level
     ("aten_softmax", "ex06_triton_primer", "row_softmax", "forbidden", "_softmax"),

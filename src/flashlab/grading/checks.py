@@ -215,8 +215,10 @@ class Session:
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected")), {}
         try:
             record["value"] = wire.decode(record.get("value"), out_buffers)
+            derived = record.get("derived") if isinstance(record.get("derived"), list) else []
+            record["derived"] = [wire.decode(r, out_buffers) for r in derived[:8]]
         except wire.WireError as exc:
-            record["value"] = wire.Opaque(f"malformed value ({exc})")
+            record["value"], record["derived"] = wire.Opaque(f"malformed value ({exc})"), []
         record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base)
         record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         return None, record
@@ -271,6 +273,13 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         failure = dict(kind="grader", message=f"internal grader error comparing: {type(exc).__name__}: {exc}")
     if failure is not None:
         return failure
+    answers = expected if isinstance(expected, tuple) else (expected,)
+    for derived in record.get("derived") or []:
+        for answer in answers:
+            if type(derived) is np.ndarray and isinstance(answer, np.ndarray) and derived.shape == answer.shape \
+                    and _compare_array(part, "x", derived.astype(answer.dtype), answer, on_cuda) is None:
+                return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
+                            "the result must be computed by the kernel")
     extra = record.get("extra_bytes")
     if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
         q, k = case.kwargs["q"], case.kwargs["k"]

@@ -31,7 +31,8 @@ import types
 from flashlab.grading import wire
 
 OUTPUT_LIMIT = 2000  # characters of printing kept per call
-EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire")
+EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
+          "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
 # aten operators a Triton exercise's Python wrapper may run: allocation, views, copies.
 TORCH_ALLOWED = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
@@ -42,6 +43,7 @@ is_contiguous to view_as expand_as _has_compatible_shallow_copy_type record_stre
 """.split())
 TORCH_DENIED_WORDS = ("softmax", "scaled_dot_product", "flash_attention", "efficient_attention",
                       "cudnn_attention")
+TORCH_MATMULS = frozenset("mm bmm addmm baddbmm matmul dot mv einsum linear _addmm_activation".split())
 
 
 class ForbiddenCall(Exception):
@@ -158,7 +160,9 @@ class LaunchTracker:
 
     Before the first launch that passes a floating-point buffer which is neither a case input (or
     a copy of one) nor all zeros, the buffer is filled with NaN: a result computed elsewhere and
-    handed to a kernel that does nothing comes back as NaN. After every launch of the learner's
+    handed to a kernel that does nothing comes back as NaN. A filled buffer the kernel did not
+    write is an input the learner derived (D = rowsum(dO * O)): it is restored and the launch runs
+    again; the parent refuses a derived input that already equals the expected result. After every launch of the learner's
     own kernels the bytes of its tensor arguments are kept; a returned tensor must lie inside such
     an argument and still hold those bytes (nothing changed it after the kernel wrote it).
     Launching a kernel defined in flashlab is forbidden.
@@ -169,7 +173,8 @@ class LaunchTracker:
         self.reset([])
 
     def reset(self, inputs: list) -> None:
-        self.inputs, self.seen, self.regions, self.launches = inputs, set(), [], []
+        self.inputs, self.seen, self.regions, self.launches, self.derived = inputs, set(), [], [], []
+        self.pending: list = []  # (tensor, its bytes before the launch, was NaN-filled)
 
     @staticmethod
     def _span(t):
@@ -185,7 +190,19 @@ class LaunchTracker:
         offset = start - storage.data_ptr()
         return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, offset, (nbytes,), (1,))
 
-    def _is_input_like(self, t) -> bool:
+    def before(self, tensors: list) -> None:
+        self.pending = []
+        for t in tensors:
+            start, nbytes = self._span(t)
+            if t.is_floating_point() and nbytes and (start, nbytes) not in self.seen:
+                self.seen.add((start, nbytes))
+                if not self._input_copy(t):
+                    filled = bool(t.any())  # all zeros: an accumulator, left as it is
+                    self.pending.append((t, t.clone(), filled))
+                    if filled:
+                        t.fill_(float("nan"))
+
+    def _input_copy(self, t) -> bool:
         import torch
 
         for x in self.inputs:
@@ -193,15 +210,28 @@ class LaunchTracker:
                 return True
             if t.shape == x.shape and t.device == x.device and torch.equal(t.to(x.dtype), x):
                 return True
-        return bool(t.numel()) and not bool(t.any())  # all zeros: an accumulator, not an answer
+        return False
 
-    def before(self, tensors: list) -> None:
-        for t in tensors:
-            start, nbytes = self._span(t)
-            if t.is_floating_point() and nbytes and (start, nbytes) not in self.seen:
-                self.seen.add((start, nbytes))
-                if not self._is_input_like(t):
-                    t.fill_(float("nan"))
+    def unwritten(self) -> bool:
+        """After a launch: buffers filled with NaN that the kernel did not write are inputs the
+        learner derived before the launch (e.g. D = rowsum(dO * O)). Put every buffer back as it
+        was (written ones NaN again) and say so: the launch must run again on the real inputs.
+        The derived inputs are sent to the parent, which refuses one that already is the answer."""
+        import torch
+
+        derived = [(t, before) for t, before, filled in self.pending if filled and bool(torch.isnan(t).all())]
+        if not derived:
+            return False
+        for t, before, filled in self.pending:
+            if any(t is d for d, _ in derived):
+                t.copy_(before)
+                self.derived.append(t.detach().cpu().numpy().copy())
+            elif filled:
+                t.fill_(float("nan"))
+            else:
+                t.copy_(before)
+        self.pending = []
+        return True
 
     def after(self, name: str, tensors: list, constexprs: dict) -> None:
         self.launches.append(dict(kernel=name, constexprs=constexprs))
@@ -226,7 +256,20 @@ class LaunchTracker:
 
 
 TRACKER: LaunchTracker | None = None
-TORCH_POLICY = {"mode": None, "active": False, "ops": []}
+TORCH_POLICY = {"mode": None, "active": False, "strict": False}
+
+
+def _torch_op_forbidden(name: str) -> bool:
+    """Attention and softmax are always forbidden; in a part that must launch a kernel, matmuls too,
+    and once the learner's kernel has been launched in the call, anything but allocation, views
+    and copies (torch may prepare inputs, e.g. D = rowsum(dO * O), never finish the result)."""
+    if any(w in name for w in TORCH_DENIED_WORDS):
+        return True
+    if not TORCH_POLICY["strict"]:
+        return False
+    if TRACKER is not None and TRACKER.launches:
+        return name not in TORCH_ALLOWED
+    return name in TORCH_MATMULS
 
 
 def _install_torch_mode(policy: str) -> None:
@@ -237,8 +280,7 @@ def _install_torch_mode(policy: str) -> None:
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             if TORCH_POLICY["active"]:
                 name = func.overloadpacket.__name__
-                bad = (name not in TORCH_ALLOWED) if policy == "triton" else any(
-                    w in name for w in TORCH_DENIED_WORDS)
+                bad = _torch_op_forbidden(name)
                 if bad:
                     qual = f"torch aten.{name}"
                     if qual not in CALLS:
@@ -302,6 +344,12 @@ def prepare_triton(learner_modules: set) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            from flashlab.kernels import _mode
+
+            _mode.triton()  # the interpreter as the library sets it up (and repairs it where needed)
+        except ImportError:
+            pass
     else:
         torch.zeros(1, device="cuda")  # open the device before any privilege drop
     import triton  # noqa: F401
@@ -336,6 +384,10 @@ def _tracked_run(run):
             TORCH_POLICY["active"] = active
             result = run(self, *args, **kwargs)
             TORCH_POLICY["active"] = False
+            if TRACKER.unwritten():
+                TORCH_POLICY["active"] = active
+                result = run(self, *args, **kwargs)
+                TORCH_POLICY["active"] = False
             constexprs = {k: v for k, v in kwargs.items() if type(v) is int}
             TRACKER.after(name, tensors, constexprs)
         finally:
@@ -435,6 +487,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
     value, saved = None, (sys.stdout, sys.stderr)
     start = time.perf_counter()
     sys.stdout = sys.stderr = out
+    TORCH_POLICY["strict"] = verify_launch is not None
     TORCH_POLICY["active"] = True
     try:
         value = func(**kwargs)
@@ -454,8 +507,12 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
     record["forbidden_calls"] = list(CALLS)
     record["digests"] = {name: _digest(v) for name, v in kwargs.items()}
     record["launches"] = TRACKER.launches[-8:] if TRACKER is not None else []
+    derived_buffers: list = []
+    if TRACKER is not None and TRACKER.derived:
+        kept = [a for a in TRACKER.derived if a.nbytes <= 4 << 20][:8]
+        record["derived"] = [wire.encode(a, derived_buffers) for a in kept]
     record["output"], record["output_chars"] = out.text(), out.total
-    buffers: list = []
+    buffers: list = derived_buffers
     try:
         record["value"] = wire.encode(value, buffers)
     except Exception as exc:  # a value whose conversion raises
