@@ -149,8 +149,8 @@ class Session:
                    preload_torch="torch" in (self.source or "") or any(
                        "torch" in getattr(getattr(f, "__code__", None), "co_names", ()) for f in (self.functions or {}).values()))
         self.child = sandbox.Child(job, self.functions)
-        sandbox.ACTIVE.add(self.child.pid)
         try:
+            self.child.send_job()
             header, _ = self.child.receive(sandbox.LOAD_LIMIT_S)
         except TimeoutError:
             return self._lost(dict(kind="timeout", message=f"importing the module did not finish within "
@@ -183,10 +183,7 @@ class Session:
         return failure
 
     def stop(self) -> None:
-        from flashlab.grading import sandbox
-
         if self.child is not None:
-            sandbox.ACTIVE.discard(self.child.pid)
             self.child.stop()
         self.child, self.loaded = None, None
 

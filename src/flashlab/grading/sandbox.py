@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -112,21 +113,27 @@ class Child:
         job = dict(job, limits=limits)
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        if functions is not None:
-            self.pid = self._fork(job, functions, (to_child_r, from_child_w), (to_child_w, from_child_r))
-            self.proc = None
-        else:
-            src = str(Path(__file__).resolve().parents[2])
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "flashlab.grading.child", str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w), env=self._env(src), cwd=self.home, start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
-            self.pid = self.proc.pid
+        with SPAWN_LOCK:  # no cleanup scan sees this child before it is known as ours
+            if functions is not None:
+                self.pid = self._fork(job, functions, (to_child_r, from_child_w), (to_child_w, from_child_r))
+                self.proc = None
+            else:
+                src = str(Path(__file__).resolve().parents[2])
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "flashlab.grading.child", str(to_child_r), str(from_child_w)],
+                    pass_fds=(to_child_r, from_child_w), env=self._env(src), cwd=self.home, start_new_session=True,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.stderr)
+                self.pid = self.proc.pid
+            ACTIVE.add(self.pid)
         os.close(to_child_r)
         os.close(from_child_w)
         self.fd_out, self.fd_in = to_child_w, from_child_r
-        if functions is None:
-            wire.send(self.fd_out, job)
+        self.job = job if functions is None else None
+
+    def send_job(self) -> None:
+        """Hand a fresh interpreter its job (a fork has it already)."""
+        if self.job is not None:
+            wire.send(self.fd_out, self.job)
 
     def _env(self, src: str) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHLAB_GRADER")}
@@ -247,6 +254,7 @@ class Child:
         except OSError:
             pass
         self.kill()
+        ACTIVE.discard(self.pid)
         if self.proc is not None:
             try:
                 self.proc.wait(10.0)
@@ -266,11 +274,17 @@ class Child:
 
 
 ACTIVE: set = set()  # pids of live grading children (two exercises may be graded at once)
+SPAWN_LOCK = threading.Lock()
 
 
 def kill_leftovers(token: str, since: float) -> None:
     """Kill processes that carry ``token`` in their environment, or that were reparented to us
     (we are a child subreaper) after ``since`` and are not a live grading child."""
+    with SPAWN_LOCK:
+        _kill_leftovers(token, since)
+
+
+def _kill_leftovers(token: str, since: float) -> None:
     me = os.getpid()
     boot = _boot_time()
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
