@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -163,10 +164,14 @@ def test_processes_left_behind_are_killed(tmp_path):
     shutil.copy(BROKEN / "detaches.py", tmp_path / "ex01_naive.py")
     check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
     pid = int(pid_file.read_text())
-    try:  # gone, or a zombie waiting for this process (a child subreaper) to reap it
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        state = "gone"
+    for _ in range(50):  # SIGKILL was sent; let it land
+        try:  # gone, or a zombie waiting for this process (a child subreaper) to reap it
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            break
+        time.sleep(0.1)
     assert state in ("gone", "Z", "X"), f"the detached process {pid} is still running ({state})"
 
 
