@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import numbers
 import os
 import re
 import secrets
