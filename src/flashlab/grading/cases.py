@@ -69,10 +69,16 @@ POISON_WHY = ("causal: every key from row {first} on is past the last query row,
 
 
 # ----------------------------------------------------------------------------- ex01 naive
+CHUNK_ROWS = 32  # query rows per reference call in the large cases (keeps the parent's memory small)
+
+
 def naive_reference(q, k, v, causal=False, scale=None, **blocks):
     from flashlab.reference import naive_attention
 
-    return naive_attention(q, k, v, causal=causal, scale=scale)
+    if causal or q.shape[-2] * k.shape[-2] <= 1 << 22:
+        return naive_attention(q, k, v, causal=causal, scale=scale)
+    return np.concatenate([naive_attention(q[..., i:i + CHUNK_ROWS, :], k, v, scale=scale)  # rows are independent
+                           for i in range(0, q.shape[-2], CHUNK_ROWS)], axis=-2)
 
 
 def naive_public(rng):
@@ -238,16 +244,42 @@ def tiled_hidden(rng):
                           why="ragged last tiles, Nq != Nk, blocks larger than the sequence"))
     kw = dict(large_logits(rng, 40, 40, 16), causal=False, block_q=16, block_k=16)
     cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS))
-    n = 1536
-    kw = dict(qkv(rng, n, n, 16, dtype="float32"), causal=False, block_q=128, block_k=128)
-    cases.append(Case(attn_label(kw, extra=" blocks 128x128 (memory)"), kw, max_peak_bytes=n * n * 4 // 3,
-                      why="IO-awareness: a tiled forward never materialises the Nq x Nk score matrix"))
-    cases.append(poisoned_causal_case(rng, lambda nq, nk, bq, bk: dict(qkv(rng, nq, nk, 8), causal=True,
-                                                                       block_q=bq, block_k=bk)))
+    kw = dict(qkv(rng, int(rng.integers(9, 40)), int(rng.integers(9, 40)), 8), causal=bool(rng.integers(2)),
+              scale=float(rng.uniform(0.05, 0.3)), block_q=8, block_k=8)
+    cases.append(Case(attn_label(kw, kw["causal"], f" scale={kw['scale']:.3f} blocks 8x8"), kw, why=SCALE_WHY))
+    cases.append(large_nk_case(rng, dict))
+    make = lambda nq, nk, bq, bk: dict(qkv(rng, nq, nk, 8), causal=True, block_q=bq, block_k=bk)  # noqa: E731
+    cases += [poisoned_causal_case(rng, make), poisoned_causal_case(rng, make, tail=LONG_TAIL)]
     return cases
 
 
-def poisoned_causal_case(rng, make) -> Case:
+SCALE_WHY = "an explicit scale replaces 1/sqrt(d): use the scale argument when it is given"
+LONG_TAIL = 65536  # keys past the last query row in the work check
+
+
+def large_nk_case(rng, extend, backward=False) -> Case:
+    """IO-awareness: Nq=512 (256 backward), Nk=65536, d=4 float32, blocks 64x256.
+
+    One Nq x Nk float32 array is 128 MiB (64 MiB backward); one block_q x Nk array (a few query rows
+    at a time with a full-row softmax) is 16 MiB; a block_q x block_k tile is 64 KiB. The limit,
+    10 MiB of extra resident memory (20 MiB backward), leaves room for float64 copies of the
+    inputs (4 MiB for k and v) and of dK, dV, and for the tiles, and none for a block_q x Nk array
+    (the backward needs several: S, P, dP, dS). Measured from outside the learner's process; the
+    solutions use 0-2 MiB forward and 4-5 MiB backward (tests/test_grading.py).
+    """
+    nq, nk, bq, bk = (256 if backward else 512), 65536, 64, 256
+    if backward:
+        return backward_case(rng, nq, nk, 4, 4, bq, bk, False, "float32", max_peak=20 << 20,
+                             extra=" (memory)", why=MEMORY_WHY)
+    kw = extend(qkv(rng, nq, nk, 4, dtype="float32"), causal=False, block_q=bq, block_k=bk)
+    return Case(attn_label(kw, extra=f" blocks {bq}x{bk} (memory)"), kw, max_peak_bytes=10 << 20, why=MEMORY_WHY)
+
+
+MEMORY_WHY = ("IO-awareness: a tiled loop keeps (block_q x block_k) tiles; it never builds an Nq x Nk score "
+              "matrix, nor a block_q x Nk one (a few query rows against every key)")
+
+
+def poisoned_causal_case(rng, make, tail: int = 0) -> Case:
     """Causal case whose K/V rows from Nq on hold NaN (no query row sees them).
 
     block_k divides Nq, so the first skippable key block starts exactly at Nq; block_q = 2 block_k
@@ -255,13 +287,19 @@ def poisoned_causal_case(rng, make) -> Case:
     (``k0 > q1`` instead of ``k0 > q1 - 1``) or that ignores the ragged end (``q0 + block_q - 1``
     as the block's last row) loads a poisoned tile and its output turns NaN.
     make(nq, nk, block_q, block_k) -> the keyword arguments (with "k" and "v").
+    With ``tail``, K/V get ``tail`` more poisoned rows and the case allows at most 20x the CPU time
+    of the case before it: a loop that strips the NaN from a copy and still computes every tile
+    spends ~1000x more (the check is on work done, measured from outside the learner's process).
     """
     bk = int(rng.choice([4, 8]))
     nq = bk * int(2 * rng.integers(1, 4) + 1)  # an odd multiple of block_k
-    kw = make(nq, nq + 3 * bk, 2 * bk, bk)
+    kw = make(nq, nq + 3 * bk + tail, 2 * bk, bk)
     poisoned, clean = poison_keys(kw, nq)
     label = attn_label(kw, True, f" blocks {2 * bk}x{bk}, K/V poisoned from row {nq}")
-    return Case(label, poisoned, clean, why=POISON_WHY.format(first=nq))
+    if not tail:
+        return Case(label, poisoned, clean, why=POISON_WHY.format(first=nq))
+    return Case(label, poisoned, clean, max_cpu_ratio=20.0, why=POISON_WHY.format(first=nq)
+                + f"; here {tail} more such keys: the time must not grow with them")
 
 
 def tile_skip_reference(i, j, block_q, block_k, nq):
@@ -384,14 +422,45 @@ def flash_hidden(rng, causal):
         poisoned, clean = poison_keys(base.kwargs, first)
         cases.append(Case(f"Nq={first} Nk=160 d=16 float32 causal, K/V poisoned from row {first}", poisoned,
                           clean, why=POISON_WHY.format(first=first)))
+        cases.append(Case("ragged causal case, K/V poisoned past the last query row (built from your BLOCK_M, "
+                          "BLOCK_N)", {}, build=ragged_poison_case))
         cases.append(flash_case(rng, 1, int(rng.integers(40, 60)), int(rng.integers(17, 30)), 16, "float32",
                                 True, why="causal with Nq > Nk: rows past Nk see every key"))
-    cases += [flash_case(rng, 2, int(rng.integers(17, 50)), int(rng.integers(17, 50)), 16, "float32", causal,
-                         why="ragged tiles: masked loads and -inf for keys past N_K"),
+    ragged = 16 * int(rng.integers(1, 3)) + int(rng.integers(1, 16))  # never a multiple of 16 (or of any BLOCK_M)
+    cases += [flash_case(rng, 2, ragged, int(rng.integers(17, 50)), 16, "float32", causal,
+                         why="ragged tiles: Nq not a multiple of BLOCK_M, masked loads, -inf for keys past N_K"),
               flash_case(rng, 1, int(rng.integers(1, 16)), int(rng.integers(33, 60)), 32, "float16", causal,
-                         why="float16 inputs, Nq < BLOCK_M"),
-              flash_case(rng, 1, 32, 24, 16, "float32", causal, q_scale=40.0, why=LARGE_LOGITS)]
+                         why="float16 inputs, Nq < BLOCK_M")]
+    # Large logits, well conditioned: each row's scores share an offset of +-800..1200 (see large_logits),
+    # so exp() overflows without the max subtraction while a GPU's tf32 dot (10-bit mantissa) rounds
+    # the offset identically across the row and stays within the float32 kernel tolerance.
+    kw = {name: x.astype(np.float32) for name, x in large_logits(rng, 32, 24, 16, batch=(1,)).items()}
+    if causal is not None:
+        kw["causal"] = causal
+    cases.append(Case(attn_label(kw, bool(causal), " large logits"), kw, why=LARGE_LOGITS,
+                      tolerance={"float32": (1e-3, 1e-3)}))  # float32 scores near 1e3: ~1e-4 rounding
     return cases
+
+
+def ragged_poison_case(blocks: dict, rng) -> Case:
+    """Causal, Nq = BLOCK_M + 1 (ragged), K/V NaN from round_up(Nq, BLOCK_N) on.
+
+    The last query block's real rows end at Nq - 1, so a correct loop bound min(N_K, (start_m + 1) *
+    BLOCK_M, N_Q) loads key blocks up to round_up(Nq, BLOCK_N) and no further; a bound without N_Q
+    loads up to 2 BLOCK_M, past the poison when BLOCK_M > BLOCK_N. ``blocks``: the constexprs of the
+    learner's last launch (unknown -> the poison starts at a multiple of 128, safe for any kernel).
+    """
+    bm, bn = blocks.get("BLOCK_M"), blocks.get("BLOCK_N")
+    bm = bm if isinstance(bm, int) and 1 <= bm <= 256 else 64
+    known = isinstance(bn, int) and 1 <= bn <= 256
+    nq = bm + 1
+    first = -(-nq // bn) * bn if known else -(-nq // 128) * 128
+    nk = max(first, 2 * bm) + 16
+    base = flash_case(rng, 1, nq, nk, 16, "float32", True)
+    poisoned, clean = poison_keys(base.kwargs, first)
+    return Case(f"Nq={nq} Nk={nk} d=16 float32 causal, K/V poisoned from row {first}", poisoned, clean,
+                why=POISON_WHY.format(first=first) + "; the loop bound must stop at the last real query row "
+                "(N_Q), not at the end of the ragged query block")
 
 
 # ----------------------------------------------------------------------------- ex09/10 backward
@@ -427,15 +496,32 @@ def ds_cases(rng, shapes):
 def backward_reference(q, k, v, o, lse, do, causal=False, scale=None, block_q=64, block_k=64):
     from flashlab.reference import naive_attention_backward
 
-    return naive_attention_backward(q, k, v, do, causal=causal, scale=scale)
+    if causal or q.shape[-2] * k.shape[-2] <= 1 << 22:
+        return naive_attention_backward(q, k, v, do, causal=causal, scale=scale)
+    dq, dk, dv = [], np.zeros(k.shape), np.zeros(v.shape)  # dK, dV: sums over query rows
+    for i in range(0, q.shape[-2], CHUNK_ROWS):
+        dq_i, dk_i, dv_i = naive_attention_backward(q[..., i:i + CHUNK_ROWS, :], k, v, do[..., i:i + CHUNK_ROWS, :],
+                                                    scale=scale)
+        dq.append(dq_i)
+        dk += dk_i
+        dv += dv_i
+    return np.concatenate(dq, axis=-2), dk.astype(k.dtype), dv.astype(v.dtype)
 
 
-def backward_case(rng, nq, nk, d, dv, bq, bk, causal, dtype, batch=(), why="", max_peak=None, extra=""):
+def backward_case(rng, nq, nk, d, dv, bq, bk, causal, dtype, batch=(), why="", max_peak=None, extra="",
+                  scale=None):
     from flashlab.reference import naive_attention
 
     kw = qkv(rng, nq, nk, d, dv, batch, dtype)
-    o, lse = naive_attention(kw["q"], kw["k"], kw["v"], causal=causal, return_lse=True)
+    step = nq if causal or nq * nk <= 1 << 22 else CHUNK_ROWS  # rows are independent without a mask
+    parts = [naive_attention(kw["q"][..., r:r + step, :], kw["k"], kw["v"], causal=causal, scale=scale,
+                             return_lse=True) for r in range(0, nq, step)]
+    o = np.concatenate([p[0] for p in parts], axis=-2)  # (..., Nq, dv)
+    lse = np.concatenate([p[1] for p in parts], axis=-1)  # (..., Nq)
     kw.update(o=o, lse=lse, do=randn(rng, *o.shape, dtype=dtype), causal=causal, block_q=bq, block_k=bk)
+    if scale is not None:
+        kw["scale"] = scale
+        extra = f" scale={scale:.3f}{extra}"
     return Case(attn_label(kw, causal, f" blocks {bq}x{bk}{extra}"), kw, why=why, max_peak_bytes=max_peak)
 
 
@@ -445,7 +531,7 @@ def backward_public(rng):
 
 
 def backward_hidden(rng):
-    n = 1536
+    make = lambda nq, nk, bq, bk: backward_case(rng, nq, nk, 8, 8, bq, bk, True, "float64").kwargs  # noqa: E731
     return [
         backward_case(rng, int(rng.integers(1, 40)), int(rng.integers(1, 40)), 8, int(rng.integers(2, 9)),
                        int(rng.choice([4, 8, 16])), int(rng.choice([4, 8, 16])), False, "float64", (2,),
@@ -454,10 +540,10 @@ def backward_hidden(rng):
                        why="causal with Nq > Nk"),
         backward_case(rng, int(rng.integers(5, 20)), int(rng.integers(25, 40)), 8, 8, 4, 8, True, "float32",
                        why="causal with Nq < Nk, float32"),
-        backward_case(rng, n, n, 16, 16, 128, 128, False, "float32", max_peak=n * n * 4 // 3, extra=" (memory)",
-                       why="IO-awareness: the tiled backward recomputes P tile by tile, never Nq x Nk"),
-        poisoned_causal_case(rng, lambda nq, nk, bq, bk: backward_case(rng, nq, nk, 8, 8, bq, bk, True,
-                                                                       "float64").kwargs),
+        backward_case(rng, int(rng.integers(9, 30)), int(rng.integers(9, 30)), 8, 8, 8, 8, bool(rng.integers(2)),
+                       "float64", scale=float(rng.uniform(0.05, 0.3)), why=SCALE_WHY),
+        large_nk_case(rng, None, backward=True),
+        poisoned_causal_case(rng, make),
     ]
 
 

@@ -1,24 +1,31 @@
-"""Grading: run one part's cases against its reference, and ``check()``, the notebook entry point.
+"""Grading: run one part's cases in the learner's process, judge them here, and ``check()``.
 
-A part is graded case by case: the fixed public cases first, then (if they all pass) the hidden
-cases drawn from a fresh seed. Grading of a part stops at its first failing case, which is
-described in full (inputs, what went wrong, max error and where, what the case probes); the cases
-after it are counted as "not yet run", never as passed. A part earns its points only when every
-case ran and passed. Stubs (``NotImplementedError``) score 0 as "not attempted yet".
+Everything that decides a score lives in this process: the cases and their reference answers are
+built here (from a fresh seed for the hidden ones), the learner's process gets only the inputs of
+one case at a time and sends back plain data (:mod:`flashlab.grading.wire`), and the comparison,
+the memory and CPU measurements (taken from outside the child) and the verdict are made here.
+Points are all or nothing per part and never exceed the part's points; the report also says how
+many checks pass ("8 of 10 checks pass"), since grading keeps going after a failing case. A
+timeout, a crash, a forbidden call or a stub that still raises NotImplementedError stops the part.
 """
 from __future__ import annotations
 
-import copy
-import numbers
+import ast
+import dataclasses
+import hashlib
 import os
+import re
 import secrets
 from pathlib import Path
 
 import numpy as np
 
+from flashlab.grading import wire
+from flashlab.grading.mistakes import MISTAKES
 from flashlab.grading.registry import DEFAULT_TOLERANCE, Case, Exercise, Part, answer_hash, get_exercise
 
 PUBLIC_SEED = 20240601  # public cases are the same on every run
+STOP_KINDS = ("timeout", "crash", "memory_limit", "forbidden", "not_implemented", "protocol")
 
 
 def _describe(value) -> str:
@@ -36,8 +43,8 @@ def _inputs(part: Part, case: Case) -> dict:
 
 def _base_result(exercise: Exercise, part: Part, seed: int) -> dict:
     return dict(exercise=exercise.name, function=part.function, title=part.title, kind=part.kind, points=part.points,
-                earned=0, status="failed", public=[0, 0], hidden=[0, 0], hidden_run=False, seed=seed,
-                failure=None, notes=[], hints=list(part.hints))
+                earned=0, status="failed", public=[0, 0], hidden=[0, 0], checks=[0, 0], not_run=0, hidden_run=False,
+                seed=seed, failure=None, failures=[], notes=[], hints=list(part.hints))
 
 
 def failed_result(exercise: Exercise, part: Part, kind: str, message: str, case: str = "", seed: int = 0,
@@ -49,13 +56,6 @@ def failed_result(exercise: Exercise, part: Part, kind: str, message: str, case:
 
 
 # ----------------------------------------------------------------------------- comparing outputs
-def _to_numpy(value):
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        t = value.detach().cpu()
-        return t.float().numpy() if str(t.dtype) == "torch.bfloat16" else t.numpy()
-    return value
-
-
 def _tolerance(part: Part, dtype: str, on_cuda: bool) -> tuple[float, float]:
     if on_cuda and dtype in part.gpu_tolerance:
         return part.gpu_tolerance[dtype]
@@ -63,15 +63,14 @@ def _tolerance(part: Part, dtype: str, on_cuda: bool) -> tuple[float, float]:
 
 
 def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -> dict | None:
-    got = _to_numpy(got)
-    if not isinstance(got, np.ndarray):
+    if type(got) is not np.ndarray:
         return dict(kind="type", message=f"{name}: expected an array of shape {ref.shape}, got {_describe(got)}")
     if got.shape != ref.shape:
         return dict(kind="shape", message=f"{name}: shape {got.shape}, expected {ref.shape}")
     if got.dtype != ref.dtype:
         return dict(kind="dtype", message=f"{name}: dtype {got.dtype}, expected {ref.dtype} (the input dtype)")
     atol, rtol = _tolerance(part, str(ref.dtype), on_cuda)
-    g, r = got.astype(np.float64), ref.astype(np.float64)
+    g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     nan = np.isnan(g) & ~np.isnan(r)
     if nan.any():
         index = tuple(int(i) for i in np.argwhere(nan)[0])
@@ -90,25 +89,37 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
     return None
 
 
+_LETTER = re.compile(r"^\(?\s*([a-z])\s*\)?(?:[\s.):,;-].*)?$", re.S)
+
+
+def choice_letter(answer) -> str | None:
+    """The letter of a multiple-choice answer: "b", "B", "b.", "(a) the matmul FLOPs" -> the letter."""
+    if type(answer) is not str:
+        return None
+    match = _LETTER.match(answer.strip().lower())
+    return match.group(1) if match else None
+
+
 def compare(part: Part, got, expected, on_cuda: bool = False) -> dict | None:
-    """None when ``got`` matches ``expected`` for this part, else a failure dict."""
+    """None when ``got`` (plain data rebuilt in this process) matches ``expected``, else a failure dict."""
     if part.kind == "exact":
-        ok = isinstance(got, (numbers.Integral, np.integer, bool, np.bool_)) and got == expected
-        if isinstance(got, (float, np.floating)) and float(got).is_integer():
+        ok = type(got) in (int, bool) and int(got) == expected
+        if type(got) is float and got.is_integer():
             ok = int(got) == expected
         return None if ok else dict(kind="value", message=f"returned {got!r}, expected {expected!r}")
     if part.kind == "choice":
-        ok = answer_hash(part.function, got) == expected
-        return None if ok else dict(kind="value", message=f"answer {got!r} is not the right choice")
+        letter = choice_letter(got)
+        if letter is None:
+            return dict(kind="type", message=f"answer {got!r}: answer with one letter, e.g. Q1 = \"b\"")
+        ok = answer_hash(part.function, letter) == expected
+        return None if ok else dict(kind="value", message=f"answer {letter!r} is not the right choice")
     if part.kind == "number":
-        try:
-            value = float(got)
-        except (TypeError, ValueError):
+        if type(got) not in (int, float):
             return dict(kind="type", message=f"expected a number, got {got!r}")
-        ok = abs(value - expected) <= 0.01 * abs(expected)
-        return None if ok else dict(kind="value", message=f"{value:.4g} is not within 1% of the answer")
+        ok = abs(float(got) - expected) <= 0.01 * abs(expected)
+        return None if ok else dict(kind="value", message=f"{float(got):.4g} is not within 1% of the answer")
     if len(part.outputs) > 1:
-        if not isinstance(got, (tuple, list)) or len(got) != len(part.outputs):
+        if type(got) is not tuple or len(got) != len(part.outputs):
             return dict(kind="type", message=f"expected a tuple ({', '.join(part.outputs)}), got {_describe(got)}")
         for name, g, r in zip(part.outputs, got, expected):
             failure = _compare_array(part, name, g, r, on_cuda)
@@ -118,122 +129,400 @@ def compare(part: Part, got, expected, on_cuda: bool = False) -> dict | None:
     return _compare_array(part, part.outputs[0], got, expected, on_cuda)
 
 
-# ----------------------------------------------------------------------------- one case, one part
-def _as_tensors(kwargs: dict, device: str) -> dict:
-    import torch
+# ----------------------------------------------------------------------------- one exercise, one child
+class Session:
+    """The child process of one exercise, started on first use and again after a crash or timeout."""
 
-    return {k: torch.from_numpy(v.copy()).to(device) if isinstance(v, np.ndarray) else v
-            for k, v in kwargs.items()}
+    def __init__(self, exercise: Exercise, path: str | None, functions: dict | None, drop_uid):
+        self.exercise, self.path, self.functions, self.drop_uid = exercise, path, functions, drop_uid
+        self.source = Path(path).read_text(errors="replace") if path else None
+        self.child, self.loaded = None, None
+
+    def start(self) -> dict | None:
+        """Start the child and load the module; a failure dict when loading failed."""
+        from flashlab.grading import sandbox
+
+        folder = str(Path(self.path).parent) if self.path else None
+        job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source,
+                   triton=self.exercise.needs_triton, drop_uid=self.drop_uid, exercises_dir=folder,
+                   preload_torch="torch" in (self.source or "") or any(
+                       "torch" in getattr(getattr(f, "__code__", None), "co_names", ()) for f in (self.functions or {}).values()))
+        self.child = sandbox.Child(job, self.functions)
+        try:
+            self.child.send_job()
+            header, _ = self.child.receive(sandbox.LOAD_LIMIT_S)
+        except TimeoutError:
+            return self._lost(dict(kind="timeout", message=f"importing the module did not finish within "
+                                   f"{sandbox.LOAD_LIMIT_S:.0f} s"))
+        except (EOFError, MemoryError, OSError, wire.WireError, ValueError) as exc:
+            return self._lost(self._death("loading the module", exc))
+        if header.get("op") == "load_error":
+            failure = dict(kind="load", message=f"importing the module failed: {header.get('message', '?')}",
+                           traceback=str(header.get("traceback", ""))[-1500:], where=_where(header.get("where")))
+            self.stop()
+            return failure
+        if header.get("op") != "loaded":
+            return self._lost(dict(kind="protocol", message="the grading process sent something unexpected"))
+        self.loaded = header
+        return None
+
+    def _death(self, during: str, exc) -> dict:
+        if isinstance(exc, MemoryError):
+            return dict(kind="memory_limit", message=f"stopped: {exc} during {during}")
+        code = self.child.wait_exit(5.0) if self.child else None
+        tail = self.child.stderr_tail() if self.child else ""
+        if isinstance(exc, (wire.WireError, ValueError)):
+            return dict(kind="protocol", message=f"the grading process sent a malformed message during {during}: {exc}")
+        return dict(kind="crash", message=f"the grading process died (exit code {code}) during {during}: a crash in "
+                    "native code, os._exit / sys.exit, or a resource limit (CPU time, memory)"
+                    + (f"; its last error output:\n{tail[-600:]}" if tail else ""))
+
+    def _lost(self, failure: dict) -> dict:
+        self.stop()
+        return failure
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+        self.child, self.loaded = None, None
+
+    def call(self, part: Part, case: Case, limit: float, measure: bool) -> tuple[dict | None, dict]:
+        """(failure that ended the child or None, the call's record with peak/cpu added)."""
+        records, buffers = wire.encode_kwargs(case.kwargs)
+        header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
+                      must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"))
+        child = self.child
+        try:
+            child.send(header, buffers)
+            ready, _ = child.receive(120.0)
+            if ready.get("op") != "ready":
+                raise wire.WireError("expected 'ready'")
+            base = child.reset_peak() if measure else None
+            cpu0 = child.cpu()
+            child.send(dict(op="go"))
+            record, out_buffers = child.receive(limit)
+        except TimeoutError:
+            return self._lost(dict(kind="timeout", message=f"did not return within {limit:.0f} s; stopped (the time "
+                                   "limit per check)")), {}
+        except (EOFError, MemoryError, OSError, wire.WireError, ValueError) as exc:
+            return self._lost(self._death(f"{case.label!r}", exc)), {}
+        peak, cpu1 = (child.peak() if measure else None), child.cpu()
+        if record.get("op") != "result":
+            return self._lost(dict(kind="protocol", message="the grading process sent something unexpected")), {}
+        try:
+            record["value"] = wire.decode(record.get("value"), out_buffers)
+            derived = record.get("derived") if isinstance(record.get("derived"), list) else []
+            record["derived"] = [wire.decode(r, out_buffers) for r in derived[:8]]
+        except wire.WireError as exc:
+            record["value"], record["derived"] = wire.Opaque(f"malformed value ({exc})"), []
+        record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base)
+        record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        return None, record
 
 
-def run_case(part: Part, func, case: Case, device: str | None, counters: dict) -> tuple[dict | None, list, dict]:
-    """Run one case; (failure or None, notes, the guarded call's record)."""
-    from flashlab.grading.sandbox import guarded_call
+def _where(where) -> str | None:
+    if isinstance(where, (list, tuple)) and len(where) == 3:
+        return f"{Path(str(where[0])).name}:{int(where[1])}: {str(where[2])[:200]}"
+    return None
 
-    expected = part.reference(**copy.deepcopy(case.reference_kwargs or case.kwargs))
-    kwargs = copy.deepcopy(case.kwargs)
-    if part.tensors:
-        kwargs = _as_tensors(kwargs, device or "cpu")
-    for counter in counters.values():
-        counter.launches = 0
-    call = guarded_call(func, kwargs, measure_peak=case.max_peak_bytes is not None)
-    notes = []
-    if call["output_chars"] > len(call["output"]):
-        notes.append(f"printed {call['output_chars']:,} characters during {case.label!r}; "
-                     f"only the first {len(call['output']):,} were kept")
-    if call["not_implemented"] is not None:
-        return dict(kind="not_implemented", message=call["not_implemented"]), notes, call
-    if call["forbidden_calls"]:  # reported even when the call then raised
-        return dict(kind="forbidden", message=(
-            f"called {', '.join(call['forbidden_calls'])} instead of implementing {part.function}: "
-            "not rewarded; write the computation yourself")), notes, call
-    if call["exception"]:
-        return dict(kind="exception", message=f"raised {call['exception']}", traceback=call["traceback"]), notes, call
-    if call["mutated"]:
-        return dict(kind="mutation", message=(
-            f"changed its input(s) {', '.join(call['mutated'])} in place; work on copies (x = x.copy()) "
-            "or new arrays")), notes, call
-    for name, counter in counters.items():
-        if counter.launches == 0:
-            return dict(kind="launch", message=f"never launched the Triton kernel {name}: the result must "
-                        f"come from {name}[grid](...)"), notes, call
+
+def _digest(value) -> str | None:
+    if isinstance(value, np.ndarray):
+        buffers: list = []
+        wire.encode(value, buffers)
+        return hashlib.sha256(buffers[0]).hexdigest()
+    return None
+
+
+def _text(value, limit: int) -> str:
+    return str(value)[:limit] if value is not None else ""
+
+
+def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
+    """The verdict on one call, from the record the child sent (every field is a claim to check)."""
+    if record.get("not_implemented") is not None:
+        return dict(kind="not_implemented", message=_text(record["not_implemented"], 300),
+                    where=_where(record.get("where")))
+    calls = [str(c)[:120] for c in (record.get("forbidden_calls") or [])][:5]
+    if calls:
+        return dict(kind="forbidden", message=(f"called {', '.join(calls)} instead of implementing {part.function}: "
+                                               "not rewarded; write the computation yourself"))
+    if record.get("exception"):
+        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}",
+                    traceback=_text(record.get("traceback"), 1500), where=_where(record.get("where")))
+    digests = record.get("digests") if isinstance(record.get("digests"), dict) else {}
+    changed = [name for name, value in case.kwargs.items()
+               if _digest(value) is not None and digests.get(name) != _digest(value)]
+    if changed:
+        return dict(kind="mutation", message=(f"changed its input(s) {', '.join(changed)} in place; work on copies "
+                                              "(x = x.copy()) or new arrays"))
+    if record.get("launch_problem"):
+        return dict(kind="launch", message=_text(record["launch_problem"], 400))
+    if case.tolerance:
+        loosest = lambda table: {dt: tuple(max(a, b) for a, b in zip(table.get(dt, (0.0, 0.0)), tol))  # noqa: E731
+                                 for dt, tol in case.tolerance.items()}
+        part = dataclasses.replace(part, tolerance=dict(part.tolerance, **loosest(part.tolerance)),
+                                   gpu_tolerance=dict(part.gpu_tolerance, **loosest(part.gpu_tolerance)))
     try:
-        failure = compare(part, call["value"], expected, on_cuda=device == "cuda")
-    except Exception as exc:  # e.g. an object array, or a value whose == raises
-        failure = dict(kind="type", message=f"could not compare the returned {_describe(call['value'])} with "
-                       f"the expected {_describe(expected)}: {type(exc).__name__}: {exc}")
-    if failure is None and case.max_peak_bytes is not None and call["peak_bytes"] > case.max_peak_bytes:
-        q = case.kwargs["q"]
-        full = q.shape[-2] * case.kwargs["k"].shape[-2] * q.dtype.itemsize
-        failure = dict(kind="memory", message=(
-            f"allocated {call['peak_bytes'] / 2**20:.1f} MiB at peak; one Nq x Nk array of this case is "
-            f"{full / 2**20:.1f} MiB. A tiled implementation must never build an Nq x Nk array: keep "
-            f"only (block_q x block_k) tiles (limit {case.max_peak_bytes / 2**20:.1f} MiB)"))
-    return failure, notes, call
+        failure = compare(part, record.get("value"), expected, on_cuda=on_cuda)
+    except Exception as exc:  # noqa: BLE001  a bug in a comparison is the grader's, not the learner's
+        failure = dict(kind="grader", message=f"internal grader error comparing: {type(exc).__name__}: {exc}")
+    if failure is not None:
+        return failure
+    answers = expected if isinstance(expected, tuple) else (expected,)
+    for derived in record.get("derived") or []:
+        for answer in answers:
+            if type(derived) is np.ndarray and isinstance(answer, np.ndarray) and derived.shape == answer.shape \
+                    and _compare_array(part, "x", derived.astype(answer.dtype), answer, on_cuda) is None:
+                return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
+                            "the result must be computed by the kernel")
+    extra = record.get("extra_bytes")
+    if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
+        q, k = case.kwargs["q"], case.kwargs["k"]
+        full = q.shape[-2] * k.shape[-2] * q.dtype.itemsize
+        return dict(kind="memory", message=(
+            f"used {extra / 2**20:.1f} MiB of extra memory at peak; one Nq x Nk array of this case is "
+            f"{full / 2**20:.1f} MiB. A tiled implementation must never build an Nq x Nk array (nor a "
+            f"block_q x Nk one): keep only (block_q x block_k) tiles (limit {case.max_peak_bytes / 2**20:.1f} MiB)"))
+    cpu = record.get("cpu_s")
+    if case.max_cpu_ratio is not None and cpu is not None and previous_cpu is not None \
+            and cpu > max(0.3, case.max_cpu_ratio * previous_cpu):
+        return dict(kind="work", message=(
+            f"took {cpu:.2f} s of CPU against {previous_cpu:.2f} s for the previous check, although the extra "
+            "keys are all past the last query row: the loop computes tiles a causal loop skips"))
+    return None
 
 
-def grade_part(exercise: Exercise, part: Part, module, functions: dict | None, seed: int,
-               public_only: bool, device: str | None, phase, time_limit_s: float | None = None) -> dict:
-    """Grade one part in this process (called inside the grading child)."""
+def _not_attempted_line(source: str | None, function: str, stub: str | None) -> int | None:
+    """Line of ``raise NotImplementedError`` when the learner changed the module but kept that line."""
+    if not source:
+        return None
+    try:
+        tree = ast.parse(source)
+        if stub is not None and ast.dump(ast.parse(stub)) == ast.dump(tree):
+            return None  # the untouched stub
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+            raises = [n for n in body if isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n)]
+            if raises and (len(body) > 1 or stub is not None):
+                return raises[0].lineno
+    return None
+
+
+def _stub_source(exercise: Exercise) -> str | None:
+    root = _repo_root()
+    path = root / "exercises" / f"{exercise.name}.py" if root else None
+    return path.read_text() if path is not None and path.is_file() else None
+
+
+def _launch_info(records: list) -> dict:
+    for record in reversed(records):
+        for launch in reversed(record.get("launches") or []):
+            if isinstance(launch, dict) and isinstance(launch.get("constexprs"), dict):
+                return {str(k): v for k, v in launch["constexprs"].items() if type(v) is int}
+    return {}
+
+
+def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, public_only: bool,
+               time_limit_s: float | None) -> dict:
+    """Grade one part: cases and references built here, calls made in the child, verdicts here."""
     result = _base_result(exercise, part, seed)
-    index = exercise.parts.index(part)
-    source = functions if functions is not None else vars(module)
-    if part.function not in source:
+    if session.child is None:
+        failure = session.start()
+        if failure is not None:
+            result["failure"] = dict(failure, case="import", group="", why="", inputs={})
+            return result
+    loaded = session.loaded or {}
+    names = loaded.get("names") or []
+    if part.function not in names:
         result["failure"] = dict(kind="missing", case="", group="", why="", inputs={}, message=(
             f"{exercise.name} has no {part.function!r}; keep the name and signature of the exercise stub"))
         return result
-    target = source[part.function]
-    if part.kind in ("choice", "number"):
-        if target is None:
-            result["status"] = "not attempted"
-            result["public"] = [0, 1]
-            return result
-        value = target
-        target = lambda: value  # noqa: E731  a quiz answer is graded like a function of no arguments
-    elif not callable(target):
+    if part.kind not in ("choice", "number") and part.function not in (loaded.get("callables") or []):
         result["failure"] = dict(kind="missing", case="", group="", why="", inputs={},
-                                 message=f"{part.function} is {_describe(target)}, not a function")
+                                 message=f"{part.function} is not a function")
         return result
-    counters = {}
-    if part.must_launch:
-        from flashlab.grading.sandbox import LaunchCounter
-
-        # the kernels the function launches live in its module's globals (a notebook's, for fn=)
-        namespace = vars(module) if module is not None else getattr(target, "__globals__", {})
-        for name in part.must_launch:
-            kernel = namespace.get(name)
-            if kernel is None:
-                result["failure"] = dict(kind="launch", case="", group="", why="", inputs={}, message=(
-                    f"no Triton kernel {name} next to {part.function}: the result must come from "
-                    f"{name}[grid](...); keep the kernel of the exercise stub"))
-                return result
-            counters[name] = kernel if isinstance(kernel, LaunchCounter) else LaunchCounter(kernel)
-            namespace[name] = counters[name]
-    phase("preparing cases", 120.0, None)
+    for name in part.must_launch:
+        if name not in (loaded.get("kernels") or {}):
+            result["failure"] = dict(kind="launch", case="", group="", why="", inputs={}, message=(
+                f"no Triton kernel {name} next to {part.function}: the result must come from "
+                f"{name}[grid](...); keep the kernel of the exercise stub"))
+            return result
+    index = exercise.parts.index(part)
     public = part.public(np.random.default_rng([PUBLIC_SEED, index]))
-    hidden = [] if public_only else part.hidden(np.random.default_rng([seed, index]))
+    hidden_rng = np.random.default_rng([seed, index])
+    hidden = [] if public_only else part.hidden(hidden_rng)
     result["public"], result["hidden"] = [0, len(public)], [0, len(hidden)]
+    on_cuda = loaded.get("device") == "cuda"
+    result["device"] = str(loaded.get("device") or "cpu")
+    result["cases"] = []  # (group, label, passed) of every case that ran
+    records: list = []
+    previous_cpu = None
+    stopped = False
     for group, cases in (("public", public), ("hidden", hidden)):
-        result["hidden_run"] = result["hidden_run"] or (group == "hidden" and bool(cases))
         for case in cases:
+            if stopped:
+                result["not_run"] += 1
+                continue
+            if case.build is not None:
+                case = case.build(_launch_info(records), hidden_rng)
+            result["hidden_run"] = result["hidden_run"] or group == "hidden"
             where = dict(case=case.label, group=group, why=case.why, inputs=_inputs(part, case))
-            # the parent keeps this snapshot: a timeout or crash in this case is reported with it
-            phase(f"{group} case {case.label}", min(part.time_limit_s, time_limit_s or part.time_limit_s),
-                  dict(copy.deepcopy(result), failure=where))
-            failure, notes, call = run_case(part, target, case, device, counters)
-            result["notes"] += notes
+            limit = min(part.time_limit_s, time_limit_s or part.time_limit_s)
+            if session.child is None:
+                failure = session.start()
+                if failure is not None:
+                    result["failure"] = result["failure"] or dict(failure, **where)
+                    result["not_run"] += 1
+                    stopped = True
+                    continue
+            expected = part.reference(**(case.reference_kwargs or case.kwargs))
+            lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None)
+            if lost is not None:
+                failure = lost
+            else:
+                records.append(record)
+                chars = record.get("output_chars")
+                if type(chars) is int and chars > OUTPUT_KEPT:
+                    result["notes"].append(f"printed {chars:,} characters during {case.label!r}; only the first "
+                                           f"{OUTPUT_KEPT:,} were kept")
+                if part.kind in ("choice", "number") and record.get("value") is None:
+                    result["status"], result["public"] = "not attempted", [0, 1]
+                    return result
+                failure = judge(part, case, record, expected, on_cuda, previous_cpu)
+                previous_cpu = record.get("cpu_s") if isinstance(record.get("cpu_s"), float) else None
+            result["cases"].append([group, case.label, failure is None])
             if failure is None:
                 result[group][0] += 1
                 continue
-            if failure["kind"] == "not_implemented" and result["public"][0] == 0:
-                result["status"] = "not attempted"
-                return result
-            result["failure"] = dict(failure, output=call["output"][:500], **where)
-            return result
+            if failure["kind"] == "not_implemented" and result["public"][0] + result["hidden"][0] == 0:
+                line = _not_attempted_line(session.source, part.function, _stub_source(exercise))
+                if line is None:
+                    result["status"] = "not attempted"
+                    result["not_run"] = 0
+                    return result
+                failure = dict(failure, message=f"your function still raises NotImplementedError at line {line}: "
+                               "delete that line")
+            mistakes = part.mistakes or MISTAKES.get((exercise.name, part.function), ())
+            if failure["kind"] in ("value", "nan") and mistakes and lost is None:
+                failure = _name_mistake(part, mistakes, case, record, failure, on_cuda, records)
+            output = str(record.get("output") or "")[:500] if record else ""
+            if result["failure"] is None:
+                result["failure"] = dict(failure, output=output, **where)
+            else:
+                result["failures"].append(f"{group} check {case.label}: {failure['message'][:160]}")
+            if failure["kind"] in STOP_KINDS:
+                stopped = True
+    result["checks"] = [result["public"][0] + result["hidden"][0], len(public) + len(hidden)]
+    passed = result["failure"] is None and result["not_run"] == 0
     complete = not public_only or part.kind in ("choice", "number")  # quizzes have no hidden cases
-    result["status"] = "passed" if complete else "public passed"
-    result["earned"] = part.points if complete else 0
+    if passed:
+        result["status"] = "passed" if complete else "public passed"
+        result["earned"] = min(part.points, part.points if complete else 0)
     return result
+
+
+OUTPUT_KEPT = 2000
+
+
+def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict, on_cuda: bool,
+                  records: list) -> dict:
+    """When the learner's output equals what a known mistake gives, name the mistake first."""
+    for description, mistaken in mistakes:
+        try:
+            wrong = mistaken(dict(case.reference_kwargs or case.kwargs), _launch_info(records))
+        except Exception:  # noqa: BLE001  a detector that does not apply to this case
+            continue
+        if wrong is None:
+            continue
+        got = record.get("value")
+        if type(got) is np.ndarray and got.shape == wrong.shape:
+            same_nan = np.array_equal(np.isnan(got), np.isnan(wrong))
+            mask = ~np.isnan(wrong)
+            if same_nan and compare(part, np.where(mask, got, 0).astype(got.dtype),
+                                    np.where(mask, wrong, 0).astype(got.dtype), on_cuda) is None:
+                return dict(failure, mistake=description, message=f"looks like: {description}. {failure['message']}")
+    return failure
+
+
+# ----------------------------------------------------------------------------- integrity of the grader's files
+def _protected_files() -> list[Path]:
+    import flashlab
+
+    package = Path(flashlab.__file__).resolve().parent
+    files = sorted(package.rglob("*.py"))
+    root = _repo_root()
+    if root is not None and (root / "solutions").is_dir():
+        files += sorted((root / "solutions").glob("*.py"))
+    return files
+
+
+def grader_digest() -> dict:
+    """sha256 of every file of the flashlab package and of solutions/ (checked before and after grading)."""
+    digest = {}
+    for path in _protected_files():
+        try:
+            digest[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            digest[str(path)] = "unreadable"
+    return digest
+
+
+def _refuse_if_tampered(before: dict, graded: list) -> list:
+    after = grader_digest()
+    changed = sorted(set(before) ^ set(after) | {p for p in before if after.get(p) != before[p]})
+    if not changed:
+        return graded
+    message = ("the grader's files or solutions/ changed while the exercise ran (" + ", ".join(
+        Path(p).name for p in changed[:5]) + "): no verdict is given; reinstall flashlab")
+    for exercise, results in graded:
+        for name, result in results.items():
+            results[name] = dict(failed_result(exercise, next(p for p in exercise.parts if p.function == name),
+                                               "tampered", message, seed=result.get("seed", 0)))
+    return graded
+
+
+def _preload_references() -> None:
+    """Import the references before any learner code runs (and before the file digests)."""
+    import importlib
+
+    for name in ("flashlab.reference", "flashlab.softmax", "flashlab.tiled", "flashlab.traffic"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def grade_exercise(exercise: Exercise, path: str | None, seed: int, public_only: bool = False,
+                   functions: dict | None = None, time_limit_s: float | None = None) -> dict[str, dict]:
+    """Grade every part of ``exercise`` (one child process, restarted after a crash); part -> result."""
+    from flashlab.grading.sandbox import unprivileged_uid
+
+    session = Session(exercise, path, functions, unprivileged_uid())
+    results = {}
+    try:
+        for part in exercise.parts:
+            try:
+                results[part.function] = grade_part(session, exercise, part, seed, public_only, time_limit_s)
+            except Exception as exc:  # noqa: BLE001  a bug in the grader or the library, not in the learner's code
+                session.stop()
+                results[part.function] = failed_result(exercise, part, "grader", "internal grader error (not a "
+                                                       f"problem with your code): {type(exc).__name__}: {exc}",
+                                                       seed=seed)
+            failure = results[part.function].get("failure") or {}
+            if failure.get("kind") in ("load", "tampered") or (failure.get("case") == "import"
+                                                                and failure.get("kind") != "missing"):
+                for rest in exercise.parts[exercise.parts.index(part) + 1:]:
+                    results[rest.function] = dict(failed_result(exercise, rest, failure["kind"], failure["message"],
+                                                                case="import", seed=seed,
+                                                                traceback=failure.get("traceback")))
+                break
+    finally:
+        session.stop()
+    return results
 
 
 # ----------------------------------------------------------------------------- check()
@@ -282,6 +571,8 @@ def find_exercises_dir(exercises_dir=None, solutions: bool = False) -> Path:
                      "FLASHLAB_EXERCISES_DIR")
 
 
+
+
 def _functions_for(exercise: Exercise, fn) -> dict:
     if isinstance(fn, dict):
         unknown = sorted(set(fn) - {p.function for p in exercise.parts})
@@ -307,12 +598,17 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
     time_limit_s: lowers every case's time limit (the registry's limits are 10-60 s per case).
     jobs: how many exercises are graded at the same time (each in its own process).
     """
-    from flashlab.grading.sandbox import run_exercise
-
     from concurrent.futures import ThreadPoolExecutor
+
+    from flashlab.grading.sandbox import become_subreaper
 
     seed = secrets.randbelow(2**31) if seed is None else int(seed)
     exercises = [get_exercise(name) for name in names]
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} must be an int >= 1 (exercises graded at the same time)")
+    _preload_references()
+    become_subreaper()
+    before = grader_digest()
     if fn is not None:
         if len(exercises) != 1:
             raise ValueError(f"fn= grades one exercise; got names={list(names)}")
@@ -320,7 +616,8 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         functions = _functions_for(exercise, fn)
         sub = Exercise(exercise.name, exercise.title,
                        tuple(p for p in exercise.parts if p.function in functions), exercise.needs_triton)
-        return [(sub, run_exercise(sub, None, seed, public_only, functions, time_limit_s))]
+        return _refuse_if_tampered(before, [(sub, grade_exercise(sub, None, seed, public_only, functions,
+                                                                 time_limit_s))])
     folder = find_exercises_dir(exercises_dir, solutions)
 
     def one(exercise: Exercise) -> tuple:
@@ -328,12 +625,10 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         if not path.is_file():
             return exercise, {p.function: failed_result(exercise, p, "missing", f"no file {path}", seed=seed)
                               for p in exercise.parts}
-        return exercise, run_exercise(exercise, str(path), seed, public_only, time_limit_s=time_limit_s)
+        return exercise, grade_exercise(exercise, str(path), seed, public_only, time_limit_s=time_limit_s)
 
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs={jobs!r} must be an int >= 1 (exercises graded at the same time)")
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each exercise runs in its own child process
-        return list(pool.map(one, exercises))
+        return _refuse_if_tampered(before, list(pool.map(one, exercises)))
 
 
 def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hint: int = 1, seed=None,
@@ -343,9 +638,9 @@ def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hi
     name: the exercise id, e.g. "ex03_tiled_forward". fn: a function to grade instead of the file
     (matched to a part by its name), or a dict {part name: function}. exercises_dir: the folder of
     the learner's modules (default: FLASHLAB_EXERCISES_DIR, else exercises/ above the current
-    directory). hint: how many hint levels to show for a failing part (``report.next_hint()`` shows
-    one more). seed: the hidden cases' seed (default: fresh each run). public_only: skip hidden cases.
-    time_limit_s: a lower time limit per case than the exercise's own.
+    directory). hint: how many hint levels to show for a failing part (``check(name, hint=2)``
+    shows two). seed: the hidden cases' seed (default: fresh each run). public_only: skip hidden
+    cases. time_limit_s: a lower time limit per case than the exercise's own.
     """
     from flashlab.grading.report import Report
 

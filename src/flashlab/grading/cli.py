@@ -1,4 +1,4 @@
-"""``flashlab grade [NAMES...] [--exercises-dir DIR | --solutions] [--json]``.
+"""``flashlab grade [NAMES...] [--exercises-dir DIR | --solutions] [--json] [--gradescope FILE]``.
 
 Grades the named exercises (all by default), prints a score table (or JSON) and returns 0 only
 when every check of every selected exercise passed.
@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--exercises-dir", metavar="DIR", help="folder of the modules to grade")
     source.add_argument("--solutions", action="store_true", help="grade the reference solutions")
     parser.add_argument("--json", action="store_true", help="print the full results as JSON")
+    parser.add_argument("--gradescope", metavar="FILE", help="also write Gradescope's results.json to FILE")
     parser.add_argument("--hint", type=int, default=1, help="hint levels to show for failing parts")
     parser.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: fresh)")
     parser.add_argument("--public-only", action="store_true", help="run only the public cases")
@@ -32,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     from flashlab.grading.checks import grade
     from flashlab.grading.report import Report
 
+    from flashlab.grading.sandbox import hide_our_descriptors
+
     args = _parser().parse_args(argv)
+    hide_our_descriptors()  # the learner's process cannot write into our stdout through /proc
     unknown = [n for n in args.names if n not in EXERCISES]
     if unknown:
         print(f"flashlab grade: unknown exercise(s) {unknown}; expected some of {list(EXERCISES)}", file=sys.stderr)
@@ -43,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"flashlab grade: {exc}", file=sys.stderr)
         return 2
-    report = Report(graded, hint=args.hint)
+    report = Report(graded, hint=args.hint, shell=True)
+    if args.gradescope:
+        with open(args.gradescope, "w") as f:
+            json.dump(report.gradescope(), f, indent=1)
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, default=str))
     else:

@@ -1,8 +1,10 @@
 """The grading report: text in a terminal, HTML in Jupyter, a dict for ``--json``.
 
 Counts are honest: a part whose public checks pass but whose hidden checks have not run is not
-"passed", and checks after the first failure are "not yet run", not passed. Hints are shown
-for failing parts up to the report's hint level; :meth:`Report.next_hint` raises it by one.
+"passed", checks that did not run (after a timeout or crash) are "not yet run", never passed, and
+"8 of 10 checks pass" is shown beside the points (which are all or nothing per part). Hints are
+shown for failing parts up to the report's hint level; :meth:`Report.next_hint` raises it by one.
+``gradescope()`` gives Gradescope's results.json.
 """
 from __future__ import annotations
 
@@ -16,39 +18,36 @@ def _plural(n: int, word: str) -> str:
 
 
 def counts_line(r: dict) -> str:
-    """e.g. '3 of 3 public checks passed; hidden: 1 of 6 passed, 4 not yet run (seed 7)'."""
+    """e.g. '8 of 10 checks passed (public 3 of 3; hidden 5 of 7, seed 7)'."""
     (pp, pt), (hp, ht) = r["public"], r["hidden"]
     if r["status"] == "not attempted":
         if r.get("kind") in ("choice", "number"):
             return "not attempted yet (no answer given)"
         return "not attempted yet (the stub still raises NotImplementedError)"
     failure = r.get("failure") or {}
-    group = failure.get("group")
     if pt == 0 and not ht:
         return "not graded (function missing)" if failure.get("kind") == "missing" else "not graded"
-    parts = [f"{pp} of {_plural(pt, 'public check')} passed"]
-    if group == "public":
-        rest = pt - pp - 1
-        parts[0] += f", check {pp + 1} failed" + (f", {rest} not yet run" if rest else "")
-        if ht:
-            parts.append(f"{_plural(ht, 'hidden check')} not yet run")
-    elif ht:
-        hidden = f"hidden: {hp} of {ht} passed"
-        if group == "hidden":
-            rest = ht - hp - 1
-            hidden += f", check {hp + 1} failed" + (f", {rest} not yet run" if rest else "")
-        parts.append(hidden + f" (seed {r['seed']})")
-    elif r["status"] == "public passed":
-        parts.append("hidden checks not yet run")
-    return "; ".join(parts)
+    text = f"{pp + hp} of {_plural(pt + ht, 'check')} passed"
+    if r.get("kind") in ("choice", "number"):
+        return text
+    detail = [f"public {pp} of {pt}"]
+    if ht:
+        detail.append(f"hidden {hp} of {ht}, seed {r['seed']}")
+    elif r["status"] == "public passed" or not r.get("hidden_run"):
+        detail.append("hidden checks not yet run")
+    not_run = r.get("not_run", 0)
+    if not_run:
+        detail.append(f"{not_run} not yet run")
+    return f"{text} ({'; '.join(detail)})"
 
 
 class Report:
     """Results of grading one or more exercises (see :func:`flashlab.grading.check`)."""
 
-    def __init__(self, graded: list, hint: int = 1):
+    def __init__(self, graded: list, hint: int = 1, shell: bool = False):
         self.graded = graded  # [(Exercise, {part: result dict})]
         self.hint = hint
+        self.shell = shell  # hint footers name the command-line option instead of check()
 
     # -- numbers
     @property
@@ -72,6 +71,17 @@ class Report:
         self.hint += 1
         return self
 
+    def gradescope(self) -> dict:
+        """Gradescope's autograder results (results.json): one test per part, points as graded here."""
+        tests = []
+        for exercise, results in self.graded:
+            for r in results.values():
+                lines = [counts_line(r)] + self._failure_lines(r) + r["notes"][:3] + self._hints(r)
+                tests.append(dict(name=f"{exercise.name}: {r['function']} ({r['title']})", score=r["earned"],
+                                  max_score=r["points"], output="\n".join(lines), visibility="visible"))
+        return dict(score=self.score, max_score=self.total, tests=tests,
+                    output=f"score: {self.score}/{self.total} points", visibility="visible")
+
     def to_dict(self) -> dict:
         return dict(score=self.score, total=self.total, passed=self.passed, hint=self.hint,
                     exercises=[dict(name=e.name, title=e.title, score=sum(r["earned"] for r in rs.values()),
@@ -84,8 +94,10 @@ class Report:
         shown = r["hints"][: self.hint]
         lines = [f"hint {i + 1}: {h}" for i, h in enumerate(shown)]
         if len(shown) < len(r["hints"]):
-            lines.append(f"(hint {len(shown) + 1} of {len(r['hints'])}: report.next_hint() or check(..., "
-                         f"hint={len(shown) + 1}))")
+            more = len(shown) + 1
+            how = (f"flashlab grade {r['exercise']} --hint {more}" if self.shell
+                   else f"check(\"{r['exercise']}\", hint={more})")
+            lines.append(f"(hint {more} of {len(r['hints'])}: {how})")
         return lines
 
     @staticmethod
@@ -95,14 +107,20 @@ class Report:
             return []
         where = f" ({f['group']} check)" if f.get("group") else ""
         lines = ([f"failed on: {f['case']}{where}"] if f.get("case") else []) + [f"problem: {f['message']}"]
+        if f.get("where"):
+            lines.append(f"at {f['where']}")
         if f.get("why"):
             lines.append(f"this check: {f['why']}")
+        elif f.get("group") == "public":
+            lines.append("this check: a public case, the same on every run; compare with the exercise's docstring")
         if f.get("inputs"):
             lines.append("inputs: " + ", ".join(f"{k}={v}" for k, v in f["inputs"].items()))
         if f.get("traceback"):
             lines.append("traceback (last lines):\n" + f["traceback"].rstrip())
         if f.get("output"):
             lines.append("printed: " + f["output"][:300].rstrip())
+        for other in r.get("failures", [])[:3]:
+            lines.append("also failed: " + other)
         return lines
 
     def __str__(self) -> str:

@@ -1,7 +1,8 @@
 """The data model of the grader: a case, a part (one function to write), an exercise.
 
-Also the tolerances by dtype and how quiz answers are stored (hashed, so that reading the
-grader's source does not give them away).
+Also the tolerances by dtype and how quiz answers are stored: hashed, which keeps them from a
+casual reader of the source but not from anyone who hashes the four letters (offline, no encoding
+can hide an answer the grader must check; the quiz is worth little for that reason).
 """
 from __future__ import annotations
 
@@ -25,8 +26,16 @@ class Case:
     label: str  # short description shown in reports, e.g. "ragged Nq=37 Nk=53 float32"
     kwargs: dict
     reference_kwargs: dict | None = None  # inputs for the reference when they differ (poison)
-    max_peak_bytes: int | None = None  # IO-awareness: peak allocation allowed during the call
+    max_peak_bytes: int | None = None  # IO-awareness: extra resident bytes allowed during the call
     why: str = ""  # shown when this case fails: what the case is there to catch
+    # CPU time allowed, as a multiple of the previous case's (work a causal loop must skip)
+    max_cpu_ratio: float | None = None
+    # built just before it runs from what the learner's earlier launches used ({"BLOCK_M": 32, ...})
+    # and the hidden generator: build(launch_constexprs, rng) -> Case
+    build: Callable[[dict, np.random.Generator], "Case"] | None = None
+    # (atol, rtol) by dtype for this case, when its inputs limit the precision any correct code reaches
+    # (e.g. float32 scores near 1e3 carry ~1e-4 of rounding); the looser of this and the part's applies
+    tolerance: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Part:
     tensors: bool = False  # convert array inputs to torch tensors (on CUDA if present)
     must_launch: tuple[str, ...] = ()  # module-level Triton kernels the function must launch
     time_limit_s: float = 10.0  # per case
+    # known mistakes, (what the mistake is, fn(case kwargs, launch constexprs) -> the mistaken output)
+    mistakes: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,625 @@
+"""The learner's side of grading: load the learner's module and call it on inputs, nothing more.
+
+This module runs in the grading child, a process of its own (see :mod:`flashlab.grading.sandbox`).
+It never sees a reference answer, a tolerance or a verdict: the parent sends the inputs of one
+case, the child calls the learner's function and sends back plain data (the returned value as
+dtype/shape/bytes, the exception text, the printed text, digests of the inputs after the call, and
+what it saw the call do). The parent treats every field as a claim from untrusted code.
+
+Before the learner's module is loaded (so ``from flashlab.tiled import ...`` is covered too):
+- every function of flashlab's library (anything under ``flashlab.`` but this module, the wire
+  format and the lazy loader) has its ``__code__`` replaced by one that records the call and
+  raises; aliases, closures, ``__wrapped__`` and forked copies all point at the same patched
+  function object, and modules imported or reloaded later are patched on import;
+- for the Triton exercises, torch and triton are imported, a torch dispatch mode watches every
+  aten operator the learner's call runs (attention, softmax and matmul are forbidden there; any
+  arithmetic in torch is), and every kernel launch is seen (:class:`LaunchTracker`);
+- resource limits are set and, when running as root, the process drops to an unprivileged uid.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import io
+import linecache
+import os
+import sys
+import time
+import traceback
+import types
+
+from flashlab.grading import wire
+
+OUTPUT_LIMIT = 2000  # characters of printing kept per call
+EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
+          "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
+# aten operators a Triton exercise's Python wrapper may run: allocation, views, copies.
+TORCH_ALLOWED = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
+full full_like new_full fill_ zero_ copy_ _to_copy clone contiguous view _unsafe_view reshape _reshape_alias
+as_strided expand t transpose permute unsqueeze squeeze select slice detach alias lift_fresh unbind split
+narrow resize_ set_ is_same_size _local_scalar_dense item arange size stride sym_size sym_stride numel dim
+is_contiguous to view_as expand_as _has_compatible_shallow_copy_type record_stream isnan equal eq ne
+""".split())
+TORCH_DENIED_WORDS = ("softmax", "scaled_dot_product", "flash_attention", "efficient_attention",
+                      "cudnn_attention")
+TORCH_MATMULS = frozenset("mm bmm addmm baddbmm matmul dot mv einsum linear _addmm_activation".split())
+
+
+class ForbiddenCall(Exception):
+    """Raised by a flashlab library function or kernel called from the learner's code."""
+
+
+class BoundedText(io.TextIOBase):
+    """A text sink that keeps the first ``limit`` characters and counts the rest."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT):
+        self.limit, self.parts, self.kept, self.total = limit, [], 0, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        text = str(text)
+        self.total += len(text)
+        if self.kept < self.limit:
+            piece = text[: self.limit - self.kept]
+            self.parts.append(piece)
+            self.kept += len(piece)
+        return len(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+# ----------------------------------------------------------------------------- forbidden library calls
+CALLS: list[str] = []  # what the learner's code called that it must not
+_ORIGINALS: dict = {}  # qualname -> the original function, for flashlab's own imports only
+_IMPORTING = [0]  # > 0 while a flashlab module executes (its decorators call other flashlab functions)
+
+
+def _forbidden(qualname: str, args=(), kwargs=None):
+    if _IMPORTING[0] > 0 and qualname in _ORIGINALS:
+        return _ORIGINALS[qualname](*args, **(kwargs or {}))
+    if qualname not in CALLS:
+        CALLS.append(qualname)
+    raise ForbiddenCall(f"{qualname} is part of flashlab's answer, not available while grading")
+
+
+def _forbid_function(func, qualname: str) -> None:
+    """Replace ``func.__code__`` by one that records the call and raises (in place: every reference sees it)."""
+    while isinstance(func, types.FunctionType) and not getattr(func, "__flashlab_forbidden__", False):
+        free = func.__code__.co_freevars  # a closure (a decorator's wrapper): the new code needs the same cells
+        namespace: dict = {}
+        exec("def _outer():\n" + "".join(f"    {name} = None\n" for name in free)
+             + "    def _f(*args, **kwargs):\n" + "".join(f"        {name}\n" for name in free)
+             + f"        return __flashlab_forbidden__({qualname!r}, args, kwargs)\n    return _f\n", namespace)
+        namespace["_f"] = namespace["_outer"]()
+        if namespace["_f"].__code__.co_freevars != free:
+            func = getattr(func, "__wrapped__", None)
+            continue
+        _ORIGINALS[qualname] = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__,
+                                                  func.__closure__)
+        _ORIGINALS[qualname].__kwdefaults__ = func.__kwdefaults__
+        func.__globals__["__flashlab_forbidden__"] = _forbidden
+        func.__code__ = namespace["_f"].__code__
+        func.__defaults__, func.__kwdefaults__ = None, None
+        func.__flashlab_forbidden__ = True
+        func = getattr(func, "__wrapped__", None)
+
+
+def forbid_module(module) -> None:
+    name = getattr(module, "__name__", "")
+    if not name.startswith("flashlab.") or name in EXEMPT:
+        return
+    for attr, value in list(vars(module).items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == name:
+            _forbid_function(value, f"{name}.{attr}")
+        elif isinstance(value, type) and value.__module__ == name:
+            for meth_name, meth in list(vars(value).items()):
+                meth = getattr(meth, "__func__", meth)  # staticmethod / classmethod
+                if isinstance(meth, types.FunctionType):
+                    _forbid_function(meth, f"{name}.{attr}.{meth_name}")
+
+
+class _ForbidOnImport(importlib.abc.MetaPathFinder):
+    """Patches a flashlab module right after it is executed (first import and importlib.reload)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if not fullname.startswith("flashlab.") or fullname in EXEMPT:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                exec_module = spec.loader.exec_module
+
+                def exec_and_forbid(module, _exec=exec_module):
+                    _IMPORTING[0] += 1
+                    try:
+                        _exec(module)
+                    finally:
+                        _IMPORTING[0] -= 1
+                    forbid_module(module)
+
+                spec.loader.exec_module = exec_and_forbid
+                return spec
+        return None
+
+
+def install_forbidden() -> None:
+    sys.meta_path.insert(0, _ForbidOnImport())
+    for module in list(sys.modules.values()):
+        forbid_module(module)
+
+
+# ----------------------------------------------------------------------------- torch and Triton
+class LaunchTracker:
+    """Sees every Triton kernel launch; proves that a returned tensor was written by the learner's kernel.
+
+    Before the first launch that passes a floating-point buffer which is neither a case input (or
+    a copy of one) nor all zeros, the buffer is filled with NaN: a result computed elsewhere and
+    handed to a kernel that does nothing comes back as NaN. A filled buffer the kernel did not
+    write is an input the learner derived (D = rowsum(dO * O)): it is restored and the launch runs
+    again; the parent refuses a derived input that already equals the expected result. After every launch of the learner's
+    own kernels the bytes of its tensor arguments are kept; a returned tensor must lie inside such
+    an argument and still hold those bytes (nothing changed it after the kernel wrote it).
+    Launching a kernel defined in flashlab is forbidden.
+    """
+
+    def __init__(self, learner_modules: set):
+        self.learner_modules = learner_modules
+        self.reset([])
+
+    def reset(self, inputs: list) -> None:
+        self.inputs, self.seen, self.regions, self.launches, self.derived = inputs, set(), [], [], []
+        self.pending: list = []  # (tensor, its bytes before the launch, was NaN-filled)
+
+    @staticmethod
+    def _span(t):
+        size = t.element_size()
+        extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        return t.data_ptr(), extent * size
+
+    @staticmethod
+    def _bytes(t, start: int, nbytes: int):
+        import torch
+
+        storage = t.untyped_storage()
+        offset = start - storage.data_ptr()
+        return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, offset, (nbytes,), (1,))
+
+    def before(self, tensors: list) -> None:
+        self.pending = []
+        for t in tensors:
+            start, nbytes = self._span(t)
+            if t.is_floating_point() and nbytes and (start, nbytes) not in self.seen:
+                self.seen.add((start, nbytes))
+                if not self._input_copy(t):
+                    filled = bool(t.any())  # all zeros: an accumulator, left as it is
+                    self.pending.append((t, t.clone(), filled))
+                    if filled:
+                        t.fill_(float("nan"))
+
+    def _input_copy(self, t) -> bool:
+        import torch
+
+        for x in self.inputs:
+            if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+                return True
+            if t.shape == x.shape and t.device == x.device and torch.equal(t.to(x.dtype), x):
+                return True
+        return False
+
+    def unwritten(self) -> bool:
+        """After a launch: buffers filled with NaN that the kernel did not write are inputs the
+        learner derived before the launch (e.g. D = rowsum(dO * O)). Put every buffer back as it
+        was (written ones NaN again) and say so: the launch must run again on the real inputs.
+        The derived inputs are sent to the parent, which refuses one that already is the answer."""
+        import torch
+
+        derived = [(t, before) for t, before, filled in self.pending if filled and bool(torch.isnan(t).all())]
+        if not derived:
+            return False
+        for t, before, filled in self.pending:
+            if any(t is d for d, _ in derived):
+                t.copy_(before)
+                self.derived.append(t.detach().cpu().numpy().copy())
+            elif filled:
+                t.fill_(float("nan"))
+            else:
+                t.copy_(before)
+        self.pending = []
+        return True
+
+    def after(self, name: str, tensors: list, constexprs: dict) -> None:
+        self.launches.append(dict(kernel=name, constexprs=constexprs))
+        for t in tensors:
+            start, nbytes = self._span(t)
+            if nbytes:
+                self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
+                self.regions.append((start, nbytes, str(t.device), self._bytes(t, start, nbytes).clone()))
+
+    def written_by_launch(self, t) -> str | None:
+        """None when tensor ``t`` holds exactly what a launch of the learner's kernel left there."""
+        import torch
+
+        start, nbytes = self._span(t)
+        for r_start, r_bytes, device, snapshot in reversed(self.regions):
+            if device == str(t.device) and r_start <= start and start + nbytes <= r_start + r_bytes:
+                now = self._bytes(t, start, nbytes)
+                if torch.equal(now, snapshot[start - r_start: start - r_start + nbytes]):
+                    return None
+                return "the returned tensor was changed after your kernel wrote it"
+        return "the returned tensor was not written by a launch of your kernel"
+
+
+TRACKER: LaunchTracker | None = None
+TORCH_POLICY = {"mode": None, "active": False, "strict": False}
+
+
+def _torch_op_forbidden(name: str) -> bool:
+    """Attention and softmax are always forbidden; in a part that must launch a kernel, matmuls too,
+    and once the learner's kernel has been launched in the call, anything but allocation, views
+    and copies (torch may prepare inputs, e.g. D = rowsum(dO * O), never finish the result)."""
+    if any(w in name for w in TORCH_DENIED_WORDS):
+        return True
+    if not TORCH_POLICY["strict"]:
+        return False
+    if TRACKER is not None and TRACKER.launches:
+        return name not in TORCH_ALLOWED
+    return name in TORCH_MATMULS
+
+
+def _install_torch_mode(policy: str) -> None:
+    """Watch every aten operator during the learner's calls (a dispatch mode sees torch.ops.aten.* too)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            if TORCH_POLICY["active"]:
+                name = func.overloadpacket.__name__
+                bad = _torch_op_forbidden(name)
+                if bad:
+                    qual = f"torch aten.{name}"
+                    if qual not in CALLS:
+                        CALLS.append(qual)
+                    raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
+            return func(*args, **(kwargs or {}))
+
+    mode = Watch()
+    mode.__enter__()
+    TORCH_POLICY["mode"] = mode
+    from torch.overrides import TorchFunctionMode
+
+    class Names(TorchFunctionMode):  # the public name (F.scaled_dot_product_attention), before it decomposes
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            name = getattr(func, "__name__", "")
+            if TORCH_POLICY["active"] and any(w in name for w in TORCH_DENIED_WORDS):
+                qual = f"torch {name}"
+                if qual not in CALLS:
+                    CALLS.append(qual)
+                raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
+            return func(*args, **(kwargs or {}))
+
+    Names().__enter__()
+
+
+class _WatchTorchOnImport(importlib.abc.MetaPathFinder):
+    """NumPy exercises: torch is not imported up front (slow); watch it from its first import."""
+
+    def __init__(self):
+        self.done = False
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch" or self.done:
+            return None
+        self.done = True
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+
+                def exec_and_watch(module, _exec=exec_module):
+                    _exec(module)
+                    active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False
+                    try:
+                        _install_torch_mode("numpy")
+                    finally:
+                        TORCH_POLICY["active"] = active
+
+                spec.loader.exec_module = exec_and_watch
+                return spec
+        return None
+
+
+def prepare_triton(learner_modules: set) -> str:
+    """Import torch and triton (the interpreter where there is no GPU); wrap kernel launches."""
+    global TRACKER
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            from flashlab.kernels import _mode
+
+            _mode.triton()  # the interpreter as the library sets it up (and repairs it where needed)
+        except ImportError:
+            pass
+    else:
+        torch.zeros(1, device="cuda")  # open the device before any privilege drop
+    import triton  # noqa: F401
+    from triton.runtime import jit as triton_jit
+
+    TRACKER = LaunchTracker(learner_modules)
+    classes = [triton_jit.JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:
+        pass
+    for cls in classes:
+        cls.run = _tracked_run(cls.run)
+    _install_torch_mode("triton")
+    return device
+
+
+def _tracked_run(run):
+    def tracked(self, *args, **kwargs):
+        fn = getattr(self, "fn", None)
+        module, name = getattr(fn, "__module__", "") or "", getattr(fn, "__name__", "?")
+        if module == "flashlab" or module.startswith("flashlab."):
+            _forbidden(f"{module}.{name} (a flashlab kernel)")
+        if kwargs.get("warmup") or module not in TRACKER.learner_modules:
+            return run(self, *args, **kwargs)
+        tensors = [a for a in list(args) + list(kwargs.values()) if hasattr(a, "data_ptr") and hasattr(a, "untyped_storage")]
+        active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False  # the grader's own copies and fills
+        try:
+            TRACKER.before(tensors)
+            TORCH_POLICY["active"] = active
+            result = run(self, *args, **kwargs)
+            TORCH_POLICY["active"] = False
+            if TRACKER.unwritten():
+                TORCH_POLICY["active"] = active
+                result = run(self, *args, **kwargs)
+                TORCH_POLICY["active"] = False
+            constexprs = {k: v for k, v in kwargs.items() if type(v) is int}
+            TRACKER.after(name, tensors, constexprs)
+        finally:
+            TORCH_POLICY["active"] = active
+        return result
+
+    return tracked
+
+
+# ----------------------------------------------------------------------------- isolation
+def set_limits(limits: dict) -> None:
+    import resource
+
+    for key, name in (("cpu_s", "RLIMIT_CPU"), ("as_bytes", "RLIMIT_AS")):
+        value = limits.get(key)
+        if value:
+            try:
+                resource.setrlimit(getattr(resource, name), (int(value), int(value)))
+            except (ValueError, OSError):
+                pass
+
+
+def drop_privileges(uid) -> bool:
+    if uid is None or os.geteuid() != 0:
+        return False
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    return True
+
+
+def leave_root_namespace() -> bool:
+    """Root that cannot drop to ``nobody`` (e.g. Python itself lives under /root): move into a user
+    namespace of our own. File access is unchanged (the grader's files stay writable: the parent's
+    digests catch that), but capabilities over the parent's processes are gone, so with the
+    parent non-dumpable its /proc/<pid>/fd (its stdout) is closed to us. Needs a single thread."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0  # CLONE_NEWUSER
+    except (OSError, AttributeError):
+        return False
+
+
+# ----------------------------------------------------------------------------- the learner's calls
+def _learner_frames(exc, filenames: set) -> list:
+    """Frames of the learner's code in ``exc`` and its causes, outermost first (a Triton
+    interpreter error's cause holds the kernel's own line)."""
+    frames, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames += [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in filenames]
+        exc = exc.__cause__ or exc.__context__
+    return frames
+
+
+def _learner_frame(exc, filenames: set):
+    """(file, line, source) of the deepest frame of the learner's code in ``exc`` and its causes."""
+    frames = _learner_frames(exc, filenames)
+    return (frames[-1].filename, frames[-1].lineno, (frames[-1].line or "").strip()) if frames else None
+
+
+def _traceback(exc, filenames: set) -> str:
+    """The learner's frames and the error; interpreter and library internals only when there are none."""
+    frames = _learner_frames(exc, filenames)
+    last = f"{type(exc).__name__}: {str(exc)[:600]}"
+    if frames:
+        return ("".join(traceback.format_list(frames)) + last)[-1500:]
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-1500:]
+
+
+def _to_tensors(kwargs: dict, device: str) -> dict:
+    import numpy as np
+    import torch
+
+    return {k: torch.from_numpy(v.copy()).to(device) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+
+
+def _digest(value) -> str | None:
+    buffers: list = []
+    record = wire.encode(value, buffers)
+    if record.get("t") != "array":
+        return None
+    return hashlib.sha256(buffers[0]).hexdigest()
+
+
+def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tuple[dict, list]:
+    """Call the learner's function; (record of what happened, buffers of the returned value)."""
+    out = BoundedText()
+    CALLS.clear()
+    inputs = [v for v in kwargs.values() if hasattr(v, "untyped_storage")]
+    if TRACKER is not None:
+        TRACKER.reset(inputs)
+    record = dict(exception=None, not_implemented=None, where=None, launch_problem=None)
+    value, saved = None, (sys.stdout, sys.stderr)
+    start = time.perf_counter()
+    sys.stdout = sys.stderr = out
+    TORCH_POLICY["strict"] = verify_launch is not None
+    TORCH_POLICY["active"] = True
+    try:
+        value = func(**kwargs)
+    except NotImplementedError as exc:
+        record["not_implemented"] = str(exc) or "NotImplementedError"
+        record["where"] = _learner_frame(exc, filenames)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from learner code too
+        record["exception"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+        record["traceback"] = _traceback(exc, filenames)
+        record["where"] = _learner_frame(exc, filenames)
+    finally:
+        TORCH_POLICY["active"] = False
+        sys.stdout, sys.stderr = saved
+    record["seconds"] = time.perf_counter() - start
+    if verify_launch is not None and record["exception"] is None and record["not_implemented"] is None:
+        record["launch_problem"] = _verify_launch(value, verify_launch)
+    record["forbidden_calls"] = list(CALLS)
+    record["digests"] = {name: _digest(v) for name, v in kwargs.items()}
+    record["launches"] = TRACKER.launches[-8:] if TRACKER is not None else []
+    derived_buffers: list = []
+    if TRACKER is not None and TRACKER.derived:
+        kept = [a for a in TRACKER.derived if a.nbytes <= 4 << 20][:8]
+        record["derived"] = [wire.encode(a, derived_buffers) for a in kept]
+    record["output"], record["output_chars"] = out.text(), out.total
+    buffers: list = derived_buffers
+    try:
+        record["value"] = wire.encode(value, buffers)
+    except Exception as exc:  # a value whose conversion raises
+        record["value"] = dict(t="other", type=f"{type(value).__name__} ({type(exc).__name__} on conversion)")
+        buffers = []
+    return record, buffers
+
+
+def _verify_launch(value, must_launch: tuple) -> str | None:
+    launched = {launch["kernel"] for launch in TRACKER.launches}
+    for name in must_launch:
+        if name not in launched:
+            return f"never launched the Triton kernel {name}: the result must come from {name}[grid](...)"
+    tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
+    for t in tensors:
+        problem = TRACKER.written_by_launch(t)
+        if problem:
+            return f"{problem} ({'/'.join(must_launch)}[grid](...) must write the result)"
+    return None
+
+
+# ----------------------------------------------------------------------------- the loop
+def _load_source(path: str, source: str, name: str):
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+    lines = source.splitlines(keepends=True)
+    linecache.cache[path] = (len(source), None, lines, path)  # tracebacks and inspect.getsource (Triton)
+    exec(compile(source, path, "exec"), module.__dict__)
+    return module
+
+
+def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> None:
+    """Answer the parent's requests until told to stop (both file and fork mode)."""
+    sys.dont_write_bytecode = True
+    set_limits(job.get("limits", {}))
+    filenames = {job["path"]} if job.get("path") else set()
+    module_name = f"graded_{job['exercise']}"
+    learner_modules = {module_name, "__main__"}
+    if functions:
+        learner_modules |= {getattr(f, "__module__", "__main__") for f in functions.values()}
+        filenames |= {f.__code__.co_filename for f in functions.values() if hasattr(f, "__code__")}
+    device = None
+    out = BoundedText()
+    namespaced = job.get("drop_uid") is None and leave_root_namespace()
+    try:
+        if job.get("triton"):
+            device = prepare_triton(learner_modules)
+        else:
+            sys.meta_path.insert(0, _WatchTorchOnImport())
+            if job.get("preload_torch"):  # imported here, not inside a timed call
+                try:
+                    import torch  # noqa: F401
+                except ImportError:
+                    pass
+        install_forbidden()
+        dropped = drop_privileges(job.get("drop_uid"))
+        if job.get("exercises_dir") and job["exercises_dir"] not in sys.path:
+            sys.path.append(job["exercises_dir"])  # after the standard library and site-packages
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = out
+        try:
+            if functions is None:
+                namespace = vars(_load_source(job["path"], job["source"], module_name))
+            else:
+                namespace = dict(functions)
+        finally:
+            sys.stdout, sys.stderr = saved
+    except BaseException as exc:
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        wire.send(fd_out, dict(op="load_error", message=f"{type(exc).__name__}: {str(exc)[:1000]}",
+                               traceback="".join(lines[-4:])[-1500:], where=_learner_frame(exc, filenames)))
+        return
+    kernels = {name: type(value).__name__ for name, value in namespace.items()
+               if type(value).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")}
+    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, kernels=kernels,
+                           names=sorted(k for k in namespace if not k.startswith("__"))[:200],
+                           callables=sorted(k for k, v in namespace.items() if callable(v))[:200]))
+    while True:
+        header, buffers = wire.recv(fd_in)
+        if header.get("op") != "case":
+            return
+        kwargs = wire.decode_kwargs(header["kwargs"], buffers)
+        if header.get("tensors"):
+            kwargs = _to_tensors(kwargs, device or "cpu")
+        target = namespace.get(header["function"])
+        if header.get("quiz"):
+            func = lambda _value=target: _value  # noqa: E731  a quiz answer: a function of no arguments
+        else:
+            func = target
+        wire.send(fd_out, dict(op="ready"))
+        go, _ = wire.recv(fd_in)
+        if go.get("op") != "go":
+            return
+        must = tuple(header.get("must_launch") or ())
+        record, result_buffers = call(func, kwargs, filenames, must if header.get("tensors") and must else None)
+        wire.send(fd_out, dict(record, op="result"), result_buffers)
+
+
+def main(argv: list[str]) -> None:
+    """python -m flashlab.grading.child JOB_FD RESULT_FD (started by the sandbox)."""
+    fd_in, fd_out = int(argv[1]), int(argv[2])
+    header, _ = wire.recv(fd_in)
+    serve(fd_in, fd_out, header)
+
+
+if __name__ == "__main__":
+    from flashlab.grading import child as _child  # the importable module, not this __main__ copy
+
+    _child.main(sys.argv)
