@@ -79,6 +79,8 @@ def test_stub_shares_at_most_three_code_lines_with_its_solution(name):
 
 def test_every_part_unfolds_three_hint_levels():
     for name, exercise in EXERCISES.items():
+        if not name.startswith("ex"):  # the notebooks' self-tests show an explanation instead
+            continue
         for part in exercise.parts:  # the idea, the step, the pseudocode (for the quiz: the reasoning)
             assert len(part.hints) == 3 and all(part.hints), (name, part.function, len(part.hints))
 
