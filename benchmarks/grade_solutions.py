@@ -3,7 +3,7 @@
     python benchmarks/grade_solutions.py [ROUNDS] [JOBS] [MAX_SECONDS]
 
 For each round: the seed, the score, the wall time, and the device each exercise's child used; at
-the end, every hidden case label of the Triton exercises (ex06-ex08) that ran, with how often it
+the end, every hidden case label of the Triton exercises that ran, with how often it
 passed. Used for benchmarks/results/grade_solutions_h200.txt (the GPU acceptance run).
 """
 import sys
