@@ -260,12 +260,12 @@ def test_bench_mine_without_a_gpu_says_so_and_exits_cleanly(capsys, monkeypatch)
 
 def test_bench_mine_picks_a_full_kernel_by_its_signature(tmp_path):
     (tmp_path / "ex07_kernel_inner_loop.py").write_text("def flash_forward(q, k, v):\n    return q\n")
-    name, fn, takes_4d = bench.find_mine(tmp_path)
-    assert name == "ex07_kernel_inner_loop" and not takes_4d
+    name, fn = bench.find_mine(tmp_path)
+    assert name == "ex07_kernel_inner_loop"
     (tmp_path / "ex12_full_kernel.py").write_text(
         "def flash_forward(q, k, v, causal=False, scale=None):\n    return v\n")
-    name, fn, takes_4d = bench.find_mine(tmp_path)
-    assert name == "ex12_full_kernel" and takes_4d and fn(1, 2, 3) == 3
+    name, fn = bench.find_mine(tmp_path)
+    assert name == "ex12_full_kernel" and fn(1, 2, 3) == 3
     with pytest.raises(ValueError, match="no_such"):
         bench.find_mine(tmp_path, module="no_such")
 

@@ -66,14 +66,12 @@ def _flash_forward_args(path: Path) -> list[str]:
 
 
 def find_mine(exercises_dir=None, module: str | None = None):
-    """(module name, flash_forward, takes_4d) of the learner's forward kernel exercise.
+    """(module name, flash_forward) of the learner's forward kernel exercise.
 
-    Takes the first exercise module whose ``flash_forward`` has a ``scale`` parameter (a full
-    kernel, ``flash_forward(q, k, v, causal=False, scale=None)`` on (B, H, N, d) tensors), else
-    ex07's ``flash_forward(q, k, v)`` on (Z, N, d) tensors; ``module`` picks one by name.
+    Takes the first exercise module whose ``flash_forward`` has a ``scale`` parameter (the whole
+    kernel, ``flash_forward(q, k, v, causal=False, scale=None)``), else ex07's; ``module`` picks one
+    by name. Every forward exercise works on (Z, N, d) tensors, Z = batch x heads.
     """
-    import inspect
-
     from flashlab.grading import find_exercises_dir
 
     folder = find_exercises_dir(exercises_dir)
@@ -94,7 +92,7 @@ def find_mine(exercises_dir=None, module: str | None = None):
     fn = getattr(mod, "flash_forward", None)
     if not callable(fn):
         raise ValueError(f"{chosen} has no function flash_forward(q, k, v, ...)")
-    return chosen.stem, fn, "scale" in inspect.signature(fn).parameters
+    return chosen.stem, fn
 
 
 def _median_ms(fn) -> float:
@@ -103,7 +101,7 @@ def _median_ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=20, rep=60, return_mode="median"))
 
 
-def time_mine(fn, takes_4d: bool, shapes=MINE_SHAPES, d: int = MINE_D) -> list[dict]:
+def time_mine(fn, shapes=MINE_SHAPES, d: int = MINE_D) -> list[dict]:
     """Time the learner's ``fn`` beside rungs v0-v3, flash_attention and SDPA (fp16, not causal).
 
     Each row: {"shape", "ms": {name: ms or None}, "mine_err", "sdpa_err", "ok"}; errors are max |out - ref|
@@ -121,11 +119,8 @@ def time_mine(fn, takes_4d: bool, shapes=MINE_SHAPES, d: int = MINE_D) -> list[d
         gen = torch.Generator(device="cuda").manual_seed(n)
         q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.float16, generator=gen)
                    for _ in range(3))  # (B, H, N, d)
-        if takes_4d:
-            mine = lambda: fn(q, k, v)  # noqa: E731
-        else:
-            flat = [x.reshape(batch * heads, n, d) for x in (q, k, v)]  # (Z, N, d), Z = B x H
-            mine = lambda: fn(*flat).reshape(batch, heads, n, d)  # noqa: E731
+        flat = [x.reshape(batch * heads, n, d) for x in (q, k, v)]  # (Z, N, d), Z = B x H
+        mine = lambda: fn(*flat).reshape(batch, heads, n, d)  # noqa: E731
         sl = (slice(0, 1), slice(0, 2))
         ref = attention_reference(q[sl], k[sl], v[sl]).float()  # (1, 2, N, d)
         with torch.no_grad():
@@ -174,8 +169,8 @@ def mine(exercises_dir=None, module: str | None = None) -> str:
     why = refusal()
     if why:
         return f"flashlab bench --mine: not timing here: {why}"
-    name, fn, takes_4d = find_mine(exercises_dir, module)
-    return mine_table(time_mine(fn, takes_4d), name)
+    name, fn = find_mine(exercises_dir, module)
+    return mine_table(time_mine(fn), name)
 
 
 def mine_main(argv: list[str]) -> int:
