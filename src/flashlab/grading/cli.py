@@ -1,7 +1,10 @@
-"""``flashlab grade [NAMES...] [--exercises-dir DIR | --solutions] [--json] [--gradescope FILE]``.
+"""``flashlab grade [NAMES...] [--exercises-dir DIR | --solutions | --batch DIR] [--json]
+[--gradescope FILE] [--csv FILE] [--tests DIR]``.
 
 Grades the named exercises (all by default), prints a score table (or JSON) and returns 0 only
-when every check of every selected exercise passed.
+when every check of every selected exercise passed. ``--batch`` grades one folder per student
+(named by the student's id) with one hidden seed for all, shows progress, and writes ``--csv``;
+``--tests`` adds an instructor's test pack (cases and weights, :mod:`flashlab.grading.classroom`).
 """
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--exercises-dir", metavar="DIR", help="folder of the modules to grade")
     source.add_argument("--solutions", action="store_true", help="grade the reference solutions")
+    source.add_argument("--batch", metavar="DIR", help="grade a class: one folder per student in DIR")
+    parser.add_argument("--csv", metavar="FILE", help="with --batch: write one row per student to FILE")
+    parser.add_argument("--tests", metavar="DIR", help="an instructor's test pack: DIR/pack.py (CASES, WEIGHTS)")
     parser.add_argument("--json", action="store_true", help="print the full results as JSON")
     parser.add_argument("--gradescope", metavar="FILE", help="also write Gradescope's results.json to FILE")
     parser.add_argument("--hint", type=int, default=1, help="hint levels to show for failing parts")
@@ -31,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from flashlab.grading.checks import grade
+    from flashlab.grading.classroom import using_pack
     from flashlab.grading.report import Report
 
     from flashlab.grading.sandbox import hide_our_descriptors
@@ -41,9 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"flashlab grade: unknown exercise(s) {unknown}; expected some of {list(EXERCISES)}", file=sys.stderr)
         return 2
+    if args.csv and not args.batch:
+        print("flashlab grade: --csv needs --batch DIR (one folder per student)", file=sys.stderr)
+        return 2
+    if args.batch and (args.gradescope or args.json):
+        print("flashlab grade: --batch writes --csv; --gradescope and --json grade one submission", file=sys.stderr)
+        return 2
     try:
-        graded = grade(args.names or list(EXERCISES), args.exercises_dir, args.solutions, args.seed,
-                       args.public_only, jobs=args.jobs)
+        with using_pack(args.tests):
+            if args.batch:
+                return _batch(args)
+            graded = grade(args.names or list(EXERCISES), args.exercises_dir, args.solutions, args.seed,
+                           args.public_only, jobs=args.jobs)
     except ValueError as exc:
         print(f"flashlab grade: {exc}", file=sys.stderr)
         return 2
@@ -59,6 +75,25 @@ def main(argv: list[str] | None = None) -> int:
             print()
         print(report.table())
     return 0 if report.passed else 1
+
+
+def _batch(args) -> int:
+    """--batch: every student folder graded with one seed; a score line each; the CSV."""
+    import secrets
+
+    from flashlab.grading.classroom import grade_batch, write_csv
+    from flashlab.grading.report import Report
+
+    seed = secrets.randbelow(2**31) if args.seed is None else args.seed
+    batch = grade_batch(args.batch, args.names or list(EXERCISES), seed, jobs=args.jobs,
+                        public_only=args.public_only)
+    if args.csv:
+        write_csv(args.csv, batch, seed)
+    for student, graded in batch:
+        report = Report(graded)
+        print(f"{student:<24} {report.score:>7g}/{report.total:g}")
+    print(f"{len(batch)} submissions graded with hidden seed {seed}" + (f"; wrote {args.csv}" if args.csv else ""))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,160 @@
+"""Grading a class: an instructor's test pack, and a batch of submissions to one CSV file.
+
+An instructor's test pack is a folder (``instructor/`` in the repository, left out of the student
+release) holding ``pack.py`` with two optional dicts:
+
+* ``CASES = {exercise id: {part function: make_cases}}``, ``make_cases(rng) -> [Case, ...]``: extra
+  hidden cases, graded after the part's own and against the part's own reference;
+* ``WEIGHTS = {exercise id: {part function: points}}``: the points each part is worth.
+
+:func:`using_pack` applies a pack to the registry for the duration of a grading run (in the
+grading process only; the learner's process never sees the pack). :func:`grade_batch` grades one
+folder per student, all with the same hidden seed, and :func:`write_csv` writes one row per
+student: ``flashlab grade --batch SUBMISSIONS --csv scores.csv [--tests instructor]``.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+from flashlab.grading.registry import EXERCISES
+from flashlab.grading.spec import Exercise
+
+
+def load_pack(folder) -> dict[str, Exercise]:
+    """The exercises a test pack changes, as new Exercise objects (the registry is not touched)."""
+    path = Path(folder).expanduser() / "pack.py"
+    if not path.is_file():
+        raise ValueError(f"tests={str(folder)!r} has no pack.py; expected a folder holding pack.py with CASES "
+                         "and/or WEIGHTS")
+    spec = importlib.util.spec_from_file_location("flashlab_instructor_pack", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cases, weights = getattr(module, "CASES", {}), getattr(module, "WEIGHTS", {})
+    changed = {}
+    for table, what in ((cases, "CASES"), (weights, "WEIGHTS")):
+        for name, parts in table.items():
+            exercise = changed.get(name) or EXERCISES.get(name)
+            if exercise is None:
+                raise ValueError(f"{path} {what}: {name!r} is not an exercise; expected one of {sorted(EXERCISES)}")
+            known = {p.function for p in exercise.parts}
+            unknown = sorted(set(parts) - known)
+            if unknown:
+                raise ValueError(f"{path} {what}[{name!r}]: {unknown} are not parts of {name}; expected some of "
+                                 f"{sorted(known)}")
+            new_parts = []
+            for part in exercise.parts:
+                if part.function in parts and what == "CASES":
+                    part = dataclasses.replace(part, hidden=_extended(part.hidden, parts[part.function]))
+                elif part.function in parts:
+                    points = parts[part.function]
+                    if isinstance(points, bool) or not isinstance(points, (int, float)) or points < 0:
+                        raise ValueError(f"{path} WEIGHTS[{name!r}][{part.function!r}]={points!r} must be a "
+                                         "number >= 0")
+                    part = dataclasses.replace(part, points=points)
+                new_parts.append(part)
+            changed[name] = dataclasses.replace(exercise, parts=tuple(new_parts))
+    return changed
+
+
+def _extended(hidden, extra):
+    def cases(rng):
+        return list(hidden(rng)) + list(extra(rng))
+
+    return cases
+
+
+@contextlib.contextmanager
+def using_pack(folder):
+    """Grade with a test pack's cases and weights (``folder=None``: the course's own)."""
+    if folder is None:
+        yield {}
+        return
+    changed = load_pack(folder)
+    saved = {name: EXERCISES[name] for name in changed}
+    EXERCISES.update(changed)
+    try:
+        yield changed
+    finally:
+        EXERCISES.update(saved)
+
+
+def students(submissions) -> list[Path]:
+    """One folder per student, named by the student's id, in name order."""
+    root = Path(submissions).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"batch={str(submissions)!r} is not a directory; expected one folder per student")
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not folders:
+        raise ValueError(f"batch={str(submissions)!r} holds no student folders")
+    return folders
+
+
+def grade_batch(submissions, names: list[str], seed: int, jobs: int = 2, public_only: bool = False,
+                progress=None) -> list[tuple[str, list]]:
+    """[(student id, graded)] for every student folder; ``progress(line)`` after each (default stderr)."""
+    from flashlab.grading.checks import grade
+    from flashlab.grading.report import Report
+
+    progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    folders, out = students(submissions), []
+    for i, folder in enumerate(folders, 1):
+        start = time.perf_counter()
+        graded = grade(names, exercises_dir=folder, seed=seed, public_only=public_only, jobs=jobs)
+        report = Report(graded)
+        progress(f"[{i}/{len(folders)}] {folder.name}: {report.score:g}/{report.total:g} points "
+                 f"({time.perf_counter() - start:.1f} s)")
+        out.append((folder.name, graded))
+    return out
+
+
+def write_csv(path, batch: list[tuple[str, list]], seed: int) -> None:
+    """One row per student: id, points per exercise, total, possible, all checks passed, the seed."""
+    from flashlab.grading.report import Report
+
+    names = [exercise.name for exercise, _ in batch[0][1]] if batch else []
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", *names, "total", "possible", "passed", "seed"])
+        for student, graded in batch:
+            report = Report(graded)
+            points = {e.name: sum(r["earned"] for r in rs.values()) for e, rs in graded}
+            writer.writerow([student, *(f"{points[n]:g}" for n in names), f"{report.score:g}", f"{report.total:g}",
+                             report.passed, seed])
+
+
+def answer_key() -> str:
+    """Markdown: the right answer and the explanation of every self-test question and quiz item.
+
+    The letters are recovered from their stored hashes by trying each choice, which is exactly
+    why the course says the answers are hidden from a glance and not secret.
+    """
+    from flashlab.grading.spec import answer_hash
+    from flashlab.selftest_bank import QUESTIONS
+
+    lines = ["# Answer key: the notebooks' self-tests and the quiz", "",
+             "Written by `flashlab.grading.classroom.answer_key()` (instructor pack only; numbers computed by "
+             "flashlab).", ""]
+    for q in QUESTIONS:
+        if q.compute is not None:
+            answer = f"{q.compute():.6g}{' ' + q.unit if q.unit else ''} (within 1%; computed by `{q.source}`)"
+        else:
+            letters = "abcdefgh"[: len(q.choices)]
+            right = [c for c in letters if answer_hash(q.function, c) == q.stored]
+            answer = ", ".join(f"({c}) {q.choices[letters.index(c)]}" for c in right) or "(no choice matches)"
+        lines += [f"**{q.qid}** {q.prompt}", "", f"- answer: {answer}", f"- why: {q.explanation}", ""]
+    quiz = EXERCISES["ex11_quiz"]
+    lines += ["## Exercise 11 (quiz)", ""]
+    for part in quiz.parts:
+        stored = part.reference()
+        if part.kind == "choice":
+            right = [c for c in "abcd" if answer_hash(part.function, c) == stored]
+            lines.append(f"- {part.function} ({part.title}): {', '.join(right) or '(no letter matches)'}")
+        else:
+            lines.append(f"- {part.function} ({part.title}): {stored:.6g} (within 1%)")
+    return "\n".join(lines) + "\n"
