@@ -123,3 +123,14 @@ def test_release_refuses_a_folder_that_is_not_empty(tmp_path):
     with pytest.raises(ValueError, match="DIR="):
         release.release_student(tmp_path, root=REPO)
     assert release.main(["student", str(tmp_path)]) == 2
+
+
+def test_package_version_matches_pyproject_and_the_changelog():
+    import tomllib
+
+    import flashlab
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert flashlab.__version__ == version
+    release = version.split(".dev")[0]
+    assert f"## {release}" in (REPO / "CHANGELOG.md").read_text(), f"CHANGELOG.md has no section for {release}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flashlab._lazy import lazy_exports
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # as pyproject.toml (tests/test_release.py checks)
 
 _EXPORTS = {
     # reference and softmax building blocks (NumPy)
