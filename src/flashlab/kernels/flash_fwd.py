@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .. import targets  # per-GPU fit rules
 from . import _mode
 
 triton = _mode.triton()
@@ -370,8 +371,8 @@ def _prune_v3(configs, named_args, **kwargs):
     kept = []
     for c in configs:
         bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        smem = (bm * head_dim + c.num_stages * 2 * bn * head_dim) * itemsize
-        if smem > SMEM_BYTES or (head_dim >= 256 and (bm > 64 or bn > 64)) or (itemsize == 4 and bn > 64):
+        fits = targets.fwd_fits_current(bm, bn, head_dim, c.num_stages, itemsize)  # the running GPU's limit
+        if not fits or (head_dim >= 256 and (bm > 64 or bn > 64)) or (itemsize == 4 and bn > 64):
             continue
         if bm > 64 and n_q <= 64:
             continue
@@ -423,6 +424,9 @@ def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
     from triton.runtime.errors import OutOfResources
 
     for cfg in fallback_fwd_configs(config):
+        if not targets.fwd_fits_current(cfg.block_m, cfg.block_n, consts["HEAD_DIM"], cfg.num_stages,
+                                        args[0].element_size()):  # flashlab.targets: skip what cannot fit this GPU
+            continue
         try:
             kernel[grid(cfg)](*args, **consts, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
