@@ -279,3 +279,99 @@ def check_dtype(tensor, name: str = "q") -> None:
         raise TypeError(f"{name}.dtype=torch.bfloat16 is not supported on {torch.cuda.get_device_name(tensor.device)} "
                         f"(compute capability {major}.{minor}): bf16 Tensor Cores need 8.0 or newer. "
                         "Use torch.float16 instead (q.half(), k.half(), v.half()).")
+
+
+# --------------------------------------------------------------------------------------------
+# What runs where: README's hosted-GPU table, `flashlab doctor`, notebook 04's gain table
+# --------------------------------------------------------------------------------------------
+def runs_on(t: Target) -> dict:
+    """The forward rungs, the backward and the dtypes the course runs on target ``t``."""
+    rungs = ["v0_grid_bh", "v1_minimal", "v2_exp2_causal", "v3_autotuned"]
+    if t.cc == 90:  # TMA tensor descriptors and warp specialisation are written for Hopper only
+        rungs += ["v4_hopper", "v5_gluon_ws"]
+    dtypes = ["float16", "bfloat16", "float32"] if t.bf16 else ["float16", "float32"]
+    return {"rungs": rungs, "backward": True, "dtypes": dtypes}
+
+
+def hosted_table_markdown() -> str:
+    """The README's table: each named card, its target, shared memory per block, rungs and dtypes."""
+    lines = ["| GPU | where | target | shared memory per block | memory | forward rungs | dtypes |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for t in TARGETS.values():
+        run = runs_on(t)
+        rungs = "v0-v3, v4_hopper, v5_gluon_ws" if "v4_hopper" in run["rungs"] else "v0-v3"
+        for card in t.cards:
+            lines.append(f"| {card.name} | {card.where} | {t.name} | {t.smem_per_block // KIB} KiB | "
+                         f"{card.memory_gb:g} GB | {rungs} (+ backward) | {', '.join(run['dtypes'])} |")
+    return "\n".join(lines)
+
+
+def doctor_report() -> str | None:
+    """One line for ``flashlab doctor``: which rungs and dtypes run on the GPU found (None: no GPU)."""
+    try:
+        t = current()
+    except ValueError as err:
+        return str(err)
+    if t is None:
+        return None
+    run = runs_on(t)
+    note = "" if t.bf16 else "; bf16 is refused here (no bf16 Tensor Cores): use float16"
+    forced = f" (as {TARGET_ENV}={os.environ[TARGET_ENV]})" if os.environ.get(TARGET_ENV) else ""
+    return (f"{t.name}{forced} ({t.arch}, {t.smem_per_block // KIB} KiB shared memory per block): forward rungs "
+            f"{', '.join(run['rungs'])}, the backward, dtypes {', '.join(run['dtypes'])}{note}; v3 autotunes over "
+            "the configs that fit this GPU only")
+
+
+def gain_table(n: int = 4096, d: int = 128, batch_heads: int = 16, dtype: str = "float16") -> list[dict]:
+    """For each named card: the v3 tiles that fit at head dim ``d``, the traffic model's HBM bytes of
+    one forward pass (naive vs FlashAttention-2 with the largest tiles that fit; ``flashlab.traffic``),
+    the predicted gain (their ratio: the speed-up if both were bound by memory bandwidth), the time
+    each would take at the card's bandwidth, and how many query-block programs each SM gets.
+    Needs torch and triton (v3's config list)."""
+    import math
+
+    import torch
+
+    from .traffic import fa2_forward_traffic, naive_traffic
+
+    rows = []
+    for t in TARGETS.values():
+        offered = offered_v3_configs(t.name, d, getattr(torch, dtype))
+        tiles = sorted({(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in offered}, reverse=True)
+        bm, bn = max(tiles, key=lambda b: b[0] * b[1])
+        naive = naive_traffic(n, n, d, itemsize=2, batch=batch_heads).total
+        flash = fa2_forward_traffic(n, n, d, block_q=bm, block_k=bn, itemsize=2, batch=batch_heads).total
+        for card in t.cards:
+            programs = batch_heads * math.ceil(n / bm)
+            rows.append({"gpu": card.name, "target": t.name, "smem_kib": t.smem_per_block // KIB,
+                         "tiles_that_fit": " ".join(f"{m}x{k}" for m, k in tiles), "tile": f"{bm}x{bn}",
+                         "naive_mb": naive / 1e6, "flash_mb": flash / 1e6, "gain": naive / flash,
+                         "naive_ms": naive / (card.bandwidth_gb_s * 1e9) * 1e3,
+                         "flash_ms": flash / (card.bandwidth_gb_s * 1e9) * 1e3,
+                         "sms": card.sms, "programs_per_sm": programs / card.sms})
+    return rows
+
+
+def gain_table_text(n: int = 4096, d: int = 128, batch_heads: int = 16) -> str:
+    """:func:`gain_table` as text, then the learner's own GPU (from torch) or 'no GPU'."""
+    rows = gain_table(n, d, batch_heads)
+    head = (f"{'GPU':<18} {'target':<6} {'SMEM':>7} {'v3 tiles that fit (BLOCK_M x BLOCK_N)':<40} {'naive MB':>9} "
+            f"{'flash MB':>9} {'gain':>5} {'naive ms':>9} {'flash ms':>9} {'SMs':>4} {'programs/SM':>11}")
+    lines = [f"forward, fp16, N = {n}, d = {d}, batch x heads = {batch_heads}; bytes from flashlab.traffic, "
+             "times = bytes / datasheet bandwidth", head]
+    for r in rows:
+        lines.append(f"{r['gpu']:<18} {r['target']:<6} {r['smem_kib']:>4} KiB {r['tiles_that_fit']:<40} "
+                     f"{r['naive_mb']:>9.1f} {r['flash_mb']:>9.1f} {r['gain']:>5.1f} {r['naive_ms']:>9.3f} "
+                     f"{r['flash_ms']:>9.3f} {r['sms']:>4} {r['programs_per_sm']:>11.1f}")
+    try:
+        t = current()
+    except ValueError as err:
+        t, lines = None, lines + [str(err)]
+    if t is None:
+        lines.append("your machine: no CUDA GPU (the kernels run in Triton's CPU interpreter)")
+    else:
+        import torch
+
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else t.name
+        lines.append(f"your GPU: {name}, {t.name}, {t.smem_per_block // KIB} KiB shared memory per block")
+    return "\n".join(lines)
