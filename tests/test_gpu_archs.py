@@ -242,3 +242,15 @@ def test_pick_drops_gpu_sizes_over_the_devices_memory_budget():
     assert big.pick(cpu=[256], gpu=sizes, gpu_bytes=need) == [4096, 16384, 32768]  # 131072: 206 GB
     assert small.pick(cpu=512, gpu=65536, gpu_bytes=need) == 512
     assert small.pick(cpu=512, gpu=65536) == 65536  # no estimate: the size stands
+
+
+def test_a_forced_small_target_routes_the_forward_to_v3(monkeypatch):
+    from flashlab.kernels import ladder
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 8, 16, generator=g)
+    monkeypatch.setenv(targets.TARGET_ENV, "sm75")
+    assert not targets.hopper_rungs_allowed()
+    assert ladder.best_rung(q, q, q, False) == "v3_autotuned"
+    monkeypatch.setenv(targets.TARGET_ENV, "sm90")
+    assert targets.hopper_rungs_allowed()

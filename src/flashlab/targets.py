@@ -140,6 +140,13 @@ def current() -> Target | None:
     return for_capability(props.major, props.minor, props.shared_memory_per_block_optin)
 
 
+def hopper_rungs_allowed() -> bool:
+    """False when ``FLASHLAB_TARGET`` names a target below sm90: then the dispatcher runs v3 (with
+    that target's configs) instead of the Hopper-only rungs v4_hopper and v5_gluon_ws."""
+    forced = os.environ.get(TARGET_ENV)
+    return not forced or target(forced).cc >= 90
+
+
 def smem_limit() -> int | None:
     """Bytes of shared memory one block may use on :func:`current`, or None without a GPU."""
     t = current()

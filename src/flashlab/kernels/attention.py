@@ -158,8 +158,10 @@ def best_forward(q, k, v, causal: bool, scale: float):
     The rungs are called without their own input checks: validating once matters at small N,
     where the host's time per call is comparable to the kernel's (benchmarks/NOTES.md, call 4).
     """
-    from . import flash_fwd_gluon
+    from . import flash_fwd, flash_fwd_gluon
 
+    if not targets.hopper_rungs_allowed():  # flashlab.targets: FLASHLAB_TARGET=sm75/sm80/... runs v3's tables
+        return flash_fwd.forward_v3(q, k, v, causal, scale)
     if flash_fwd_gluon.preferred(q, k, causal):
         return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
     return hopper_forward(q, k, v, causal, scale)
