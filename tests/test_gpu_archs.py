@@ -25,6 +25,7 @@ from flashlab import targets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["sm75", "sm80", "sm86", "sm89", "sm90"]
+COMPILE = os.environ.get("FLASHLAB_ARCH_TARGETS", ",".join(NAMES)).split(",")  # to compile fewer while debugging
 TIER = os.environ.get("FLASHLAB_ARCH_TIER", "quick")
 MAX_REGS = 255  # per thread on every target; more would not compile, so a spill shows as local memory
 
@@ -41,8 +42,8 @@ def _compile(name: str) -> dict:
 @pytest.fixture(scope="module")
 def compiled():
     """{target name: report}, the targets compiled in parallel (sm75, the slowest, first)."""
-    with ThreadPoolExecutor(max_workers=len(NAMES)) as pool:
-        return dict(zip(NAMES, pool.map(_compile, NAMES)))
+    with ThreadPoolExecutor(max_workers=len(COMPILE)) as pool:
+        return dict(zip(COMPILE, pool.map(_compile, COMPILE)))
 
 
 def _model(record: dict, cc: int) -> int | None:
@@ -59,6 +60,8 @@ def _model(record: dict, cc: int) -> int | None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_compiled_kernel_fits_the_targets_shared_memory_without_spills(compiled, name):
+    if name not in compiled:
+        pytest.skip(f"FLASHLAB_ARCH_TARGETS leaves {name} out")
     report = compiled[name]
     t = targets.target(name)
     assert report["limit"] == t.smem_per_block

@@ -30,9 +30,11 @@ A10 (72 SMs, 24 GB GDDR6, 600 GB/s), RTX 3090 (82 SMs, 24 GB GDDR6X, 936 GB/s), 
 
 Fit rule for the forward rungs v1-v3 (``v0`` has the same tiles): Triton keeps the query block in
 shared memory (``BLOCK_M x HEAD_DIM`` elements) and, with ``num_stages = S`` software-pipeline
-stages, ``S - 1`` buffers of the K and V blocks (``2 x BLOCK_N x HEAD_DIM`` each; one buffer when
-S = 1), so it needs ``(BLOCK_M + max(1, S - 1) x 2 x BLOCK_N) x HEAD_DIM x itemsize`` bytes
-(:func:`fwd_smem_bytes`). That is a model; the authoritative number is the compiled kernel's
+stages, ``b`` buffers of the K and V blocks (``2 x BLOCK_N x HEAD_DIM`` elements each), so it needs
+``(BLOCK_M + b x 2 x BLOCK_N) x HEAD_DIM x itemsize`` bytes (:func:`fwd_smem_bytes`), where Triton
+3.7 uses b = S - 1 (at least 1) on sm75-sm89 and b = S on sm90; on sm75 the query tile's room is
+sized for the fp32 accumulator (``BLOCK_M x HEAD_DIM x 4`` bytes). These were read off compiled
+kernels (``(128, 64, 4 warps, 3 stages)`` at d = 64 needs 64 KiB on sm75, 48 KiB on sm80). That is a model; the authoritative number is the compiled kernel's
 ``metadata.shared``, which ``tests/test_gpu_archs.py`` compiles for every target and checks
 against both the limit and this model (the model must not under-count). A config fits when its
 shared memory fits the target's per-block limit and ``num_warps x 32`` threads fit a block.
@@ -165,15 +167,17 @@ def _itemsize(dtype) -> int:
 
 
 def _buffers(num_stages: int, cc: int) -> int:
-    # sm80+ copies asynchronously (cp.async): S stages keep S - 1 tiles in flight; sm75 has no
-    # cp.async and Triton's compiled kernels there keep S (measured: tests/test_gpu_archs.py)
-    return num_stages if cc < 80 else max(1, num_stages - 1)
+    # K/V buffers Triton 3.7 allocates for S = num_stages, read off compiled kernels'
+    # metadata.shared (tests/test_gpu_archs.py checks the model never under-counts):
+    # sm75-sm89 keep S - 1 (at least 1); sm90 keeps S
+    return num_stages if cc >= 90 else max(1, num_stages - 1)
 
 
 def fwd_smem_bytes(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int, cc: int = 80) -> int:
     """Shared memory (bytes) Triton gives the forward kernels v0-v3 on compute capability ``cc``:
     the query tile plus the pipelined buffers of the K and V tiles (rule in the module docstring)."""
-    return (block_m + _buffers(num_stages, cc) * 2 * block_n) * head_dim * itemsize
+    q_tile = block_m * head_dim * (max(4, itemsize) if cc < 80 else itemsize)  # sm75: room for the fp32 acc
+    return q_tile + _buffers(num_stages, cc) * 2 * block_n * head_dim * itemsize
 
 
 def bwd_smem_bytes(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int, cc: int = 80) -> int:
@@ -183,7 +187,8 @@ def bwd_smem_bytes(block_m: int, block_n: int, head_dim: int, num_stages: int, i
     P or dS is staged between its two dots."""
     buffers = _buffers(num_stages, cc)
     tiles = (2 * block_n + buffers * 2 * block_m) * head_dim * itemsize
-    return tiles + block_m * block_n * itemsize + buffers * 2 * block_m * 4
+    accumulator = block_n * head_dim * 4 if cc < 80 else 0  # sm75: room for an fp32 accumulator, as forward
+    return tiles + block_m * block_n * itemsize + buffers * 2 * block_m * 4 + accumulator
 
 
 def why_not(t: Target, block_m: int, block_n: int, head_dim: int, num_warps: int, num_stages: int,
