@@ -12,8 +12,9 @@ pick. Run in its own process: the stand-in replaces Triton's driver for the rest
 quick: d = 128, fp16 (the tightest shared-memory fit): v1 (v0-v2 share its config), the v3
 config with the largest shared memory, the three backward kernels. full: rungs v0-v3 (every v3
 config offered), the backward, the primer kernels, d in {64, 128}, fp16 and (where the target has
-bf16 Tensor Cores) bf16.
+bf16 Tensor Cores) bf16, and the kernels of the exercises' solutions (ex06-ex08, d = 64, fp16).
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -111,6 +112,21 @@ def main() -> None:
             primer.add(x, x)
             primer.softmax(torch.zeros(64, 1000, dtype=dtype))
             primer.matmul(torch.zeros(256, 256, dtype=dtype), torch.zeros(256, 256, dtype=dtype))
+        job.update(rung="exercise solutions", d=64, dtype="float16")
+        for path, call in (("ex06_triton_primer.py", lambda m: (m.vector_add(x, x), m.row_softmax(x.view(16, 256)))),
+                           ("ex07_kernel_inner_loop.py", lambda m: m.flash_forward(*[torch.zeros(2, 100, 64,
+                                                                                     dtype=torch.float16)] * 3)),
+                           ("ex08_kernel_causal.py", lambda m: m.flash_forward(*[torch.zeros(2, 100, 64,
+                                                                                  dtype=torch.float16)] * 3,
+                                                                                causal=True))):
+            x = torch.zeros(4096, dtype=torch.float16)
+            spec = importlib.util.spec_from_file_location(path[:-3], Path(__file__).parents[1] / "solutions" / path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, triton.runtime.jit.JITFunction):
+                    setattr(module, attr, Recorder(value, f"{path[:4]}.{attr}"))
+            call(module)
     assert not _mode.is_interpreter(), "the kernels were interpreted, not compiled"
     print(json.dumps({"target": name, "cc": target.cc, "limit": target.smem_per_block, "records": records}))
 

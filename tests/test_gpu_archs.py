@@ -257,3 +257,12 @@ def test_a_forced_small_target_routes_the_forward_to_v3(monkeypatch):
     assert ladder.best_rung(q, q, q, False) == "v3_autotuned"
     monkeypatch.setenv(targets.TARGET_ENV, "sm90")
     assert targets.hopper_rungs_allowed()
+
+
+def test_doctor_names_the_rungs_and_dtypes_of_the_gpu_found(monkeypatch):
+    _simulate(monkeypatch, 7, 5, 64 * 1024, name="Tesla T4")
+    line = targets.doctor_report()
+    assert "sm75" in line and "v3_autotuned" in line and "v4_hopper" not in line and "bf16 is refused" in line
+    _simulate(monkeypatch, 9, 0, 227 * 1024, name="NVIDIA H200")
+    line = targets.doctor_report()
+    assert "v5_gluon_ws" in line and "bfloat16" in line and "refused" not in line
