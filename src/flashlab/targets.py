@@ -34,8 +34,8 @@ stages, ``b`` buffers of the K and V blocks (``2 x BLOCK_N x HEAD_DIM`` elements
 ``(BLOCK_M + b x 2 x BLOCK_N) x HEAD_DIM x itemsize`` bytes (:func:`fwd_smem_bytes`), where Triton
 3.7 uses b = S - 1 (at least 1) on sm75-sm89 and b = S on sm90; on sm75 the query tile's room is
 sized for the fp32 accumulator (``BLOCK_M x HEAD_DIM x 4`` bytes). These were read off compiled
-kernels (``(128, 64, 4 warps, 3 stages)`` at d = 64 needs 64 KiB on sm75, 48 KiB on sm80). That is a model; the authoritative number is the compiled kernel's
-``metadata.shared``, which ``tests/test_gpu_archs.py`` compiles for every target and checks
+kernels (``(128, 64, 4 warps, 3 stages)`` at d = 64 needs 64 KiB on sm75, 48 KiB on sm80). That
+is a model; the authoritative number is the compiled kernel's ``metadata.shared``, which ``tests/test_gpu_archs.py`` compiles for every target and checks
 against both the limit and this model (the model must not under-count). A config fits when its
 shared memory fits the target's per-block limit and ``num_warps x 32`` threads fit a block.
 
