@@ -247,14 +247,16 @@ def test_pick_drops_gpu_sizes_over_the_devices_memory_budget():
     assert small.pick(cpu=512, gpu=65536) == 65536  # no estimate: the size stands
 
 
-def test_a_forced_small_target_routes_the_forward_to_v3(monkeypatch):
-    from flashlab.kernels import ladder
+def test_a_forced_small_target_makes_the_hopper_rungs_step_aside(monkeypatch):
+    from flashlab.kernels import flash_fwd_hopper
 
-    g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 2, 8, 16, generator=g)
     monkeypatch.setenv(targets.TARGET_ENV, "sm75")
-    assert not targets.hopper_rungs_allowed()
-    assert ladder.best_rung(q, q, q, False) == "v3_autotuned"
+    flash_fwd_hopper._capability.cache_clear()
+    try:
+        assert not targets.hopper_rungs_allowed()
+        assert flash_fwd_hopper._capability(0) == (7, 5)  # what v4/v5 ask before they take a call
+    finally:
+        flash_fwd_hopper._capability.cache_clear()
     monkeypatch.setenv(targets.TARGET_ENV, "sm90")
     assert targets.hopper_rungs_allowed()
 

@@ -16,7 +16,6 @@ import contextlib
 import math
 import numbers
 
-from .. import targets
 from . import _mode
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
@@ -74,7 +73,8 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
                          "along the batch x heads axis; split the batch")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _mode.check_device(name, t)
-    targets.check_dtype(q)  # flashlab.targets: bf16 needs sm80+; the error names the GPU and suggests fp16
+    from .. import targets  # bf16 needs sm80+: the error names the GPU and suggests fp16
+    targets.check_dtype(q)
     if scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:
@@ -158,10 +158,8 @@ def best_forward(q, k, v, causal: bool, scale: float):
     The rungs are called without their own input checks: validating once matters at small N,
     where the host's time per call is comparable to the kernel's (benchmarks/NOTES.md, call 4).
     """
-    from . import flash_fwd, flash_fwd_gluon
+    from . import flash_fwd_gluon
 
-    if not targets.hopper_rungs_allowed():  # flashlab.targets: FLASHLAB_TARGET=sm75/sm80/... runs v3's tables
-        return flash_fwd.forward_v3(q, k, v, causal, scale)
     if flash_fwd_gluon.preferred(q, k, causal):
         return flash_fwd_gluon.forward(q, k, v, causal, scale, checked=True)
     return hopper_forward(q, k, v, causal, scale)

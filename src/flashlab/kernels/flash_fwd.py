@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import targets  # per-GPU fit rules
 from . import _mode
 
 triton = _mode.triton()
@@ -364,6 +363,8 @@ SMEM_BYTES = 227 * 1024  # shared memory one Hopper program may use (H100/H200: 
 
 def _prune_v3(configs, named_args, **kwargs):
     """Drop configs whose tiles cannot fit the GPU, or whose query block dwarfs the query length."""
+    from .. import targets  # per-GPU fit rules
+
     args = {**named_args, **kwargs}
     head_dim = args["HEAD_DIM"]
     itemsize = args["Q"].element_size()
@@ -422,6 +423,7 @@ def _constexprs(q, causal):
 def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
     """Launch with ``config``; on a shared-memory overflow retry with smaller tiles."""
     from triton.runtime.errors import OutOfResources
+    from .. import targets  # per-GPU fit rules
 
     for cfg in fallback_fwd_configs(config):
         if not targets.fwd_fits_current(cfg.block_m, cfg.block_n, consts["HEAD_DIM"], cfg.num_stages,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import importlib
 
-from .. import targets
 from . import flash_fwd_gluon  # imports triton only when a kernel is first used
 from .attention import check_inputs, hopper_forward, on_device
 
@@ -64,8 +63,6 @@ def best_rung(q, k, v, causal: bool) -> str:
     """The rung ``flash_attention`` uses (``attention.best_forward``): v5_gluon_ws where it is
     supported and measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
     applies, else v3_autotuned."""
-    if not targets.hopper_rungs_allowed():  # flashlab.targets: FLASHLAB_TARGET below sm90 forces v3
-        return "v3_autotuned"
     if flash_fwd_gluon.preferred(q, k, causal):
         return "v5_gluon_ws"
     return resolve("v4_hopper", q, k, v, causal)
