@@ -97,7 +97,7 @@ def main() -> None:
             offered = targets.offered_v3_configs(name, d, dtype)
             if tier == "quick":
                 offered = [max(offered, key=lambda c: targets.fwd_smem_bytes(
-                    c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, c.num_stages, 2, target.cc))]
+                    c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, c.num_stages, 2, target.cc, c.num_warps))]
             job["rung"] = "v3"
             for c in offered:
                 cfg = flash_fwd.FwdConfig(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)

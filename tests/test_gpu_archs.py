@@ -50,7 +50,8 @@ def _model(record: dict, cc: int) -> int | None:
     c = record["constexprs"]
     size = 2  # fp16 / bf16
     if record["kernel"].startswith("_fwd"):
-        return targets.fwd_smem_bytes(c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], c["num_stages"], size, cc)
+        return targets.fwd_smem_bytes(c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], c["num_stages"], size, cc,
+                                      c["num_warps"])
     if record["kernel"] == "_bwd_dkdv":  # K, V resident; Q, dO stream
         return targets.bwd_smem_bytes(c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], c["num_stages"], size, cc)
     if record["kernel"] == "_bwd_dq":  # Q, dO resident; K, V stream
@@ -94,7 +95,7 @@ def test_v3_offers_exactly_the_configs_that_fit(name, d, dtype):
     offered = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
                for c in targets.offered_v3_configs(name, d, dt)]
     every = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in flash_fwd._v3_configs()]
-    fitting = [c for c in every if targets.fwd_smem_bytes(c[0], c[1], d, c[3], 2, t.cc) <= t.smem_per_block]
+    fitting = [c for c in every if targets.fwd_smem_bytes(c[0], c[1], d, c[3], 2, t.cc, c[2]) <= t.smem_per_block]
     assert offered == fitting, f"{name}, d={d}: offered {offered}, fitting {fitting}"
     assert offered, f"{name}, d={d}: no v3 config fits"
     if name in ("sm75", "sm86") and d == 128:  # the big tiles must be left out on the small GPUs
@@ -107,7 +108,7 @@ def test_dispatcher_configs_fit_every_target(name, d):
     t = targets.target(name)
     fwd = targets.dispatch_fwd_config(name, d, torch.float16)
     bwd = targets.dispatch_bwd_config(name, d, torch.float16)
-    assert targets.fwd_smem_bytes(fwd.block_m, fwd.block_n, d, fwd.num_stages, 2, t.cc) <= t.smem_per_block
+    assert targets.fwd_smem_bytes(fwd.block_m, fwd.block_n, d, fwd.num_stages, 2, t.cc, fwd.num_warps) <= t.smem_per_block
     assert targets.bwd_need(t, bwd, d, 2) <= t.smem_per_block
 
 

@@ -173,11 +173,15 @@ def _buffers(num_stages: int, cc: int) -> int:
     return num_stages if cc >= 90 else max(1, num_stages - 1)
 
 
-def fwd_smem_bytes(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int, cc: int = 80) -> int:
+def fwd_smem_bytes(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int, cc: int = 80,
+                   num_warps: int = 4) -> int:
     """Shared memory (bytes) Triton gives the forward kernels v0-v3 on compute capability ``cc``:
     the query tile plus the pipelined buffers of the K and V tiles (rule in the module docstring)."""
     q_tile = block_m * head_dim * (max(4, itemsize) if cc < 80 else itemsize)  # sm75: room for the fp32 acc
-    return q_tile + _buffers(num_stages, cc) * 2 * block_n * head_dim * itemsize
+    # sm80-sm89 with 4 warps: P (BLOCK_M x BLOCK_N) also passes through shared memory (measured:
+    # (64, 64, 4 warps, 3 stages) at d = 128 needs 88 KiB, 8 KiB over the tiles alone)
+    p_tile = block_m * block_n * itemsize if 80 <= cc < 90 and num_warps <= 4 else 0
+    return q_tile + _buffers(num_stages, cc) * 2 * block_n * head_dim * itemsize + p_tile
 
 
 def bwd_smem_bytes(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int, cc: int = 80) -> int:
@@ -199,7 +203,7 @@ def why_not(t: Target, block_m: int, block_n: int, head_dim: int, num_warps: int
         return f"{t.name} has no bf16 Tensor Cores (bf16 needs sm80 or newer); use float16"
     if num_warps * 32 > t.max_threads_per_block:
         return f"num_warps={num_warps} is {num_warps * 32} threads, over {t.max_threads_per_block} per block"
-    need = fwd_smem_bytes(block_m, block_n, head_dim, num_stages, _itemsize(dtype), t.cc)
+    need = fwd_smem_bytes(block_m, block_n, head_dim, num_stages, _itemsize(dtype), t.cc, num_warps)
     if need > t.smem_per_block:
         return f"needs {need} B of shared memory, {t.name} allows {t.smem_per_block} B per block"
     return None
@@ -210,11 +214,13 @@ def fits(t: Target, block_m: int, block_n: int, head_dim: int, num_warps: int, n
     return why_not(t, block_m, block_n, head_dim, num_warps, num_stages, dtype) is None
 
 
-def fwd_fits_current(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int) -> bool:
+def fwd_fits_current(block_m: int, block_n: int, head_dim: int, num_stages: int, itemsize: int,
+                     num_warps: int = 4) -> bool:
     """For the forward launchers and v3's autotune pruning: do these tiles fit :func:`current`?
     (True without a GPU: the interpreter has no shared memory to fit.)"""
     t = current()
-    return t is None or fwd_smem_bytes(block_m, block_n, head_dim, num_stages, itemsize, t.cc) <= t.smem_per_block
+    return t is None or (fwd_smem_bytes(block_m, block_n, head_dim, num_stages, itemsize, t.cc, num_warps)
+                         <= t.smem_per_block)
 
 
 def bwd_fits_current(config, head_dim: int, itemsize: int) -> bool:
@@ -256,7 +262,8 @@ def dispatch_fwd_config(name: str, head_dim: int, dtype):
     with forced(name):
         chain = flash_fwd.fallback_fwd_configs(flash_fwd.default_fwd_config(head_dim, dtype))
         itemsize = _itemsize(dtype)
-        return next(c for c in chain if fwd_fits_current(c.block_m, c.block_n, head_dim, c.num_stages, itemsize))
+        return next(c for c in chain
+                    if fwd_fits_current(c.block_m, c.block_n, head_dim, c.num_stages, itemsize, c.num_warps))
 
 
 def dispatch_bwd_config(name: str, head_dim: int, dtype):

@@ -372,7 +372,7 @@ def _prune_v3(configs, named_args, **kwargs):
     kept = []
     for c in configs:
         bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        fits = targets.fwd_fits_current(bm, bn, head_dim, c.num_stages, itemsize)  # the running GPU's limit
+        fits = targets.fwd_fits_current(bm, bn, head_dim, c.num_stages, itemsize, c.num_warps)  # this GPU's limit
         if not fits or (head_dim >= 256 and (bm > 64 or bn > 64)) or (itemsize == 4 and bn > 64):
             continue
         if bm > 64 and n_q <= 64:
@@ -427,7 +427,7 @@ def _launch(kernel, grid, args, consts, config: FwdConfig) -> FwdConfig:
 
     for cfg in fallback_fwd_configs(config):
         if not targets.fwd_fits_current(cfg.block_m, cfg.block_n, consts["HEAD_DIM"], cfg.num_stages,
-                                        args[0].element_size()):  # flashlab.targets: skip what cannot fit this GPU
+                                        args[0].element_size(), cfg.num_warps):  # flashlab.targets: skip what cannot fit
             continue
         try:
             kernel[grid(cfg)](*args, **consts, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
