@@ -309,6 +309,28 @@ if bench:
 # shows it almost vanishes.
 
 # %% [markdown]
+# ### The same kernel on other GPUs
+#
+# The gain also depends on the GPU: how much shared memory one program may use decides which tiles
+# fit (a T4 allows 64 KiB per block, an H200 227 KiB; `flashlab.targets`), the tile height
+# `BLOCK_M` decides how often K and V are re-read from HBM, the bandwidth decides how long those
+# bytes take, and the SM count how many query-block programs run at once. Below, for each common
+# GPU: the v3 tiles that fit at d = 128 in fp16, the traffic model's bytes for naive and
+# FlashAttention-2 with the tallest tile that fits, their ratio (the gain if both were
+# memory-bound), the time those bytes take at the datasheet bandwidth, and your own GPU.
+
+# %%
+from flashlab import targets
+
+print(targets.gain_table_text(n=4096, d=128, batch_heads=16))
+
+# %% [markdown]
+# At d = 128 a T4 fits only 64 x 32 tiles, so FlashAttention-2 re-reads K and V twice as often as
+# on the other GPUs and the model predicts almost no saving there; a model also only switches to
+# FlashAttention where the kernel supports its dtype and head dim (bf16 needs sm80: a T4 runs
+# fp16 only, and the Hopper rungs v4/v5 run on sm90 only; `flashlab doctor` says what yours runs).
+
+# %% [markdown]
 # ## Self-test
 #
 # Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,

@@ -26,6 +26,7 @@ from typing import Any
 _DEVICE_ENV = "FLASHLAB_DEVICE"  # "cpu" forces the CPU path even where a GPU exists
 _RESULTS_ENV = "FLASHLAB_RESULTS_DIR"
 _ARTIFACTS_ENV = "FLASHLAB_ARTIFACTS_DIR"
+GPU_MEMORY_FRACTION = 0.5  # of the device's memory; the rest for PyTorch's allocator cache, the context, other tabs
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,32 @@ class Environment:
     torch: str | None
     triton: str | None
     seed: int
+    gpu_memory: int | None = None  # bytes of device memory (torch's total_memory); None without a GPU
 
     @property
     def has_gpu(self) -> bool:
         return self.device == "cuda"
 
-    def pick(self, cpu: Any, gpu: Any) -> Any:
-        """Return ``gpu`` when a CUDA GPU is in use, else ``cpu`` (sizes, repeat counts, ...)."""
-        return gpu if self.has_gpu else cpu
+    def memory_budget(self) -> int | None:
+        """Bytes a notebook's GPU sizes may use: GPU_MEMORY_FRACTION of the device's memory."""
+        return None if self.gpu_memory is None else int(GPU_MEMORY_FRACTION * self.gpu_memory)
+
+    def pick(self, cpu: Any, gpu: Any, gpu_bytes: Any = None) -> Any:
+        """Return ``gpu`` when a CUDA GPU is in use, else ``cpu`` (sizes, repeat counts, ...).
+
+        ``gpu_bytes(size) -> bytes`` estimates what one GPU size needs: sizes over
+        :meth:`memory_budget` are dropped from a list, and a single size over it falls back to
+        ``cpu``, so a 16 GB T4 runs the notebook where an 80 GB GPU runs it bigger.
+        """
+        if not self.has_gpu:
+            return cpu
+        budget = self.memory_budget()
+        if gpu_bytes is None or budget is None:
+            return gpu
+        if isinstance(gpu, (list, tuple)):
+            kept = type(gpu)(size for size in gpu if gpu_bytes(size) <= budget)
+            return kept if kept else cpu
+        return gpu if gpu_bytes(gpu) <= budget else cpu
 
     def line(self) -> str:
         where = f"GPU {self.gpu_name}" if self.has_gpu else "CPU only (no CUDA GPU)"
@@ -66,6 +85,12 @@ def _cuda_device() -> tuple[bool, str | None, str | None]:
     if os.environ.get(_DEVICE_ENV, "").lower() == "cpu" or not torch.cuda.is_available():
         return False, None, torch.__version__
     return True, torch.cuda.get_device_name(0), torch.__version__
+
+
+def _gpu_memory() -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
 
 
 def setup(seed: int = 0, verbose: bool = True) -> Environment:
@@ -100,7 +125,7 @@ def setup(seed: int = 0, verbose: bool = True) -> Environment:
         torch.manual_seed(seed)
     env = Environment(device="cuda" if has_gpu else "cpu", gpu_name=gpu_name, triton_mode=triton_mode,
                       python=platform.python_version(), numpy=np.__version__, torch=torch_version,
-                      triton=triton_version, seed=seed)
+                      triton=triton_version, seed=seed, gpu_memory=_gpu_memory() if has_gpu else None)
     if verbose:
         print(env.line())
     return env

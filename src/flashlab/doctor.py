@@ -15,6 +15,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
+from . import targets
+
 PACKAGES = ("numpy", "torch", "triton", "matplotlib", "ipywidgets", "jupyterlab")
 
 # The torch releases flashlab supports (pyproject.toml's course extra; README "Platforms").
@@ -212,6 +214,7 @@ def diagnose() -> Diagnosis:
     if mode == "compiled":
         add(Finding("ok", f"Triton compiles for the GPU {gpu}"))
         add(Finding("ok", _forward_rungs(gpu)))
+        add(Finding("ok", targets.doctor_report() or "no CUDA target found"))  # flashlab.targets: rungs, dtypes here
     if "triton" in sys.modules and mode == "interpreter" and not interpret:
         add(Finding("warn", "triton was imported before TRITON_INTERPRET was set; its mode is fixed now",
                     "restart the kernel; flashlab sets TRITON_INTERPRET itself when it imports triton first"))

@@ -79,6 +79,8 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
                          "along the batch x heads axis; split the batch")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _mode.check_device(name, t)
+    from .. import targets  # bf16 needs sm80+: the error names the GPU and suggests fp16
+    targets.check_dtype(q)
     if scale is None:
         return 1.0 / math.sqrt(d)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale) or scale <= 0:

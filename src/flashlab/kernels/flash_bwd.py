@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import targets  # per-GPU fit rules
 from . import _mode
 from .flash_fwd import _dot, _dot_acc, dot_precision, head_dim_padded, new_output
 
@@ -296,6 +297,8 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     dv = new_output((B, Hkv, Nk, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
     config = config or default_bwd_config(head_dim, q.dtype)
     for cfg in fallback_bwd_configs(config):
+        if not targets.bwd_fits_current(cfg, head_dim, q.element_size()):  # flashlab.targets: skip what cannot fit
+            continue
         try:
             _bwd_preprocess[(triton.cdiv(Nq, cfg.block_pre), B * H)](
                 o, do, delta, *o.stride(), *do.stride(), H, Nq, **consts, BLOCK_M=cfg.block_pre)

@@ -368,6 +368,8 @@ SMEM_BYTES = 227 * 1024  # shared memory one Hopper program may use (H100/H200: 
 
 def _prune_v3(configs, named_args, **kwargs):
     """Drop configs whose tiles cannot fit the GPU, or whose query block dwarfs the query length."""
+    from .. import targets  # per-GPU fit rules
+
     args = {**named_args, **kwargs}
     head_dim = args["HEAD_DIM"]
     itemsize = args["Q"].element_size()
@@ -375,8 +377,8 @@ def _prune_v3(configs, named_args, **kwargs):
     kept = []
     for c in configs:
         bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        smem = (bm * head_dim + c.num_stages * 2 * bn * head_dim) * itemsize
-        if smem > SMEM_BYTES or (head_dim >= 256 and (bm > 64 or bn > 64)) or (itemsize == 4 and bn > 64):
+        fits = targets.fwd_fits_current(bm, bn, head_dim, c.num_stages, itemsize, c.num_warps)  # this GPU's limit
+        if not fits or (head_dim >= 256 and (bm > 64 or bn > 64)) or (itemsize == 4 and bn > 64):
             continue
         if bm > 64 and n_q <= 64:
             continue
@@ -431,8 +433,12 @@ def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
     """Launch with ``config``; on a shared-memory overflow retry with smaller tiles.
     ``ranges(cfg)``: the RANGES argument for that config's block sizes."""
     from triton.runtime.errors import OutOfResources
+    from .. import targets  # per-GPU fit rules
 
     for cfg in fallback_fwd_configs(config):
+        if not targets.fwd_fits_current(cfg.block_m, cfg.block_n, consts["HEAD_DIM"], cfg.num_stages,
+                                        args[0].element_size(), cfg.num_warps):  # flashlab.targets: skip what cannot fit
+            continue
         try:
             kernel[grid(cfg)](*args, **consts, RANGES=ranges(cfg), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -350,6 +350,9 @@ def _capability(index: int) -> tuple[int, int]:
     """(major, minor) of CUDA device ``index``, asked once: supports() runs on every call."""
     import torch
 
+    from .. import targets  # FLASHLAB_TARGET=sm75/sm80/sm86/sm89: v4/v5 step aside, v3 runs that target's tables
+    if not targets.hopper_rungs_allowed():
+        return divmod(targets.current().cc, 10)
     return torch.cuda.get_device_capability(index)
 
 
