@@ -27,7 +27,7 @@ from pathlib import Path
 
 # Library modules (relative to src/flashlab) holding the reference of an exercise: compiled.
 WITHHELD = ("reference.py", "softmax.py", "tiled.py", "traffic.py", "flops.py", "decode.py",
-            "grading/cases.py")
+            "grading/cases.py", "grading/mistakes.py")
 # The hints (hint 3 is pseudocode by design) are the learner's material: shipped as they are.
 HINTS = "grading/registry.py"
 # What a student release leaves out entirely (paths relative to the repository).
