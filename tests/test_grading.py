@@ -7,6 +7,7 @@ Every grading call passes a seed: no test depends on an unseeded draw.
 """
 import ast
 import hashlib
+import html
 import json
 import os
 import shutil
@@ -329,7 +330,7 @@ def test_hint_levels_unfold_one_at_a_time(tmp_path):
     assert hints[0] in str(report) and hints[1] not in str(report)
     assert "not yet run" in str(report)  # honest counts: the checks after the failure did not pass
     report.next_hint()
-    assert hints[1] in str(report) and hints[1] in report._repr_html_()
+    assert hints[1] in str(report) and html.escape(hints[1]) in report._repr_html_()  # the HTML escapes quotes
 
 
 def test_compare_reports_the_worst_element_and_its_index():
