@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name flashlab --display-name "flashlab (Python 3)" >/dev/null
+	mkdir -p $(VENV)/share/jupyter/lab/settings  # no "Jupyter news?" pop-up over the course
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}' \
+	  > $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 install: $(STAMP)
