@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from standin_gpu import target_gpu  # tests/standin_gpu.py (this script's folder is on sys.path)
+
 
 def main() -> None:
     name, tier = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "quick")
@@ -30,24 +32,13 @@ def main() -> None:
     os.environ["FLASHLAB_TARGET"] = name
     import torch
     import triton  # imported before flashlab, so flashlab does not switch on the interpreter
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
 
     from flashlab import targets
 
     target = targets.target(name)
 
-    class StandIn:
-        def get_current_target(self):
-            return GPUTarget("cuda", target.cc, 32)
 
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-    driver.set_active(StandIn())
+    target_gpu(target.cc)
     from flashlab.kernels import _mode, flash_bwd, flash_fwd, primer
 
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

@@ -12,24 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from standin_gpu import target_gpu  # tests/standin_gpu.py (this script's folder is on sys.path)
+
 
 def main() -> None:
     import torch
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
 
-    class Sm90Driver:
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
 
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-    driver.set_active(Sm90Driver())
+    target_gpu(90)
     from flashlab.kernels import flash_fwd_gluon as fg
 
     d, causal, dtype = int(sys.argv[1]), sys.argv[2] == "1", getattr(torch, sys.argv[3])

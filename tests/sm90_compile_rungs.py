@@ -5,7 +5,7 @@
 The interpreter runs any Python inside a kernel; the compiler does not. This compiles (without
 launching) the forward rung v2, the backward's dK/dV and dQ kernels and the Hopper rung with a
 sliding window, bottom-right alignment and a ``@triton.jit`` mask_mod, so a kernel that only the
-interpreter accepts fails here. The stand-in driver is the one of tests/sm90_compile.py (run in
+interpreter accepts fails here. The stand-in driver is tests/standin_gpu.py's (run in
 its own process: it replaces Triton's active driver for the rest of the process).
 """
 import sys
@@ -13,19 +13,8 @@ import sys
 import torch
 import triton
 import triton.language as tl  # noqa: F401  (a @triton.jit mask_mod needs it among its globals)
-from triton.backends.compiler import GPUTarget
-from triton.runtime import driver
 
-
-class Sm90Driver:
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
+from standin_gpu import target_gpu  # tests/standin_gpu.py (this script's folder is on sys.path)
 
 
 @triton.jit
@@ -34,7 +23,7 @@ def sliding_window_33(q_idx, kv_idx):
 
 
 def main() -> int:
-    driver.set_active(Sm90Driver())
+    target_gpu(90)
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from flashlab.attnspec import AttnSpec
