@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.flashlab-installed
 
 .PHONY: install lab test tour kernel clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile  # a changed install step reinstalls
 	@test -x $(BIN)/python || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
 	  { echo "make: $(PYTHON) is older than Python 3.10; run e.g. 'make $(MAKECMDGOALS) PYTHON=python3.11'" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || \
