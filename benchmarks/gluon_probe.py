@@ -6,7 +6,7 @@
 ``check``: forward outputs (o and lse) on fresh random inputs against float64 attention, every
 (dtype, causal, d, Nq, Nk) of a small matrix with ragged lengths, the outputs NaN-poisoned first;
 pass when the error is at most twice PyTorch's own in the same dtype plus a floor (the rule of
-``benchmarks/gpu_sweep.py``). ``time``: issue 7's protocol rows (B*N = 16384, H*d = 2048) at the
+``benchmarks/gpu_sweep.py``). ``time``: the speed protocol's rows (B*N = 16384, H*d = 2048) at the
 given N, d = 128 by default; cuDNN, the Hopper rung and every Gluon config timed in ``rounds``
 interleaved rounds, each round the median of ``triton.testing.do_bench`` (``bench_attention.bench_ms``),
 then the median over rounds. Writes JSON with ``--out``.

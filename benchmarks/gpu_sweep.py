@@ -1,4 +1,4 @@
-"""Correctness sweep of flashlab.flash_attention on a CUDA GPU (issue 3), forward and backward.
+"""Correctness sweep of flashlab.flash_attention on a CUDA GPU, forward and backward.
 
 dtype {fp16, bf16, fp32} x causal x heads {MHA, GQA, MQA} x d {16, 40, 64, 80, 96, 128, 256} x
 (Nq, Nk) from {1, 17, 128, 1000, 4096}: every pair for d <= 64, the diagonal plus five lopsided
@@ -139,7 +139,7 @@ def summarise(results: list[dict]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# --tune-bwd: time flash_bwd.backward under several BwdConfigs (issue 7's protocol shapes)
+# --tune-bwd: time flash_bwd.backward under several BwdConfigs (the speed protocol's shapes)
 # --------------------------------------------------------------------------------------------
 BWD_CANDIDATES = {  # (block_m1, block_n1, block_m2, block_n2, num_warps, num_stages)
     64: [(32, 128, 128, 32, 4, 3), (32, 128, 128, 32, 4, 4), (32, 128, 128, 32, 4, 5), (32, 128, 128, 32, 8, 3),
@@ -154,7 +154,7 @@ def _bwd_inputs(d: int, n: int, causal: bool, dtype):
 
     from flashlab.kernels import flash_fwd
 
-    B, H = 16384 // n, 2048 // d  # issue 7: B*N = 16384 tokens, H*d = 2048
+    B, H = 16384 // n, 2048 // d  # the speed protocol: B*N = 16384 tokens, H*d = 2048
     q, k, v, do = (torch.randn(B, H, n, d, device="cuda", dtype=dtype) for _ in range(4))  # (B, H, N, d)
     scale = d**-0.5
     o, lse = flash_fwd.forward_v2(q, k, v, causal, scale)

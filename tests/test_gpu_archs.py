@@ -269,3 +269,19 @@ def test_doctor_names_the_rungs_and_dtypes_of_the_gpu_found(monkeypatch):
     _simulate(monkeypatch, 9, 0, 227 * 1024, name="NVIDIA H200")
     line = targets.doctor_report()
     assert "v5_gluon_ws" in line and "bfloat16" in line and "refused" not in line
+
+
+def test_a_backward_that_fits_no_config_on_the_target_is_refused_naming_the_gpu_and_the_fix():
+    """On a T4 (64 KiB per block) the float32 backward at head dim 256 fits no tile size; the
+    error names the GPU, the need and float16 (which fits: the H200 sweep under sm75 passes it)."""
+    import torch
+
+    from flashlab import targets
+    from flashlab.kernels.attention import flash_attention
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 16, 256, generator=gen, requires_grad=True) for _ in range(3))
+    with targets.forced("sm75"):
+        out = flash_attention(q, k, v)
+        with pytest.raises(RuntimeError, match=r"float32 at head_dim=256 needs at least \d+ KiB.*sm75 \(Tesla T4\) allows 64 KiB\. Use float16"):
+            out.sum().backward()

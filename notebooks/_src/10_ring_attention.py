@@ -38,7 +38,7 @@ from flashlab.viz import ring as ring_viz
 # that falls on $A$. Check it: attention over all keys against the merge of two halves.
 
 # %%
-q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))  # (B, H, N, d)
+q, k, v = (torch.randn(1, 2, 64, 16, device=env.device) for _ in range(3))  # (B, H, N, d)
 o_a, lse_a = flash_attention(q, k[..., :32, :], v[..., :32, :], return_lse=True)  # keys 0..31
 o_b, lse_b = flash_attention(q, k[..., 32:, :], v[..., 32:, :], return_lse=True)  # keys 32..63
 o_merged, _ = distributed.merge_partials(o_a.float(), lse_a, o_b.float(), lse_b)

@@ -1,4 +1,4 @@
-"""``flashlab bench``: run the GPU benchmarks of ``benchmarks/`` (issue 7's protocol).
+"""``flashlab bench``: run the GPU benchmarks of ``benchmarks/`` (the speed protocol of benchmarks/README.md).
 
     flashlab bench [ARGS]          # benchmarks/bench_attention.py: flashlab vs SDPA, TFLOP/s
     flashlab bench memory [ARGS]   # benchmarks/bench_memory.py: peak memory, naive vs flash
@@ -149,14 +149,16 @@ def time_mine(fn, shapes=MINE_SHAPES, d: int = MINE_D) -> list[dict]:
 def mine_table(rows: list[dict], module: str) -> str:
     """The rows of :func:`time_mine` as text: ms per implementation, your TFLOP/s and speed vs SDPA."""
     names = list(rows[0]["ms"]) if rows else []
+    labels = {k: k.replace("_causal", "").replace("_autotuned", "") for k in names}
+    width = {k: max(14, len(labels[k]) + 2) for k in names}  # a column never runs into the next
     lines = [f"your flash_forward ({module}) beside the course's kernels and PyTorch SDPA: fp16, not causal, "
              "median ms (triton.testing.do_bench)",
-             f"{'B,H,N,d':<16}" + "".join(f"{n.replace('_causal', '').replace('_autotuned', ''):>14}" for n in names)
+             f"{'B,H,N,d':<16}" + "".join(f"{labels[k]:>{width[k]}}" for k in names)
              + f"{'mine TFLOP/s':>14}{'SDPA/mine':>11}  check"]
     for r in rows:
         b, h, n, d = r["shape"]
         ms = r["ms"]
-        cells = "".join(f"{ms[k]:>14.3f}" if ms[k] else f"{'-':>14}" for k in names)
+        cells = "".join(f"{ms[k]:>{width[k]}.3f}" if ms[k] else f"{'-':>{width[k]}}" for k in names)
         tflops = f"{4 * b * h * n * n * d / (ms['mine'] * 1e-3) / 1e12:>14.1f}" if ms.get("mine") else f"{'-':>14}"
         ratio = f"{ms['sdpa'] / ms['mine']:>10.2f}x" if ms.get("mine") and ms.get("sdpa") else f"{'-':>11}"
         check = "ok" if r["ok"] else f"WRONG (max err {r['mine_err']:.3g}) {r.get('error', '')}"

@@ -235,6 +235,23 @@ def bwd_need(t: Target, config, head_dim: int, itemsize: int) -> int:
                bwd_smem_bytes(config.block_n2, config.block_m2, head_dim, config.num_stages, itemsize, t.cc))
 
 
+def bwd_does_not_fit(config, head_dim: int, dtype) -> str:
+    """Why no backward config down from ``config`` fits :func:`current`: the smallest config's
+    modelled need against the target's limit, and what does fit there instead."""
+    t = current()
+    itemsize = _itemsize(dtype)
+    name = str(dtype).removeprefix("torch.")
+    where = f"{t.name} ({', '.join(c.name for c in t.cards) or t.arch})" if t else "this GPU"
+    if t is None:
+        return f"backward: no config down from {config} fits this GPU (head_dim={head_dim}, {name})"
+    need = bwd_need(t, config, head_dim, itemsize)
+    advice = ("use float16, whose tiles are half as large" if itemsize == 4
+              else "use a head dim of at most 128")
+    return (f"backward: {name} at head_dim={head_dim} needs at least {need // KIB} KiB of shared memory "
+            f"per block even with the smallest tiles ({config}); {where} allows "
+            f"{t.smem_per_block // KIB} KiB. {advice[0].upper() + advice[1:]}.")
+
+
 @contextlib.contextmanager
 def forced(name: str):
     """Within the block, choose configs as on target ``name`` (sets ``FLASHLAB_TARGET``)."""

@@ -316,4 +316,4 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
             return dq, dk, dv
         except OutOfResources:
             continue
-    raise RuntimeError(f"no backward config down from {config} fits this GPU")
+    raise RuntimeError(targets.bwd_does_not_fit(fallback_bwd_configs(config)[-1], head_dim, q.dtype))

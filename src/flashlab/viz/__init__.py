@@ -1,4 +1,4 @@
-"""Figures and widgets of HBM <-> SRAM traffic (issue 4), drawn from traced runs and formulas.
+"""Figures and widgets of HBM <-> SRAM traffic, drawn from traced runs and formulas.
 
 Six views, each a function returning a matplotlib Figure, each drawn from a data function whose
 plain numbers the tests check against the tracer and :mod:`flashlab.traffic`:

@@ -1,4 +1,4 @@
-"""Roofline of attention (issue 4, view 5): FLOPs per HBM byte against a GPU's ridge point.
+"""Roofline of attention: FLOPs per HBM byte against a GPU's ridge point.
 
 Each point is one kernel: its FLOPs (:mod:`flashlab.flops`) over the HBM bytes it moves
 (:mod:`flashlab.traffic`). Attainable throughput is ``min(peak, intensity x bandwidth)``; a kernel

@@ -1,4 +1,4 @@
-"""The tile schedule (issue 4, views 1 and 2), drawn from a traced tiled run.
+"""The tile schedule, drawn from a traced tiled run.
 
 A :class:`TileSchedule` is built once from a :class:`~flashlab.tracer.TrafficTracer` that a tiled
 function filled (``tiled_attention``, ``tiled_attention_fa1`` or ``tiled_attention_backward``).

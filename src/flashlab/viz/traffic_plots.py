@@ -1,4 +1,4 @@
-"""HBM traffic figures (issue 4, views 3, 4 and 6), from the formulas and from traced runs.
+"""HBM traffic figures, from the formulas and from traced runs.
 
 - :func:`plot_traffic_vs_n`: bytes between HBM and SRAM against sequence length N (log-log):
   naive vs flash formula curves, traced runs as points on them, and the paper's
