@@ -532,8 +532,11 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
 
 
 def results_table(payload: dict | None = None) -> str:
-    """``benchmarks/results/bench_decode.json`` as a text table (us per decode step and TB/s of K
-    and V read), or a sentence saying it is missing. ``payload``: the parsed file (default: load it)."""
+    """``benchmarks/results/bench_decode.json`` as a text table, or a sentence saying it is missing.
+    Per row: us per decode step (do_bench, L2 cleared) of naive, the unsplit rung, flash_decode and
+    SDPA default; flash_decode's TB/s of K and V read and its time over SDPA's; ``host_us`` (wall
+    time per call of back-to-back calls, both) and ``graph_us`` (one call's share of a CUDA-graph
+    replay, both), where the file has them. ``payload``: the parsed file (default: load it)."""
     if payload is None:
         from . import course
 
@@ -543,20 +546,26 @@ def results_table(payload: dict | None = None) -> str:
     env = payload.get("environment", {})
     names = ("naive", "unsplit", "flash_decode", "sdpa_default")
     lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
-             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time",
-             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>13}" for n in names)
-             + f" {'split TB/s':>10} {'vs SDPA':>8}"]
+             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time; host = wall us per call of "
+             "back-to-back calls; graph = us per call in a CUDA-graph replay (ours / SDPA default)",
+             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>12}" for n in names)
+             + f" {'TB/s':>5} {'vs SDPA':>7} {'host us':>13} {'graph us':>13}"]
+
+    def pair(a: dict, b: dict, field: str) -> str:
+        return f"{a[field]:>6.1f}/{b[field]:<6.1f}" if field in a and field in b else f"{'-':>13}"
+
     for r in payload["rows"]:
         head = f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}"
         if r.get("skipped"):
             lines.append(f"{head} skipped: {r['skipped']}")
             continue
         res = r["results"]
-        cells = [f"{res[n]['us']:>13.1f}" if "us" in res.get(n, {}) else f"{'-':>13}" for n in names]
+        cells = [f"{res[n]['us']:>12.1f}" if "us" in res.get(n, {}) else f"{'-':>12}" for n in names]
         fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
-        ratio = f"{fd['us'] / sd['us']:>7.2f}x" if "us" in fd and "us" in sd else f"{'-':>8}"
-        tb_s = f"{fd['tb_s']:>10.2f}" if "tb_s" in fd else f"{'-':>10}"
-        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio}")
+        ratio = f"{fd['us'] / sd['us']:>6.2f}x" if "us" in fd and "us" in sd else f"{'-':>7}"
+        tb_s = f"{fd['tb_s']:>5.2f}" if "tb_s" in fd else f"{'-':>5}"
+        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
+                     f"{pair(fd, sd, 'host_us')} {pair(fd, sd, 'graph_us')}")
     return "\n".join(lines)
 
 
