@@ -31,6 +31,7 @@ FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
 
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
+    python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -312,6 +313,55 @@ def tune() -> dict:
     return out
 
 
+# ---------------------------------------------------------------- the rows that miss (call 4)
+
+MISS_SHAPES = ((1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072), (4, 32, 32, 4096), (16, 32, 32, 4096),
+               (64, 32, 8, 4096), (1, 32, 32, 131072))
+MISS_SPLITS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+MISS_CONFIGS = ((32, 4, 3), (64, 4, 2), (64, 4, 4), (64, 8, 3), (128, 4, 2), (128, 8, 3))  # BLOCK_N, warps, stages
+
+
+def sweep_misses() -> dict:
+    """For the rows still over SDPA default after call 3: do_bench (L2 cleared) of the split-KV
+    kernel at every split count of MISS_SPLITS (default config) and at the rule's split count
+    under each of MISS_CONFIGS, beside SDPA default on the same inputs."""
+    import torch
+
+    from flashlab import decode
+    from flashlab.kernels import flash_decode as kernels
+
+    out = []
+    for B, H, Hkv, nk in MISS_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(11 * nk + B)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        rule = decode.splits_for(q, k)
+        entry = {"shape": [B, H, Hkv, nk], "rule": rule, "sdpa_default_us": None, "splits": {}, "configs": {}}
+        with torch.no_grad():
+            ref = sdpa(q, k, v).float()
+            entry["sdpa_default_us"] = bench_us(lambda: sdpa(q, k, v), 10, 40)
+            for splits in sorted(set(MISS_SPLITS) | {rule}):
+                entry["splits"][splits] = bench_us(
+                    lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
+            for block_n, warps, stages in MISS_CONFIGS:
+                config = kernels.DecodeConfig(block_n, warps, stages)
+                try:
+                    err = _common.rel_err(kernels.forward(q, k, v, None, D ** -0.5, False, rule, config)[0], ref)
+                    us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, rule, config), 10, 40)
+                    entry["configs"][f"{block_n}/{warps}/{stages}"] = {"us": us, "rel_err": err}
+                except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
+                    entry["configs"][f"{block_n}/{warps}/{stages}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        best = min(entry["splits"], key=entry["splits"].get)
+        print(f"{(B, H, Hkv, nk)}: SDPA {entry['sdpa_default_us']:.1f} us; rule {rule} splits "
+              f"{entry['splits'][rule]:.1f} us; best {best} splits {entry['splits'][best]:.1f} us; configs "
+              + " ".join(f"{c}={r.get('us', float('nan')):.1f}" for c, r in entry["configs"].items()))
+        out.append(entry)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return {"rows": out}
+
+
 def print_table(rows_out):
     print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v[:14]:>14}" for v in VARIANTS)
           + " | TB/s  vs default | graph: decode sdpa  host: decode sdpa")
@@ -349,6 +399,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--sweep-misses", action="store_true", help="split counts and configs at the rows that miss")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -360,6 +411,10 @@ def main(argv=None):
         print(refusal)
         return 2
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else _common.REPO / "benchmarks" / "results"
+    if args.sweep_misses:
+        payload = {"environment": _common.environment(), "sweep_misses": sweep_misses()}
+        _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
+        return 0
     if args.tune:
         payload = {"environment": _common.environment(), "tune": tune()}
         _common.write_json(args.out or out_dir / "decode_tune.json", payload)

@@ -447,3 +447,15 @@ def test_flash_decode_replays_in_a_cuda_graph(warm):
         eager = decode.flash_decode(q, k, v, s)
         torch.cuda.synchronize()
         assert not o.isnan().any() and torch.equal(o, eager), f"replay differs from an eager call at {lengths}"
+
+
+def test_results_table_shows_ratio_host_and_graph_columns():
+    row = {"B": 1, "H": 32, "Hkv": 8, "Nk": 4096, "num_splits": 16, "results": {
+        "flash_decode": {"us": 20.0, "tb_s": 0.8, "host_us": 18.0, "graph_us": 14.0},
+        "sdpa_default": {"us": 16.0, "host_us": 25.0, "graph_us": 10.0}}}
+    table = decode.results_table({"environment": {"device": "GPU", "date_utc": "2026-11-30"},
+                                  "rows": [row, {"B": 64, "H": 32, "Hkv": 32, "Nk": 131072, "skipped": "too big"}]})
+    line = table.splitlines()[2]
+    assert "1.25x" in line and "18.0/25.0" in line and "14.0/10.0" in line, line
+    assert "skipped: too big" in table
+    assert "no benchmarks/results" in decode.results_table({"rows": []})
