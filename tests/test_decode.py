@@ -459,3 +459,16 @@ def test_results_table_shows_ratio_host_and_graph_columns():
     assert "1.25x" in line and "18.0/25.0" in line and "14.0/10.0" in line, line
     assert "skipped: too big" in table
     assert "no benchmarks/results" in decode.results_table({"rows": []})
+
+
+def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_caches():
+    def row(B, nk, ours, sdpa, tb_s):
+        return {"B": B, "H": 32, "Hkv": 8, "Nk": nk, "kv_bytes": B * nk, "results": {
+            "flash_decode": {"us": ours, "tb_s": tb_s, "issue_us": 15.0, "host_us": ours},
+            "sdpa_default": {"us": sdpa, "issue_us": 30.0, "host_us": sdpa}}}
+
+    text = decode.results_summary({"rows": [row(1, 4096, 20.0, 16.0, 0.9), row(4, 32768, 99.0, 100.0, 4.0),
+                                            row(16, 131072, 101.0, 100.0, 3.0)]})
+    assert "on 1 of 3 rows, within 1.02x on 2" in text and "B=1 H=32 Hkv=8 Nk=4096 1.25x" in text, text
+    assert ">= 3.5 TB/s on 1 of 2 rows" in text and "flash_decode 15-15 us, SDPA default 30-30 us" in text, text
+    assert "flash_decode 20.0 us, SDPA default 16.0 us" in text, text

@@ -569,6 +569,44 @@ def results_table(payload: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> str:
+    """The decode targets read from ``bench_decode.json`` (``payload``: the parsed file, default:
+    load it), as sentences: rows at or under SDPA default's time, the worst rows, K/V bandwidth at
+    Nk >= 32k against ``target_tb_s``, and the host's time per call (issue and steady state)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("bench_decode.json").get("bench_decode")
+    rows = [r for r in (payload or {}).get("rows", []) if not r.get("skipped")
+            and "us" in r["results"].get("flash_decode", {}) and "us" in r["results"].get("sdpa_default", {})]
+    if not rows:
+        return "no benchmarks/results/bench_decode.json yet (run `python benchmarks/bench_decode.py` on a GPU)"
+
+    def name(r):
+        return f"B={r['B']} H={r['H']} Hkv={r['Hkv']} Nk={r['Nk']}"
+
+    ratio = {name(r): r["results"]["flash_decode"]["us"] / r["results"]["sdpa_default"]["us"] for r in rows}
+    worst = sorted(ratio, key=ratio.get, reverse=True)[:3]
+    long = [r["results"]["flash_decode"]["tb_s"] for r in rows if r["Nk"] >= 32768]
+    lines = [f"flash_decode at or under SDPA default's time on {sum(x <= 1.0 for x in ratio.values())} of "
+             f"{len(rows)} rows, within 1.02x on {sum(x <= 1.02 for x in ratio.values())}; worst: "
+             + ", ".join(f"{n} {ratio[n]:.2f}x" for n in worst),
+             f"K/V read at Nk >= 32k: {min(long):.2f}-{max(long):.2f} TB/s, >= {target_tb_s} TB/s on "
+             f"{sum(x >= target_tb_s for x in long)} of {len(long)} rows"]
+    for field, what in (("issue_us", "host time to issue one call"), ("host_us", "steady-state wall time per call")):
+        ours = [r["results"]["flash_decode"][field] for r in rows if field in r["results"]["flash_decode"]]
+        sdpa = [r["results"]["sdpa_default"][field] for r in rows if field in r["results"]["sdpa_default"]]
+        if ours and sdpa and field == "issue_us":
+            lines.append(f"{what}: flash_decode {min(ours):.0f}-{max(ours):.0f} us, SDPA default "
+                         f"{min(sdpa):.0f}-{max(sdpa):.0f} us")
+        elif ours and sdpa:
+            small = min(rows, key=lambda r: r["kv_bytes"] if "kv_bytes" in r else r["B"] * r["Hkv"] * r["Nk"])
+            lines.append(f"{what} at the smallest row ({name(small)}): flash_decode "
+                         f"{small['results']['flash_decode'][field]:.1f} us, SDPA default "
+                         f"{small['results']['sdpa_default'][field]:.1f} us")
+    return "\n".join(lines)
+
+
 def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = "bfloat16") -> str:
     """Time, on this machine's GPU, one decode step (Nq = 1, d = 128) of naive attention, the
     course's unsplit rung and flash_decode at each (B, H, Hkv, Nk); a text table (us, TB/s)."""
