@@ -7,7 +7,10 @@ the query heads of a kv group packed into one tile, partial states combined exac
 ``flashlab.softmax.combine_states``). This module holds what is not a kernel:
 
 * :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
-* :func:`flash_decode`, the public function, which validates every argument;
+* :func:`flash_decode`, the public function, which validates every argument once per kind of
+  call (shapes, strides, dtypes, devices, options) and then reuses the checked launch plan;
+  it never synchronises with the GPU (the values inside ``cache_seqlens`` and ``block_table``
+  are checked by the kernel; :func:`check_lengths` checks them on the host, with a sync);
 * :func:`decode_reference`, the float64 twin the tests compare against;
 * :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
   ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).

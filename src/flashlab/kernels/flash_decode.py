@@ -29,8 +29,14 @@ Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv,
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
 BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
 
+Checked in the kernel, not on the host (a host check would synchronise with the GPU every
+call): a length outside ``Nq..N_max``, or a used table entry outside ``0..num_blocks - 1``, is
+never used to address memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in
+its partial ``lse_s``, and the combine passes any NaN on).
+
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
 assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
+The launch plans at the end of the file keep what repeats between calls of one shape.
 """
 from __future__ import annotations
 
