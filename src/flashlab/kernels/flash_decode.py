@@ -295,7 +295,7 @@ def _hooks_idle() -> bool:
     """True when no Triton launch hook (a profiler's) is installed: a direct launch skips them.
     (Triton 3.6 and 3.7 keep them as HookChain objects with a ``calls`` list; older ones as None.)"""
     enter, leave = _RUNTIME_KNOBS.launch_enter_hook, _RUNTIME_KNOBS.launch_exit_hook
-    return (enter is None or getattr(enter, "calls", True) == []) and (leave is None or getattr(leave, "calls", True) == [])
+    return all(hook is None or getattr(hook, "calls", True) == [] for hook in (enter, leave))
 
 
 def _poison_requested() -> bool:
