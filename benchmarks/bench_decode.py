@@ -6,6 +6,7 @@ as skipped. Variants, each checked against SDPA FLASH's output on the row's inpu
 timed (relative error recorded):
 
 * ``flash_decode``      flashlab.flash_decode: split-KV + GQA packing, splits by ``decode.num_splits``
+* ``flash_decode_lens`` the same with ``cache_seqlens`` (every length Nk): what a serving loop calls
 * ``decode_2kernels``   the same kernel with the combine as a second kernel (``fused_combine=False``)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
@@ -15,15 +16,22 @@ timed (relative error recorded):
                         only where the repeated K and V stay under ``NAIVE_MAX_GIB``
 
 Time: median of ``triton.testing.do_bench`` (it clears the L2 cache before every run, so every run
-reads K and V from HBM). For flash_decode and SDPA default also: ``graph_us``, one call's share of a
-CUDA graph of 10 calls (GPU time with the host's launch work taken out; consecutive calls may
-then find part of K and V in L2 at the smallest rows), and ``host_us``, the host's time per call. Bandwidth: bytes of K and V read (2 * B * Hkv * Nk * d * 2 B) / time.
+reads K and V from HBM). For flash_decode, flash_decode_lens and SDPA default also: ``graph_us``,
+one call's share of a CUDA graph of 10 calls (GPU time with the host's launch work taken out;
+consecutive calls may then find part of K and V in L2 at the smallest rows); ``host_us``, the wall
+time of ``host_calls`` back-to-back calls / host_calls, the GPU synchronised before and after
+(1000 calls where a call takes under 300 us, else enough for ~0.3 s): the steady-state time per
+call, the larger of the host's and the GPU's; and ``issue_us``, the host's time to issue them
+(clock read before the final synchronisation). Bandwidth: bytes of K and V read (2 * B * Hkv * Nk
+* d * 2 B) / time. ``launch_path``: host_us of flash_decode at the small rows with the plan's
+direct launch of the compiled kernel and with every launch through Triton's JITFunction.
 Also: a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
 ``flash_attention(causal=True, causal_align="bottom_right")`` beside a non-causal run of equal
 FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
 
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
+    python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -43,8 +51,10 @@ SEQ_LENS = (4096, 32768, 131072)
 BATCHES = (1, 4, 16, 64)
 MAX_KV_GIB = 64.0  # K + V of a row above this: skipped (SDPA's and naive's buffers come on top)
 NAIVE_MAX_GIB = 16.0  # naive repeats K and V to H heads: above this it is not run
-VARIANTS = ("flash_decode", "decode_2kernels", "unsplit", "sdpa_default", "sdpa_flash", "naive")
-GRAPH_VARIANTS = ("flash_decode", "sdpa_default")  # also timed as CUDA-graph replays (GPU time, no host)
+VARIANTS = ("flash_decode", "flash_decode_lens", "decode_2kernels", "unsplit", "sdpa_default", "sdpa_flash", "naive")
+GRAPH_VARIANTS = ("flash_decode", "flash_decode_lens", "sdpa_default")  # also graph_us, host_us, issue_us
+HOST_CALLS = 1000  # back-to-back calls for host_us (fewer where a call takes over 300 us)
+LAUNCH_PATH_ROWS = ((1, 32, 32, 4096), (1, 32, 8, 4096), (4, 32, 8, 4096), (1, 32, 8, 32768))
 
 
 def rows():
@@ -82,17 +92,26 @@ def graph_us(fn) -> float:
     return 1e3 * float(triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")) / 10
 
 
-def host_us(fn, calls=200) -> float:
-    """Host time per call (us) of fn issued back to back, GPU drained first: the launch overhead."""
+def host_calls(us: float) -> int:
+    """How many back-to-back calls host_us makes for a call of ``us`` microseconds (GPU time)."""
+    return HOST_CALLS if us < 300 else max(20, int(3e5 / us))
+
+
+def host_us(fn, calls=HOST_CALLS) -> tuple[float, float]:
+    """(wall us per call of ``calls`` back-to-back calls, GPU synchronised before and after; host
+    us per call to issue them). The first is the steady state of a decode loop without graphs."""
     import torch
 
+    for _ in range(10):
+        fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()
     t1 = time.perf_counter()
     torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
+    t2 = time.perf_counter()
+    return (t2 - t0) / calls * 1e6, (t1 - t0) / calls * 1e6
 
 
 def make_variants(H, Hkv, scale):
@@ -124,8 +143,17 @@ def make_variants(H, Hkv, scale):
         config = kernels.DecodeConfig(base.block_n, base.num_warps, base.num_stages, fused_combine=False)
         return kernels.forward(q, k, v, None, scale, True, decode.splits_for(q, k), config)[0]
 
+    lens = {}  # cache_seqlens per batch size: every length Nk
+
+    def flash_decode_lens(q, k, v):
+        key = (q.shape[0], k.shape[2])
+        if key not in lens:
+            lens[key] = torch.full((q.shape[0],), k.shape[2], dtype=torch.int32, device=q.device)
+        return flashlab.flash_decode(q, k, v, lens[key], scale=scale)
+
     return {
         "flash_decode": lambda q, k, v: flashlab.flash_decode(q, k, v, scale=scale),
+        "flash_decode_lens": flash_decode_lens,
         "decode_2kernels": decode_2kernels,
         "unsplit": lambda q, k, v: attention.best_forward(q, k, v, False, scale)[0],
         "sdpa_default": sdpa_default,
@@ -161,13 +189,48 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
                 row["results"][name] = {"us": us, "tb_s": kv_bytes / us / 1e6, "rel_err_vs_sdpa_flash": err}
                 if name in GRAPH_VARIANTS:
                     row["results"][name]["graph_us"] = graph_us(lambda: fn(q, k, v))
-                    row["results"][name]["host_us"] = host_us(lambda: fn(q, k, v))
+                    calls = host_calls(us)
+                    wall, issue = host_us(lambda: fn(q, k, v), calls)
+                    row["results"][name].update(host_us=wall, issue_us=issue, host_calls=calls)
             except Exception as exc:  # a backend that refuses the shape is recorded, not fatal
                 row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             torch.cuda.empty_cache()
     del q, k, v
     torch.cuda.empty_cache()
     return row
+
+
+def launch_path() -> dict:
+    """host_us of flash_decode at the small rows: the plan's direct launch of the compiled kernel
+    vs every launch through Triton's JITFunction (``kernels.flash_decode.DIRECT_LAUNCH``), beside
+    SDPA default; and whether the direct launch was in use at all (Triton version dependent)."""
+    import torch
+
+    import flashlab
+    from flashlab import decode
+    from flashlab.kernels import flash_decode as kernels
+
+    out = {"rows": [], "direct_launch_used": None}
+    for B, H, Hkv, nk in LAUNCH_PATH_ROWS:
+        g = torch.Generator(device="cuda").manual_seed(7 * nk + B)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        lens = torch.full((B,), nk, dtype=torch.int32, device="cuda")  # (B,)
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
+        with torch.no_grad():
+            for direct in (True, False):
+                kernels.DIRECT_LAUNCH = direct
+                wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens))
+                row["direct" if direct else "jit"] = {"host_us": wall, "issue_us": issue}
+            kernels.DIRECT_LAUNCH = True
+            wall, issue = host_us(lambda: sdpa(q, k, v))
+            row["sdpa_default"] = {"host_us": wall, "issue_us": issue}
+        out["rows"].append(row)
+        plans = [plan for plan, _ in decode._CALLS.values()]
+        out["direct_launch_used"] = bool(plans) and all(plan.args is not None for plan in plans)
+        del q, k, v
+    return out
 
 
 def copy_ceiling() -> dict:
@@ -250,6 +313,55 @@ def tune() -> dict:
     return out
 
 
+# ---------------------------------------------------------------- the rows that miss (call 4)
+
+MISS_SHAPES = ((1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072), (4, 32, 32, 4096), (16, 32, 32, 4096),
+               (64, 32, 8, 4096), (1, 32, 32, 131072))
+MISS_SPLITS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+MISS_CONFIGS = ((32, 4, 3), (64, 4, 2), (64, 4, 4), (64, 8, 3), (128, 4, 2), (128, 8, 3))  # BLOCK_N, warps, stages
+
+
+def sweep_misses() -> dict:
+    """For the rows still over SDPA default after call 3: do_bench (L2 cleared) of the split-KV
+    kernel at every split count of MISS_SPLITS (default config) and at the rule's split count
+    under each of MISS_CONFIGS, beside SDPA default on the same inputs."""
+    import torch
+
+    from flashlab import decode
+    from flashlab.kernels import flash_decode as kernels
+
+    out = []
+    for B, H, Hkv, nk in MISS_SHAPES:
+        g = torch.Generator(device="cuda").manual_seed(11 * nk + B)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        rule = decode.splits_for(q, k)
+        entry = {"shape": [B, H, Hkv, nk], "rule": rule, "sdpa_default_us": None, "splits": {}, "configs": {}}
+        with torch.no_grad():
+            ref = sdpa(q, k, v).float()
+            entry["sdpa_default_us"] = bench_us(lambda: sdpa(q, k, v), 10, 40)
+            for splits in sorted(set(MISS_SPLITS) | {rule}):
+                entry["splits"][splits] = bench_us(
+                    lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
+            for block_n, warps, stages in MISS_CONFIGS:
+                config = kernels.DecodeConfig(block_n, warps, stages)
+                try:
+                    err = _common.rel_err(kernels.forward(q, k, v, None, D ** -0.5, False, rule, config)[0], ref)
+                    us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, rule, config), 10, 40)
+                    entry["configs"][f"{block_n}/{warps}/{stages}"] = {"us": us, "rel_err": err}
+                except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
+                    entry["configs"][f"{block_n}/{warps}/{stages}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
+        best = min(entry["splits"], key=entry["splits"].get)
+        print(f"{(B, H, Hkv, nk)}: SDPA {entry['sdpa_default_us']:.1f} us; rule {rule} splits "
+              f"{entry['splits'][rule]:.1f} us; best {best} splits {entry['splits'][best]:.1f} us; configs "
+              + " ".join(f"{c}={r.get('us', float('nan')):.1f}" for c, r in entry["configs"].items()))
+        out.append(entry)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return {"rows": out}
+
+
 def print_table(rows_out):
     print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v[:14]:>14}" for v in VARIANTS)
           + " | TB/s  vs default | graph: decode sdpa  host: decode sdpa")
@@ -268,10 +380,26 @@ def print_table(rows_out):
               f"{sd.get('graph_us', float('nan')):>7.1f} {fd.get('host_us', float('nan')):>6.1f} {sd.get('host_us', float('nan')):>6.1f}")
 
 
+def print_summary(rows_out):
+    """The target table: flash_decode vs SDPA default per row (us, ratio, TB/s, host_us, graph_us)."""
+    print(f"{'row (B,H,Hkv,Nk)':>20} {'spl':>4} {'ours us':>9} {'SDPA us':>9} {'ratio':>6} {'TB/s':>5} "
+          f"{'host ours':>9} {'host SDPA':>9} {'graph ours':>10} {'graph SDPA':>10} {'lens us':>8}")
+    for r in rows_out:
+        if r.get("skipped"):
+            continue
+        fd, sd, fl = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default", "flash_decode_lens"))
+        nan = float("nan")
+        print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {r['num_splits']:>4} {fd.get('us', nan):>9.1f} "
+              f"{sd.get('us', nan):>9.1f} {fd.get('us', nan) / sd.get('us', nan):>6.2f} {fd.get('tb_s', nan):>5.2f} "
+              f"{fd.get('host_us', nan):>9.1f} {sd.get('host_us', nan):>9.1f} {fd.get('graph_us', nan):>10.1f} "
+              f"{sd.get('graph_us', nan):>10.1f} {fl.get('us', nan):>8.1f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--sweep-misses", action="store_true", help="split counts and configs at the rows that miss")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -283,6 +411,10 @@ def main(argv=None):
         print(refusal)
         return 2
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else _common.REPO / "benchmarks" / "results"
+    if args.sweep_misses:
+        payload = {"environment": _common.environment(), "sweep_misses": sweep_misses()}
+        _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
+        return 0
     if args.tune:
         payload = {"environment": _common.environment(), "tune": tune()}
         _common.write_json(args.out or out_dir / "decode_tune.json", payload)
@@ -296,7 +428,10 @@ def main(argv=None):
         "time": "median of triton.testing.do_bench(warmup=25 ms, rep=100 ms), L2 cleared before every run",
         "bandwidth": "bytes of K and V read (2*B*Hkv*Nk*d*2 B) / time",
         "check": "each variant's output vs SDPA FLASH's on the same inputs (relative Frobenius error)",
-        "inputs": "torch.randn, bf16, d = 128, Nq = 1, cache_seqlens None (every key valid)"}}
+        "inputs": "torch.randn, bf16, d = 128, Nq = 1, cache_seqlens None (every key valid); "
+                  "flash_decode_lens: cache_seqlens = Nk for every sequence",
+        "host_us": "wall time of host_calls back-to-back calls / host_calls, torch.cuda.synchronize before "
+                   "and after (10 calls of warm-up first); issue_us: the host's time to issue them"}}
     payload["copy_ceiling"] = copy_ceiling()
     rows_out = []
     for B, H, Hkv, nk, skip in rows():
@@ -306,13 +441,18 @@ def main(argv=None):
         rows_out.append(time_row(B, H, Hkv, nk))
         payload["rows"] = rows_out
         _common.write_json(args.out or out_dir / "bench_decode.json", payload)
+    payload["launch_path"] = launch_path()
     payload["bottom_right_chunk"] = [bottom_right_chunk(Hkv=8), bottom_right_chunk(Hkv=32)]
     payload["wall_s"] = time.time() - t0
     _common.write_json(args.out or out_dir / "bench_decode.json", payload)
     print(f"copy ceiling: {payload['copy_ceiling']['tb_s']:.2f} TB/s (read + written)")
     for br in payload["bottom_right_chunk"]:
         print("bottom-right chunk:", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in br.items()})
+    for r in payload["launch_path"]["rows"]:
+        print("launch path (host_us, issue_us):", r)
+    print("direct launch used:", payload["launch_path"]["direct_launch_used"])
     print_table(rows_out)
+    print_summary(rows_out)
     return 0
 
 

@@ -220,14 +220,27 @@ def test_paged_cache_matches_the_contiguous_reference(splits, poison):
 
 def test_paged_cache_rejects_bad_tables_naming_the_argument():
     q, k, v, table, seqlens = _paged_inputs(2, 4, 2, 1, 16, 16, 3, 8, [40, 9], seed=4)
-    for bad, match in ((table.long(), "block_table.dtype"), (table[:1], "block_table.shape"),
-                       (torch.where(table == table[0, 1], 99, table), r"block_table\[0, 1\] = 99")):
+    for bad, match in ((table.long(), "block_table.dtype"), (table[:1], "block_table.shape")):
         with pytest.raises((TypeError, ValueError), match=match):
             decode.flash_decode(q, k, v, seqlens, block_table=bad)
     with pytest.raises(ValueError, match="page size"):
         decode.flash_decode(q, k[:, :, :12], v[:, :, :12], seqlens, block_table=table)
     with pytest.raises(ValueError, match="cache_seqlens"):
-        decode.flash_decode(q, k, v, seqlens + 20, block_table=table)  # 60 > 3 blocks x 16
+        decode.check_lengths(q, k, seqlens + 20, block_table=table)  # 60 > 3 blocks x 16
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [1, 2])
+def test_paged_cache_entry_naming_no_block_gives_nan_for_its_sequence_only(splits):
+    q, k, v, table, seqlens = _paged_inputs(2, 4, 2, 1, 16, 16, 3, 8, [40, 9], seed=4)
+    bad = torch.where(table == table[0, 1], 99, table)  # sequence 0's second page: no such block
+    with pytest.raises(ValueError, match=r"block_table\[0, 1\] = 99"):
+        decode.check_lengths(q, k, seqlens, block_table=bad)
+    o, lse = decode.flash_decode(q, k, v, seqlens, num_splits=splits, return_lse=True, block_table=bad)
+    assert o[0].isnan().all() and lse[0].isnan().all(), "sequence 0 reads a page that is no block: NaN expected"
+    ref_o, _ = decode.decode_reference(q, decode.paged_to_contiguous(k, table), decode.paged_to_contiguous(v, table),
+                                       seqlens)
+    assert (o[1].double().cpu() - ref_o[1]).abs().max().item() < 1e-5, "sequence 1 is unaffected"
 
 
 @pytest.mark.gpu
@@ -254,9 +267,7 @@ def _good(Nq=2, n_max=20):
     (lambda q, k, v, s: (q, k, v, s.to(torch.int64)), "cache_seqlens.dtype"),
     (lambda q, k, v, s: (q, k, v, s[:1]), r"cache_seqlens.shape"),
     (lambda q, k, v, s: (q, k, v, [20, 5]), "cache_seqlens must be"),
-    (lambda q, k, v, s: (q, k, v, s * 0), "cache_seqlens holds lengths from 0"),
-    (lambda q, k, v, s: (q, k, v, s + 1), "cache_seqlens.*N_max = 20"),
-    (lambda q, k, v, s: (q, k, v, s - 4), "Nq=2 .* cache_seqlens"),
+    (lambda q, k, v, s: (q, k, v, s.repeat(2)[::2]), "cache_seqlens .* contiguous"),
     (lambda q, k, v, s: (q[:, :3], k, v, s), "H must be a multiple of Hkv"),
     (lambda q, k, v, s: (q, k[..., :8], v[..., :8], s), "head dim"),
     (lambda q, k, v, s: (q.repeat(1, 1, 9, 1)[:, :, :17], k, v, s), "Nq=17"),
@@ -268,6 +279,47 @@ def test_flash_decode_rejects_bad_input_naming_the_argument(change, match):
     q, k, v, s = change(*_good())
     with pytest.raises((TypeError, ValueError), match=match):
         decode.flash_decode(q, k, v, s)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: s * torch.tensor([1, 0], dtype=torch.int32, device=s.device), "cache_seqlens holds lengths from 0"),
+    (lambda s: s + torch.tensor([1, 0], dtype=torch.int32, device=s.device), "cache_seqlens.*N_max = 20"),
+    (lambda s: s - 4, "Nq=2 .* cache_seqlens"),  # [16, 1]
+])
+def test_bad_lengths_give_nan_for_their_sequences_and_check_lengths_names_them(change, match):
+    q, k, v, s = _good()  # lengths [20, 5], N_max = 20, Nq = 2
+    bad = change(s)
+    with pytest.raises(ValueError, match=match):
+        decode.check_lengths(q, k, bad)
+    o, lse = decode.flash_decode(q, k, v, bad, return_lse=True)
+    ok = (bad >= 2) & (bad <= 20)  # (B,) lengths the kernel accepts
+    assert ok.any() and not ok.all()
+    assert o[~ok].isnan().all() and lse[~ok].isnan().all(), "a bad length must give NaN, not a silent answer"
+    ref_o, _ = decode.decode_reference(q[ok], k[ok], v[ok], bad[ok])
+    assert (o[ok].double().cpu() - ref_o).abs().max().item() < 1e-5, "good sequences are unaffected"
+
+
+@pytest.mark.interpreter
+def test_steady_state_call_skips_the_host_checks_and_reuses_the_plan(monkeypatch, poison):
+    from flashlab.kernels import flash_decode as kernels
+
+    decode.clear_plans()
+    q, k, v, s = _good()
+    decode.flash_decode(q, k, v, s, return_lse=True)  # checked, then planned
+    plans = dict(kernels._PLANS)
+
+    def checks_again(*args):
+        raise AssertionError("the host checks ran again")
+
+    monkeypatch.setattr(decode, "_check_decode_inputs", checks_again)
+    q2, k2, v2, s2 = _inputs(2, 4, 2, 2, 20, 16, torch.float32, [7, 20], seed=31)  # same shapes, new values
+    o, lse = decode.flash_decode(q2, k2, v2, s2, return_lse=True)
+    assert kernels._PLANS == plans, "a known shape made a new plan"
+    ref_o, ref_lse = decode.decode_reference(q2, k2, v2, s2)
+    assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, "the reused plan (and its scratch) gave a wrong o"
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
+    with pytest.raises(AssertionError, match="checks ran again"):  # another kind of call is checked
+        decode.flash_decode(q2.half(), k2.half(), v2.half(), s2)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -343,3 +395,80 @@ def test_fused_combine_is_repeatable_on_gpu(poison):
         assert torch.equal(o, first[0]) and torch.equal(lse, first[1]), "fused combine changed between runs"
     assert (first[0].float() - separate[0].float()).abs().max().item() < 1e-2
     assert (first[1] - separate[1]).abs().max().item() < 1e-5
+
+
+@pytest.mark.gpu
+def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
+    """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's
+    result bit for bit, and no call (first or later) may synchronise with the GPU."""
+    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels.attention import allowed_error, max_error
+
+    decode.clear_plans()
+    q, k, v, s = _inputs(4, 32, 8, 1, 5000, 128, torch.bfloat16, [5000, 17, 4096, 1], seed=41, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a .item(), a host copy or a sync raises
+    try:
+        first = decode.flash_decode(q, k, v, s, return_lse=True)  # checked, planned, launched through the JIT
+        (plan, _), = decode._CALLS.values()
+        assert plan.args is not None, "the plan kept no compiled kernel: every call would go through the JIT"
+        direct = decode.flash_decode(q, k, v, s, return_lse=True)  # the fast path
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
+    jit = decode.flash_decode(q, k, v, s, return_lse=True)
+    for name, got in (("first", first), ("direct", direct)):
+        assert torch.equal(got[0], jit[0]) and torch.equal(got[1], jit[1]), f"{name} launch differs from the JIT's"
+    ref_o, _ = decode.decode_reference(q, k, v, s)
+    same_o, _ = decode.decode_reference(q, k, v, s, upcast=False)
+    assert max_error(direct[0].cpu(), ref_o) <= allowed_error(ref_o, same_o.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warm", [True, False], ids=["planned-before-capture", "planned-in-capture"])
+def test_flash_decode_replays_in_a_cuda_graph(warm):
+    q, k, v, s = _inputs(2, 32, 8, 1, 3000, 128, torch.bfloat16, [3000, 1234], seed=43, device="cuda")
+    decode.flash_decode(q, k, v, s)  # compiles the kernel outside any capture
+    decode.clear_plans()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        if warm:
+            decode.flash_decode(q, k, v, s)  # the capture stream's plan, made before the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            o = decode.flash_decode(q, k, v, s)  # (B, H, 1, d), rewritten by every replay
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.Generator(device="cuda").manual_seed(44)
+    for lengths in ([2000, 1234], [5, 77]):
+        q.copy_(torch.randn(q.shape, generator=g, device="cuda", dtype=q.dtype))  # new values, same buffers
+        s.copy_(torch.tensor(lengths, dtype=torch.int32))
+        graph.replay()
+        eager = decode.flash_decode(q, k, v, s)
+        torch.cuda.synchronize()
+        assert not o.isnan().any() and torch.equal(o, eager), f"replay differs from an eager call at {lengths}"
+
+
+def test_results_table_shows_ratio_host_and_graph_columns():
+    row = {"B": 1, "H": 32, "Hkv": 8, "Nk": 4096, "num_splits": 16, "results": {
+        "flash_decode": {"us": 20.0, "tb_s": 0.8, "host_us": 18.0, "graph_us": 14.0},
+        "sdpa_default": {"us": 16.0, "host_us": 25.0, "graph_us": 10.0}}}
+    table = decode.results_table({"environment": {"device": "GPU", "date_utc": "2026-11-30"},
+                                  "rows": [row, {"B": 64, "H": 32, "Hkv": 32, "Nk": 131072, "skipped": "too big"}]})
+    line = table.splitlines()[2]
+    assert "1.25x" in line and "18.0/25.0" in line and "14.0/10.0" in line, line
+    assert "skipped: too big" in table
+    assert "no benchmarks/results" in decode.results_table({"rows": []})
+
+
+def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_caches():
+    def row(B, nk, ours, sdpa, tb_s):
+        return {"B": B, "H": 32, "Hkv": 8, "Nk": nk, "kv_bytes": B * nk, "results": {
+            "flash_decode": {"us": ours, "tb_s": tb_s, "issue_us": 15.0, "host_us": ours},
+            "sdpa_default": {"us": sdpa, "issue_us": 30.0, "host_us": sdpa}}}
+
+    text = decode.results_summary({"rows": [row(1, 4096, 20.0, 16.0, 0.9), row(4, 32768, 99.0, 100.0, 4.0),
+                                            row(16, 131072, 101.0, 100.0, 3.0)]})
+    assert "on 1 of 3 rows, within 1.02x on 2" in text and "B=1 H=32 Hkv=8 Nk=4096 1.25x" in text, text
+    assert ">= 3.5 TB/s on 1 of 2 rows" in text and "flash_decode 15-15 us, SDPA default 30-30 us" in text, text
+    assert "flash_decode 20.0 us, SDPA default 16.0 us" in text, text

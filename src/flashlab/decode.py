@@ -7,7 +7,10 @@ the query heads of a kv group packed into one tile, partial states combined exac
 ``flashlab.softmax.combine_states``). This module holds what is not a kernel:
 
 * :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
-* :func:`flash_decode`, the public function, which validates every argument;
+* :func:`flash_decode`, the public function, which validates every argument once per kind of
+  call (shapes, strides, dtypes, devices, options) and then reuses the checked launch plan;
+  it never synchronises with the GPU (the values inside ``cache_seqlens`` and ``block_table``
+  are checked by the kernel; :func:`check_lengths` checks them on the host, with a sync);
 * :func:`decode_reference`, the float64 twin the tests compare against;
 * :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
   ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).
@@ -171,15 +174,9 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
             raise ValueError(f"cache_seqlens.shape={tuple(cache_seqlens.shape)} must be (B,) = ({B},): one length per sequence")
         if cache_seqlens.device != q.device:
             raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
-        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
-        if lo < 1 or hi > n_max:
-            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} "
-                             + ("(block_table.shape[1] * page size)" if block_table is not None else "(k_cache.shape[2])"))
-        if lo < Nq:
-            raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
-                             "the new queries' own keys, so it must be >= Nq")
-    if block_table is not None:
-        _check_pages_used(block_table, cache_seqlens, k_cache.shape[2], k_cache.shape[0])
+        if not cache_seqlens.is_contiguous():
+            raise ValueError(f"cache_seqlens (stride {cache_seqlens.stride()}) must be contiguous")
+        # the lengths' values are checked by the kernel (NaN outputs), or by check_lengths (a sync)
     if num_splits_arg is not None and not (type(num_splits_arg) is int and 1 <= num_splits_arg <= MAX_SPLITS):
         raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
     if not isinstance(return_lse, bool):
@@ -210,6 +207,30 @@ def _check_block_table(block_table, q, k_cache) -> int:
     return block_table.shape[1] * page
 
 
+def check_lengths(q, k_cache, cache_seqlens=None, block_table=None) -> None:
+    """Raise a ValueError naming the first bad value of ``cache_seqlens`` or ``block_table``, as
+    :func:`flash_decode` would see them: every length in Nq..N_max, and every block a sequence
+    uses (its first ceil(L_b / page) table entries) a block of ``k_cache``. Costs one device
+    synchronisation per tensor; :func:`flash_decode` does not call it (there a bad sequence's
+    outputs are NaN). Shapes are assumed to have passed :func:`flash_decode`'s checks."""
+    Nq = q.shape[2]
+    if block_table is not None:
+        n_max, where = block_table.shape[1] * k_cache.shape[2], "(block_table.shape[1] * page size)"
+    else:
+        n_max, where = k_cache.shape[2], "(k_cache.shape[2])"
+    if cache_seqlens is not None:
+        import torch
+
+        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
+        if lo < 1 or hi > n_max:
+            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} {where}")
+        if lo < Nq:
+            raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
+                             "the new queries' own keys, so it must be >= Nq")
+    if block_table is not None:
+        _check_pages_used(block_table, cache_seqlens, k_cache.shape[2], k_cache.shape[0])
+
+
 def _check_pages_used(block_table, cache_seqlens, page: int, num_blocks: int) -> None:
     """Every block a sequence uses (its first ceil(L_b / page) entries) must exist; one device sync."""
     import torch
@@ -236,13 +257,44 @@ def paged_to_contiguous(cache, block_table):
     return pages.permute(0, 2, 1, 3, 4).reshape(B, Hkv, max_blocks * page, d)
 
 
+_CALLS: dict = {}  # call key -> (plan, scale): calls whose checks have passed
+_FAST_PATH = None  # (current CUDA device, current stream of a device), bound by the first checked call
+
+
+def _bind_fast_path() -> None:
+    global _FAST_PATH
+    import torch
+
+    from .kernels.flash_decode import current_stream
+
+    current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else (lambda: -1)
+    _FAST_PATH = (current_device, current_stream)
+
+
+def _call_key(q, k, v, seqlens, scale, splits, return_lse, block_table):
+    """Everything flash_decode's checks and its launch depend on, in a hashable tuple; None where
+    the fast path does not apply (no checked call yet, q not on the current CUDA device)."""
+    if _FAST_PATH is None or (return_lse is not True and return_lse is not False):
+        return None
+    current_device, current_stream = _FAST_PATH
+    device = q.get_device()
+    if device >= 0 and device != current_device():
+        return None
+    return (q.shape, q.stride(), q.dtype, device, k.shape, k.stride(), k.dtype, k.get_device(),
+            v.shape, v.stride(), v.dtype, v.get_device(),
+            None if seqlens is None else (seqlens.shape, seqlens.stride(), seqlens.dtype, seqlens.get_device()),
+            None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
+                                              block_table.get_device()),
+            type(scale), scale, type(splits), splits, return_lse, current_stream(device))
+
+
 def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None,
                  num_splits: int | None = None, return_lse: bool = False, *, block_table=None):
     """Attention of a few new queries per sequence over a KV cache, split across the GPU (Flash-Decoding).
 
     q: (B, H, Nq, d), 1 <= Nq <= 16, the new queries. k_cache, v_cache: (B, Hkv, N_max, d), H a
     multiple of Hkv (query head h reads kv head h // (H // Hkv): GQA, MQA). cache_seqlens: (B,)
-    int32 valid lengths L_b in 1..N_max, counting the new queries' own keys (None: N_max for every
+    int32 valid lengths L_b in Nq..N_max, counting the new queries' own keys (None: N_max for every
     sequence); cache entries at or past L_b are never read. Query i of Nq sees keys
     ``j <= L_b - Nq + i`` (bottom-right causal). scale: default 1/sqrt(d). num_splits: chunks of
     the key range (None: :func:`num_splits` of the shape and the SM count). fp16, bf16 or fp32.
@@ -254,21 +306,53 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     sequence's last page are never read (any value, e.g. -1).
 
     Returns o (B, H, Nq, d) in q's dtype, or (o, lse) with ``return_lse``: lse (B, H, Nq) float32,
-    natural log. No gradient. Checking ``cache_seqlens`` (and ``block_table``) costs one device
-    synchronisation each.
+    natural log. No gradient.
+
+    Never synchronises with the GPU: the values inside ``cache_seqlens`` and ``block_table`` are
+    checked by the kernel, and a sequence with a length outside Nq..N_max, or a used table entry
+    naming no block, gets NaN in its o and lse (:func:`check_lengths` raises a ValueError naming
+    the value instead, at the cost of a synchronisation). Every other argument is checked on the
+    host, once per distinct (shapes, strides, dtypes, devices, options): later calls of the same
+    kind reuse the checked launch plan (``kernels.flash_decode.DecodePlan``).
     """
-    scale = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
+    try:
+        key = _call_key(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
+    except (AttributeError, TypeError):  # not tensors: the checks below say which
+        key = None
+    hit = _CALLS.get(key) if key is not None else None
+    if hit is not None:
+        plan, scale_value = hit
+        o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
+        return (o, lse) if return_lse else o
+    scale_value = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
     from .kernels import flash_decode as kernels
     from .kernels.attention import on_device
 
     if num_splits is None and block_table is not None:  # the rule sees the logical length
         B, H, Nq, d = q.shape
-        num_splits = _rule_for(B, H, Nq, d, k_cache.shape[1], block_table.shape[1] * k_cache.shape[2],
-                               q.element_size(), q.element_size() == 4, sm_count_of(q))
-    splits = splits_for(q, k_cache, num_splits)
+        splits = _rule_for(B, H, Nq, d, k_cache.shape[1], block_table.shape[1] * k_cache.shape[2],
+                           q.element_size(), q.element_size() == 4, sm_count_of(q))
+    else:
+        splits = splits_for(q, k_cache, num_splits)
     with on_device(q):
-        o, lse = kernels.forward(q, k_cache, v_cache, cache_seqlens, scale, True, splits, block_table=block_table)
+        plan = kernels.plan_for(q, k_cache, v_cache, cache_seqlens, block_table, True, splits)
+        o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
+        if _FAST_PATH is None:
+            _bind_fast_path()
+            key = _call_key(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
+        if key is not None and plan.cached:
+            if len(_CALLS) >= kernels.MAX_PLANS:
+                _CALLS.clear()
+            _CALLS[key] = (plan, scale_value)
     return (o, lse) if return_lse else o
+
+
+def clear_plans() -> None:
+    """Forget every checked call and launch plan (frees their scratch buffers)."""
+    from .kernels import flash_decode as kernels
+
+    _CALLS.clear()
+    kernels.clear_plans()
 
 
 def decode_reference(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None, upcast: bool = True):
@@ -451,8 +535,11 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
 
 
 def results_table(payload: dict | None = None) -> str:
-    """``benchmarks/results/bench_decode.json`` as a text table (us per decode step and TB/s of K
-    and V read), or a sentence saying it is missing. ``payload``: the parsed file (default: load it)."""
+    """``benchmarks/results/bench_decode.json`` as a text table, or a sentence saying it is missing.
+    Per row: us per decode step (do_bench, L2 cleared) of naive, the unsplit rung, flash_decode and
+    SDPA default; flash_decode's TB/s of K and V read and its time over SDPA's; ``host_us`` (wall
+    time per call of back-to-back calls, both) and ``graph_us`` (one call's share of a CUDA-graph
+    replay, both), where the file has them. ``payload``: the parsed file (default: load it)."""
     if payload is None:
         from . import course
 
@@ -462,20 +549,64 @@ def results_table(payload: dict | None = None) -> str:
     env = payload.get("environment", {})
     names = ("naive", "unsplit", "flash_decode", "sdpa_default")
     lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
-             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time",
-             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>13}" for n in names)
-             + f" {'split TB/s':>10} {'vs SDPA':>8}"]
+             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time; host = wall us per call of "
+             "back-to-back calls; graph = us per call in a CUDA-graph replay (ours / SDPA default)",
+             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>12}" for n in names)
+             + f" {'TB/s':>5} {'vs SDPA':>7} {'host us':>13} {'graph us':>13}"]
+
+    def pair(a: dict, b: dict, field: str) -> str:
+        return f"{a[field]:>6.1f}/{b[field]:<6.1f}" if field in a and field in b else f"{'-':>13}"
+
     for r in payload["rows"]:
         head = f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}"
         if r.get("skipped"):
             lines.append(f"{head} skipped: {r['skipped']}")
             continue
         res = r["results"]
-        cells = [f"{res[n]['us']:>13.1f}" if "us" in res.get(n, {}) else f"{'-':>13}" for n in names]
+        cells = [f"{res[n]['us']:>12.1f}" if "us" in res.get(n, {}) else f"{'-':>12}" for n in names]
         fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
-        ratio = f"{fd['us'] / sd['us']:>7.2f}x" if "us" in fd and "us" in sd else f"{'-':>8}"
-        tb_s = f"{fd['tb_s']:>10.2f}" if "tb_s" in fd else f"{'-':>10}"
-        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio}")
+        ratio = f"{fd['us'] / sd['us']:>6.2f}x" if "us" in fd and "us" in sd else f"{'-':>7}"
+        tb_s = f"{fd['tb_s']:>5.2f}" if "tb_s" in fd else f"{'-':>5}"
+        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
+                     f"{pair(fd, sd, 'host_us')} {pair(fd, sd, 'graph_us')}")
+    return "\n".join(lines)
+
+
+def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> str:
+    """The decode targets read from ``bench_decode.json`` (``payload``: the parsed file, default:
+    load it), as sentences: rows at or under SDPA default's time, the worst rows, K/V bandwidth at
+    Nk >= 32k against ``target_tb_s``, and the host's time per call (issue and steady state)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("bench_decode.json").get("bench_decode")
+    rows = [r for r in (payload or {}).get("rows", []) if not r.get("skipped")
+            and "us" in r["results"].get("flash_decode", {}) and "us" in r["results"].get("sdpa_default", {})]
+    if not rows:
+        return "no benchmarks/results/bench_decode.json yet (run `python benchmarks/bench_decode.py` on a GPU)"
+
+    def name(r):
+        return f"B={r['B']} H={r['H']} Hkv={r['Hkv']} Nk={r['Nk']}"
+
+    ratio = {name(r): r["results"]["flash_decode"]["us"] / r["results"]["sdpa_default"]["us"] for r in rows}
+    worst = sorted(ratio, key=ratio.get, reverse=True)[:3]
+    long = [r["results"]["flash_decode"]["tb_s"] for r in rows if r["Nk"] >= 32768]
+    lines = [f"flash_decode at or under SDPA default's time on {sum(x <= 1.0 for x in ratio.values())} of "
+             f"{len(rows)} rows, within 1.02x on {sum(x <= 1.02 for x in ratio.values())}; worst: "
+             + ", ".join(f"{n} {ratio[n]:.2f}x" for n in worst),
+             f"K/V read at Nk >= 32k: {min(long):.2f}-{max(long):.2f} TB/s, >= {target_tb_s} TB/s on "
+             f"{sum(x >= target_tb_s for x in long)} of {len(long)} rows"]
+    for field, what in (("issue_us", "host time to issue one call"), ("host_us", "steady-state wall time per call")):
+        ours = [r["results"]["flash_decode"][field] for r in rows if field in r["results"]["flash_decode"]]
+        sdpa = [r["results"]["sdpa_default"][field] for r in rows if field in r["results"]["sdpa_default"]]
+        if ours and sdpa and field == "issue_us":
+            lines.append(f"{what}: flash_decode {min(ours):.0f}-{max(ours):.0f} us, SDPA default "
+                         f"{min(sdpa):.0f}-{max(sdpa):.0f} us")
+        elif ours and sdpa:
+            small = min(rows, key=lambda r: r["kv_bytes"] if "kv_bytes" in r else r["B"] * r["Hkv"] * r["Nk"])
+            lines.append(f"{what} at the smallest row ({name(small)}): flash_decode "
+                         f"{small['results']['flash_decode'][field]:.1f} us, SDPA default "
+                         f"{small['results']['sdpa_default'][field]:.1f} us")
     return "\n".join(lines)
 
 

@@ -29,11 +29,19 @@ Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv,
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
 BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
 
+Checked in the kernel, not on the host (a host check would synchronise with the GPU every
+call): a length outside ``Nq..N_max``, or a used table entry outside ``0..num_blocks - 1``, is
+never used to address memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in
+its partial ``lse_s``, and the combine passes any NaN on).
+
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
 assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
+The launch plans at the end of the file keep what repeats between calls of one shape.
 """
 from __future__ import annotations
 
+import inspect
+import os
 from dataclasses import dataclass
 
 from . import _mode
@@ -90,7 +98,7 @@ def block_m_for(rows: int) -> int:
 # --------------------------------------------------------------------------------------------
 # Kernel 1: one program per (split, batch x kv head, row block)
 # --------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS"])
+@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS", "NUM_BLOCKS"])
 def _decode_split_kv(
     Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
@@ -98,7 +106,7 @@ def _decode_split_kv(
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
     stride_bz, stride_bb,
-    H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS,
+    H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -110,8 +118,13 @@ def _decode_split_kv(
     off_hkv = (off_zh % H_KV).to(tl.int64)
     if HAS_SEQLENS:
         seqlen = tl.load(SeqLens + off_z).to(tl.int32)  # L_b: valid keys of this sequence
+        # -- checked here, not on the host (no device sync): a length outside N_Q..N_MAX reads
+        #    nothing and turns this sequence's outputs into NaN
+        bad = (seqlen < N_Q) | (seqlen > N_MAX)
+        seqlen = tl.where(bad, 0, seqlen)
     else:
         seqlen = N_MAX
+        bad = N_MAX < 0  # False, as a tensor
     # -- GQA packing: row r of the tile is query i = r % N_Q of head h = hkv * GROUP + r // N_Q
     offs_r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     row_ok = offs_r < GROUP * N_Q
@@ -136,12 +149,16 @@ def _decode_split_kv(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
+    bad_pages = tl.full([], 0, tl.int32)  # paged: table entries of this chunk that name no block
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi  # never load at or past L_b
         if PAGED:
             # -- paged cache: the tile lies in one page (BLOCK_N divides PAGE_SIZE); look its block up
             page = tl.load(BlockTable + off_z * stride_bz + (start_n // PAGE_SIZE) * stride_bb).to(tl.int64)
+            page_bad = (page < 0) | (page >= NUM_BLOCKS)  # checked here, not on the host: NaN outputs
+            bad_pages += page_bad.to(tl.int32)
+            page = tl.where(page_bad, 0, page)
             offs_row = start_n % PAGE_SIZE + tl.arange(0, BLOCK_N)  # rows inside the physical block
             k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
             v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
@@ -172,6 +189,10 @@ def _decode_split_kv(
     seen = l_i > 0.0
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)  # (BLOCK_M, HEAD_DIM)
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    # -- a bad length or page: NaN in this split's o and lse (a combine passes NaN on)
+    bad = bad | (bad_pages > 0)
+    o = tl.where(bad, float("nan"), o)
+    lse = tl.where(bad, float("nan"), lse)
     row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i  # (BLOCK_M,) flat (b, h, i) index
     d_ok = offs_d[None, :] < D_HEAD
     o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
@@ -191,11 +212,13 @@ def _decode_split_kv(
                 m_c = tl.full([BLOCK_M], float("-inf"), tl.float32)
                 l_c = tl.zeros([BLOCK_M], tl.float32)
                 acc_c = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+                nan_c = tl.zeros([BLOCK_M], tl.int32)  # splits that flagged a bad length or page
                 for s in range(0, NUM_SPLITS):
                     lse_s = tl.load(LSEPart + row * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
                                     cache_modifier=".cg")  # (BLOCK_M,)
                     o_s = tl.load(OPart + (row * NUM_SPLITS + s)[:, None] * D_HEAD + offs_d[None, :],
                                   mask=row_ok[:, None] & d_ok, other=0.0, cache_modifier=".cg")  # (BLOCK_M, HEAD_DIM)
+                    nan_c += (lse_s != lse_s).to(tl.int32)
                     m_new = tl.maximum(m_c, lse_s)
                     m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
                     alpha = tl.exp(m_c - m_new_safe)  # rescale of the state so far
@@ -204,8 +227,10 @@ def _decode_split_kv(
                     acc_c = acc_c * alpha[:, None] + w[:, None] * o_s
                     m_c = m_new
                 l_c = tl.where(row_ok, l_c, 1.0)  # padding rows (never stored) saw nothing
-                tl.store(LSE + row, m_c + tl.log(l_c), mask=row_ok)
-                tl.store(o_ptrs, (acc_c / l_c[:, None]).to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+                lse_c = tl.where(nan_c > 0, float("nan"), m_c + tl.log(l_c))
+                o_c = tl.where(nan_c[:, None] > 0, float("nan"), acc_c / l_c[:, None])
+                tl.store(LSE + row, lse_c, mask=row_ok)
+                tl.store(o_ptrs, o_c.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
                 tl.atomic_xchg(Counters + tile, 0)  # leave the count at 0 (tidy; each call zeroes its own)
     else:
         tl.store(LSE + row, lse, mask=row_ok)
@@ -234,7 +259,9 @@ def _combine_splits(
     o_s = tl.load(OPart + (row * NUM_SPLITS + offs_s)[:, None] * D_HEAD + offs_d[None, :],
                   mask=s_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_S, HEAD_DIM)
     o = tl.sum(w[:, None] * o_s, 0) / l  # (HEAD_DIM,)
-    tl.store(LSE + row, m + tl.log(l))
+    bad = tl.sum((lse_s != lse_s).to(tl.int32), 0) > 0  # a split flagged a bad length or page
+    o = tl.where(bad, float("nan"), o)
+    tl.store(LSE + row, tl.where(bad, float("nan"), m + tl.log(l)))
     off_i = row % N_Q
     off_h = (row // N_Q) % H
     off_z = row // (N_Q * H)
@@ -243,8 +270,176 @@ def _combine_splits(
 
 
 # --------------------------------------------------------------------------------------------
-# Python wrapper
+# Launch plans: what the launches of one shape need, computed once
 # --------------------------------------------------------------------------------------------
+# A decode step is tens of microseconds of GPU work, so the host's time per call matters as much
+# (benchmarks/NOTES.md, decode section). A plan holds, per (shapes, strides, dtype, device,
+# stream, options): the grid, every argument that does not change between calls, the split-KV
+# scratch (partial o and lse, the tile counters, which the kernel leaves at 0) and, after the
+# first launch through Triton's JITFunction, the compiled kernel, which later calls launch
+# directly (``CompiledKernel.run``: Triton 3.6 and 3.7 take the same arguments there).
+SPLIT_KV_PARAMS = tuple(inspect.signature(_decode_split_kv.fn).parameters)  # the kernel's arguments, in order
+assert SPLIT_KV_PARAMS[:11] == ("Q", "K", "V", "SeqLens", "BlockTable", "Out", "LSE", "OPart", "LSEPart",
+                                "Counters", "sm_scale"), SPLIT_KV_PARAMS[:11]
+MAX_PLANS = 64  # plans kept (each holds its scratch); the cache is emptied when full
+DIRECT_LAUNCH = True  # False: every launch goes through JITFunction (to compare the two paths)
+_PLANS: dict = {}
+
+
+def current_stream(device_index: int):
+    """Raw handle of the device's current CUDA stream; None for a CPU tensor (the interpreter)."""
+    return torch._C._cuda_getCurrentRawStream(device_index) if device_index >= 0 else None
+
+
+def _hooks_idle() -> bool:
+    """True when no Triton launch hook (a profiler's) is installed: a direct launch skips them.
+    (Triton 3.6 and 3.7 keep them as HookChain objects with a ``calls`` list; older ones as None.)"""
+    enter, leave = _RUNTIME_KNOBS.launch_enter_hook, _RUNTIME_KNOBS.launch_exit_hook
+    return all(hook is None or getattr(hook, "calls", True) == [] for hook in (enter, leave))
+
+
+def _poison_requested() -> bool:
+    """``FLASHLAB_POISON=1`` (see ``flash_fwd.new_output``), read without ``os.environ``'s key
+    encoding where the platform allows (it costs microseconds per call)."""
+    data = getattr(os.environ, "_data", None)
+    if data is not None and _POISON_KEY is not None:
+        value = data.get(_POISON_KEY)
+        return value is not None and os.environ.decodevalue(value) == "1"
+    return os.environ.get("FLASHLAB_POISON") == "1"
+
+
+try:
+    from triton import knobs as _knobs
+
+    _RUNTIME_KNOBS = _knobs.runtime
+except ImportError:  # an older Triton: no knobs, so no hooks to honour this way
+    _RUNTIME_KNOBS = type("NoHooks", (), {"launch_enter_hook": None, "launch_exit_hook": None})
+_POISON_KEY = os.environ.encodekey("FLASHLAB_POISON") if hasattr(os.environ, "encodekey") else None
+
+
+def _capturing(q) -> bool:
+    return q.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+class DecodePlan:
+    """The launch of one decode shape. ``plan(q, k, v, seqlens, block_table, scale, return_lse)``
+    -> (o (B, H, Nq, d), lse (B, H, Nq) float32, the plan's own buffer unless ``return_lse``)."""
+
+    def __init__(self, q, k, v, seqlens, block_table, causal: bool, num_splits: int, config: DecodeConfig | None):
+        B, H, Nq, d = q.shape
+        Hkv = k.shape[1]
+        paged = block_table is not None
+        n_max = block_table.shape[1] * k.shape[2] if paged else k.shape[2]
+        group = H // Hkv
+        config = config or default_config(head_dim_padded(d), q.dtype)
+        if paged and k.shape[2] < config.block_n:  # a tile must lie within one page
+            config = DecodeConfig(k.shape[2], config.num_warps, config.num_stages, config.fused_combine)
+        block_m = block_m_for(group * Nq)
+        row_blocks = triton.cdiv(group * Nq, block_m)
+        split = num_splits > 1
+        fused = split and config.fused_combine
+        f32 = torch.float32
+        self.o_shape, self.lse_shape, self.dtype, self.device = (B, H, Nq, d), (B, H, Nq), q.dtype, q.device
+        self.lse = torch.empty(self.lse_shape, dtype=f32, device=q.device)  # lse nobody asked for; a placeholder pointer
+        if split:
+            self.o_part = torch.empty(B * H * Nq, num_splits, d, dtype=f32, device=q.device)  # (rows, splits, d)
+            self.lse_part = torch.empty(B * H * Nq, num_splits, dtype=f32, device=q.device)  # (rows, splits)
+        else:
+            self.o_part = self.lse_part = self.lse  # unused by the kernel
+        self.counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else self.lse
+        self.grid = (num_splits, B * Hkv, row_blocks)
+        o_strides = (H * Nq * d, Nq * d, d, 1)  # a fresh contiguous o
+        values = dict(Q=q, K=k, V=v, SeqLens=self.lse, BlockTable=self.lse, Out=None, LSE=None, OPart=self.o_part,
+                      LSEPart=self.lse_part, Counters=self.counters, sm_scale=None)
+        for name, strides in (("q", q.stride()), ("k", k.stride()), ("v", v.stride()), ("o", o_strides)):
+            values.update(zip((f"stride_{name}z", f"stride_{name}h", f"stride_{name}m" if name in "qo" else
+                               f"stride_{name}n", f"stride_{name}k"), strides))
+        values.update(stride_bz=block_table.stride()[0] if paged else 0, stride_bb=block_table.stride()[1] if paged else 0,
+                      H_KV=Hkv, GROUP=group, N_Q=Nq, N_MAX=n_max, NUM_SPLITS=num_splits,
+                      NUM_BLOCKS=k.shape[0] if paged else 1,
+                      HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
+                      PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1,
+                      HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
+                      DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
+        assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
+        self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors
+        self.options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+        self.combine = None if not split or fused else (
+            (B * H * Nq,), dict(H=H, N_Q=Nq, NUM_SPLITS=num_splits, HEAD_DIM=head_dim_padded(d), D_HEAD=d,
+                                BLOCK_S=max(2, triton.next_power_of_2(num_splits)), num_warps=4 if d >= 128 else 2))
+        self.direct = q.is_cuda  # the interpreter has no compiled kernel
+        self.stream = current_stream(q.get_device())
+        self.kernel = None  # the CompiledKernel, after the first launch
+        self.args = None  # every kernel argument in order, pointers as ints (direct launch)
+        self.cached = False  # kept by plan_for (not when made during a CUDA graph capture)
+
+    def __call__(self, q, k, v, seqlens, block_table, scale: float, return_lse: bool):
+        o = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)  # (B, H, Nq, d)
+        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device) if return_lse else self.lse
+        if _poison_requested():  # tests: an element never written, or stale scratch, shows
+            for t in (o, lse, self.o_part, self.lse_part):
+                t.fill_(float("nan"))
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                0 if seqlens is None else seqlens.data_ptr(), 0 if block_table is None else block_table.data_ptr())
+        bits = ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
+        # the compiled kernel assumed 16-byte aligned pointers (Triton specialises on it): others go through the JIT
+        if self.args is not None and not bits & 15 and DIRECT_LAUNCH and _hooks_idle():
+            args = self.args.copy()
+            args[0], args[1], args[2], args[5], args[6], args[10] = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], scale
+            if seqlens is not None:
+                args[3] = ptrs[5]
+            if block_table is not None:
+                args[4] = ptrs[6]
+            kernel = self.kernel
+            kernel.run(*self.grid, self.stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+        else:
+            values = dict(self.values, Q=q, K=k, V=v, Out=o, LSE=lse, sm_scale=scale)
+            if seqlens is not None:
+                values["SeqLens"] = seqlens
+            if block_table is not None:
+                values["BlockTable"] = block_table
+            kernel = _decode_split_kv[self.grid](**values, **self.options)
+            if self.direct and self.args is None and not bits & 15 and all(
+                    hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
+                self.kernel = kernel
+                self.args = [values[n].data_ptr() if isinstance(values[n], torch.Tensor) else values[n]
+                             for n in SPLIT_KV_PARAMS]
+        if self.combine is not None:
+            grid, consts = self.combine
+            _combine_splits[grid](self.o_part, self.lse_part, o, lse, *o.stride(), **consts)
+        return o, lse
+
+
+def plan_key(q, k, v, seqlens, block_table, causal: bool, num_splits: int, config):
+    """What a plan depends on (validated inputs: k's and v's dtype and device are q's)."""
+    device = q.get_device()
+    return (q.shape, q.stride(), q.dtype, device, k.shape, k.stride(), v.stride(),
+            None if seqlens is None else seqlens.stride(),
+            None if block_table is None else (block_table.shape, block_table.stride()),
+            causal, num_splits, config, current_stream(device))
+
+
+def plan_for(q, k, v, seqlens, block_table, causal: bool, num_splits: int,
+             config: DecodeConfig | None = None) -> DecodePlan:
+    """The cached plan of these (validated) inputs, made on first use. Not cached while a CUDA
+    graph is being captured (its scratch would come from the graph's memory pool)."""
+    key = plan_key(q, k, v, seqlens, block_table, causal, num_splits, config)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = DecodePlan(q, k, v, seqlens, block_table, causal, num_splits, config)
+        if not _capturing(q):
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
+            plan.cached = True
+    return plan
+
+
+def clear_plans() -> None:
+    """Forget every plan (and free its scratch)."""
+    _PLANS.clear()
+
+
 def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None,
             block_table=None):
     """Split-KV attention of validated inputs. q (B, H, Nq, d); k, v (B, Hkv, N_max, d); seqlens
@@ -252,42 +447,7 @@ def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, confi
     lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i).
     Paged cache: ``block_table`` (B, max_blocks) int32 and k, v (num_blocks, Hkv, page_size, d),
     page_size a power of two >= 16; logical key j of sequence b is row j % page_size of block
-    block_table[b, j // page_size]; N_max = max_blocks * page_size."""
-    B, H, Nq, d = q.shape
-    Hkv = k.shape[1]
-    paged = block_table is not None
-    n_max = block_table.shape[1] * k.shape[2] if paged else k.shape[2]
-    group = H // Hkv
-    config = config or default_config(head_dim_padded(d), q.dtype)
-    if paged and k.shape[2] < config.block_n:  # a tile must lie within one page
-        config = DecodeConfig(k.shape[2], config.num_warps, config.num_stages, config.fused_combine)
-    block_m = block_m_for(group * Nq)
-    row_blocks = triton.cdiv(group * Nq, block_m)
-    split = num_splits > 1
-    o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
-    lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
-    fused = split and config.fused_combine
-    if split:
-        o_part = new_output((B * H * Nq, num_splits, d), torch.float32, q.device)  # (rows, splits, d)
-        lse_part = new_output((B * H * Nq, num_splits), torch.float32, q.device)  # (rows, splits)
-    else:
-        o_part, lse_part = o, lse  # unused by the kernel
-    counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else lse  # (tiles,)
-    _decode_split_kv[(num_splits, B * Hkv, row_blocks)](
-        q, k, v, seqlens if seqlens is not None else lse, block_table if paged else lse,
-        o, lse, o_part, lse_part, counters, scale,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(), *(block_table.stride() if paged else (0, 0)),
-        Hkv, group, Nq, n_max, num_splits,
-        HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
-        PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1,
-        HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
-        DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
-    if split and not fused:
-        _combine_splits[(B * H * Nq,)](
-            o_part, lse_part, o, lse, *o.stride(), H, Nq, num_splits,
-            HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits)),
-            num_warps=4 if d >= 128 else 2,
-        )
-    return o, lse
+    block_table[b, j // page_size]; N_max = max_blocks * page_size. A length outside Nq..N_max, or
+    a used table entry outside 0..num_blocks - 1, gives NaN in that sequence's o and lse."""
+    plan = plan_for(q, k, v, seqlens, block_table, bool(causal), num_splits, config)
+    return plan(q, k, v, seqlens, block_table, float(scale), True)
