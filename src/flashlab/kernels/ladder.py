@@ -41,7 +41,7 @@ RUNG_OPTIONS = {
     "v2_exp2_causal": BAND_OPTIONS + ("mask_mod",),
     "v3_autotuned": BAND_OPTIONS,
     "v4_hopper": BAND_OPTIONS,
-    "v5_gluon_ws": (),
+    "v5_gluon_ws": BAND_OPTIONS,
 }
 TRITON_OPTIONS = BAND_OPTIONS + ("mask_mod",)  # what some rung (and the backward) computes
 
@@ -86,7 +86,8 @@ def choose(q, k, v, spec: AttnSpec) -> str:
     open is asked: it runs per call."""
     if spec.mask_mod is not None:
         return "v2_exp2_causal"
-    if _fits("v5_gluon_ws", spec) and flash_fwd_gluon.preferred(q, k, spec.causal):
+    # v5 computes windows and bottom-right too, but was measured faster only without them
+    if not spec.features() and flash_fwd_gluon.preferred(q, k, spec.causal):
         return "v5_gluon_ws"
     return "v4_hopper" if hopper_applies(q, k, v, spec, checked=True) else "v3_autotuned"
 
