@@ -211,3 +211,51 @@ def test_gluon_rung_computes_window_and_bottom_right_without_loading_unseen_keys
     visible = torch.from_numpy(spec.mask(np.arange(nq)[:, None], np.arange(nk)[None, :], nq, nk)).cuda()
     s = (q.double() @ k.double().transpose(-2, -1) / d**0.5).masked_fill(~visible, float("-inf"))
     assert max_error(lse, torch.logsumexp(s, -1)) < 1e-3, f"{where}: lse"
+
+
+@gpu
+@pytest.mark.gpu
+def test_gluon_compiles_the_shared_loop_bounds_to_the_numpy_models_numbers():
+    # the Gluon rung calls kernels.visible.kv_bounds, a @triton.jit function, compiled by Gluon's
+    # front end: check that there it returns visibility.kv_stages's numbers over a grid of shapes
+    import itertools
+
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from flashlab.attnspec import AttnSpec
+    from flashlab.kernels.visible import kv_bounds
+    from flashlab.visibility import kv_stages
+
+    @gluon.jit
+    def probe(Out, N_Q, N_K, DIAG, WINDOW, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+        pid = gl.program_id(0)
+        lo, full_lo, full_hi, hi = kv_bounds(pid, N_Q, N_K, DIAG, WINDOW, None, BLOCK_M, BLOCK_N,
+                                             CAUSAL, HAS_WINDOW, False)
+        gl.store(Out + pid * 4, lo)
+        gl.store(Out + pid * 4 + 1, full_lo)
+        gl.store(Out + pid * 4 + 2, full_hi)
+        gl.store(Out + pid * 4 + 3, hi)
+
+    checked = 0
+    for nq, nk, block_n, causal, align, window in itertools.product(
+            (1, 130, 700), (64, 333, 1024), (64, 128), (False, True), ("top_left", "bottom_right"), (None, 1, 100)):
+        if not causal and (window or align != "top_left"):
+            continue
+        spec = AttnSpec(causal=causal, causal_align=align, window=window)
+        try:
+            spec.check_lengths(nq, nk)
+        except ValueError:
+            continue
+        rule = spec.kernel_args(nq, nk)
+        n = -(-nq // fg.BLOCK_M)
+        out = torch.full((n, 4), -7, dtype=torch.int32, device="cuda")
+        probe[(n,)](out, nq, nk, rule["DIAG"], rule["WINDOW"], BLOCK_M=fg.BLOCK_M, BLOCK_N=block_n,
+                    CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"], num_warps=4)
+        flags = (rule["DIAG"], rule["WINDOW"], causal, window is not None)
+        for p in range(n):
+            expected = kv_stages(p, fg.BLOCK_M, block_n, nq, nk, *flags)
+            assert tuple(out[p].tolist()) == expected, f"{spec} Nq={nq} Nk={nk} block_n={block_n} block {p}"
+        checked += 1
+    assert checked > 40

@@ -317,8 +317,8 @@ def test_rungs_refuse_options_they_do_not_compute_naming_them():
     q, k, v = _torch_inputs(24, 24, 32, torch.float16, 11, "cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="mask_mod"):
         ladder.RUNGS["v4_hopper"](q, k, v, mask_mod=sliding_window_9)
-    with pytest.raises(ValueError, match="seqlens"):
-        flash_attention(q, k, v, seqlens_q=(24,))
+    with pytest.raises(ValueError, match="seqlens"):  # per-sequence lengths: rungs v0-v3 only
+        ladder.RUNGS["v4_hopper"](q, k, v, seqlens_q=(24,))
     with pytest.raises(ValueError, match="mask_mod"):  # v5 computes windows, not a mask_mod
         ladder.RUNGS["v5_gluon_ws"](q, k, v, mask_mod=sliding_window_9)
     with pytest.raises(ValueError, match="window"):
