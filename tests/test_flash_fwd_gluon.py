@@ -9,7 +9,6 @@ the argument named; the dispatch never picks this rung off a GPU. The numbers ar
 """
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -134,7 +133,7 @@ def _poison(monkeypatch):
 def test_gluon_rung_matches_reference_on_gpu(dtype, causal, d, Nq, Nk, block_n, nbuf):
     from flashlab.kernels.attention import allowed_error, attention_reference, max_error
 
-    seed = random.randrange(2**31)
+    seed = 7 * Nq + 11 * Nk + d + block_n + int(causal)  # fixed per case, different across cases
     g = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(2, 3, n, d, device="cuda", generator=g).to(dtype) for n in (Nq, Nk, Nk))
     o, lse = fg.forward(q, k, v, causal, config=fg.GluonConfig(block_n, nbuf))
@@ -154,7 +153,7 @@ def test_gluon_rung_matches_reference_on_gpu(dtype, causal, d, Nq, Nk, block_n, 
 def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal):
     from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
 
-    seed = random.randrange(2**31)
+    seed = 2048 + int(causal)
     g = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(1, 2, 2048, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
     assert ladder.best_rung(q, k, v, causal) == "v5_gluon_ws"
