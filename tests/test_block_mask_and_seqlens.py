@@ -148,6 +148,16 @@ def test_bad_lengths_are_rejected_naming_the_argument(options, error, name):
         tiled.tiled_attention(q, q, q, **options)
 
 
+def test_counts_and_tile_grids_refuse_lengths_instead_of_ignoring_them():
+    ragged = AttnSpec(causal=True, seqlens_q=(3, 8))
+    with pytest.raises(ValueError, match="seqlens"):
+        traffic.fa2_forward_traffic(8, 8, 4, spec=ragged)
+    with pytest.raises(ValueError, match="seqlens"):
+        flops.attention_flops(8, 8, 4, block_q=4, block_k=4, spec=ragged)
+    with pytest.raises(ValueError, match="seqlens"):
+        TileVisibility(ragged, 8, 8, 4, 4)
+
+
 def test_lengths_need_a_batch_axis_and_no_tracer():
     with pytest.raises(ValueError, match="seqlens_q needs a batch axis"):
         reference.naive_attention(np.ones((20, 4)), np.ones((20, 4)), np.ones((20, 4)), seqlens_q=(3,))

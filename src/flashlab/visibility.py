@@ -57,6 +57,11 @@ class TileVisibility:
     block_k: int
     generic: bool = False  # evaluate the rule per tile even when closed forms exist
 
+    def __post_init__(self):
+        if self.spec.base is not self.spec:
+            raise ValueError("a tile grid is one sequence's: with seqlens_q/seqlens_k build one per sequence "
+                             "from spec.base and that sequence's (Nq_b, Nk_b)")
+
     @property
     def n_q_blocks(self) -> int:
         return num_blocks(self.nq, self.block_q)
