@@ -23,6 +23,8 @@ def doc_hole(q_idx, kv_idx):
 try:  # one function for NumPy (its .fn) and the kernels
     import triton
     import triton.language as tl  # noqa: F401  (the interpreter looks it up in the mask_mod's globals)
+
+    from flashlab.kernels.visible import kv_offset, kv_steps  # globals of the probe kernel below
 except ImportError:
     pass
 else:
@@ -266,3 +268,61 @@ def test_flash_attention_takes_tensor_lengths_and_rungs_without_them_refuse_by_n
         flash_attention(q, q, q, seqlens_q=torch.tensor([5, 25]))
     with pytest.raises(ValueError, match="mask_mod with seqlens"):
         flash_fwd.forward_v2(q, q, q, AttnSpec(mask_mod=doc_hole, seqlens_q=(5, 24)))
+
+
+@pytest.mark.interpreter
+def test_kernel_loop_helpers_walk_the_models_lists_and_band_stages():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from flashlab.kernels import _mode
+    from flashlab.visibility import kv_stages
+
+    if not _mode.is_interpreter():
+        pytest.skip("runs in the interpreter (the GPU tests run the kernels that use these helpers)")
+
+    @triton.jit
+    def probe(Out, BLOCKS, N_Q, N_K, DIAG, WINDOW, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, LISTED: tl.constexpr, N_KB: tl.constexpr):
+        # row pid: s0..s3, then the first key of every step from s0 to s3 (-1 past them)
+        pid = tl.program_id(0)
+        s0, s1, s2, s3 = kv_steps(pid, N_Q, N_K, DIAG, WINDOW, BLOCKS, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, LISTED)
+        for t, x in ((0, s0), (1, s1), (2, s2), (3, s3)):
+            tl.store(Out + pid * (4 + N_KB) + t, x)
+        for step in range(s0, s3):
+            tl.store(Out + pid * (4 + N_KB) + 4 + step - s0, kv_offset(step, pid, N_K, BLOCKS, BLOCK_N, LISTED))
+
+    rng = random.Random(9)
+    for _ in range(30):
+        nq, nk, bm, bn = rng.randint(1, 70), rng.randint(1, 70), rng.choice([16, 32]), rng.choice([16, 32])
+        listed = rng.random() < 0.5
+        if listed:
+            period = rng.randint(2, 9)
+            spec = AttnSpec(mask_mod=lambda qi, ki, p=period: ((qi // p + ki // p) % 3 != 0) | (ki == 0))
+        else:
+            causal = rng.random() < 0.7
+            spec = AttnSpec(causal=causal, window=rng.choice([None, 3, 20]) if causal else None,
+                            causal_align=rng.choice(["top_left", "bottom_right"]) if causal else "top_left")
+            try:
+                spec.check_lengths(nq, nk)
+            except ValueError:
+                continue
+        grid = TileVisibility(spec, nq, nk, bm, bn)
+        n_qb, n_kb = grid.n_q_blocks, grid.n_kv_blocks
+        n_prog = n_qb + 1  # one program past the last query block: a padding block takes no step
+        out = torch.full((n_prog, 4 + n_kb), -1, dtype=torch.int32)
+        blocks = torch.from_numpy(grid.kernel_lists()) if listed else None
+        rule = spec.kernel_args(nq, nk)
+        probe[(n_prog,)](out, blocks, nq, nk, rule["DIAG"], rule["WINDOW"], BLOCK_M=bm, BLOCK_N=bn,
+                         CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"], LISTED=listed, N_KB=n_kb)
+        where = f"{spec} nq={nq} nk={nk} BLOCK_M={bm} BLOCK_N={bn}"
+        for i in range(n_qb):
+            s0, s1, s2, s3 = out[i, :4].tolist()
+            starts = out[i, 4:4 + s3 - s0].tolist()
+            assert sorted(c // bn for c in starts) == list(grid.kv_blocks(i)), f"query block {i}: {where}"
+            unmasked = starts[s1 - s0:s2 - s0]
+            assert all(grid.state(i, c // bn) == FULL and c + bn <= nk for c in unmasked), where
+            if not listed:
+                lo, full_lo, full_hi, hi = kv_stages(i, bm, bn, nq, nk, rule["DIAG"], rule["WINDOW"],
+                                                     spec.causal, spec.window is not None)
+                assert (s0, s1, s2, s3) == (lo // bn, full_lo // bn, full_hi // bn, -(-hi // bn)), where
+        assert out[n_qb, :4].tolist() == [0, 0, 0, 0], f"a block with no query row took steps: {where}"

@@ -27,8 +27,10 @@ Conventions (Nq query rows, Nk key rows, 0-based):
   rules above apply per sequence with its own Nq_b, Nk_b (so ``bottom_right`` lines up each
   sequence's last query with its own last key). Rows past Nq_b are padding: every path writes
   o = 0 and lse = -inf there (the log-sum-exp over no key), and their gradients are 0; keys past
-  Nk_b are never read. (flash-attn's varlen functions take packed rows and cumulative offsets
-  instead; padded-with-lengths keeps the (B, H, N, d) layout every flashlab path uses.)
+  Nk_b are never read. The lengths may be a sequence of ints or a (B,) integer array or tensor;
+  they are kept on the host as a tuple (a CUDA tensor is copied to the host once per call).
+  (flash-attn's varlen functions take packed rows and cumulative offsets instead;
+  padded-with-lengths keeps the (B, H, N, d) layout every flashlab path uses.)
 
 Every query row must see at least one key: :meth:`AttnSpec.check_lengths` rejects shapes where
 some row sees none (bottom-right with Nq > Nk, or a window past the last key), since such a row
