@@ -1,6 +1,8 @@
 """Compile the Gluon rung for an sm90 GPU on a machine that has none; print its resource report as JSON.
 
-    python tests/sm90_compile.py HEAD_DIM CAUSAL DTYPE [BLOCK_N NBUF]
+    python tests/sm90_compile.py HEAD_DIM CAUSAL DTYPE [BLOCK_N NBUF [CAUSAL_ALIGN WINDOW]]
+
+(WINDOW 0: none; with CAUSAL_ALIGN and WINDOW the kernel is compiled for that AttnSpec.)
 
 Triton's compiler needs only a *target* (``GPUTarget("cuda", 90, 32)``) and the ``ptxas`` it
 ships; the driver is asked for the target, the device and the stream, so a stand-in answers those
@@ -25,8 +27,13 @@ def main() -> None:
 
     d, causal, dtype = int(sys.argv[1]), sys.argv[2] == "1", getattr(torch, sys.argv[3])
     cfg = fg.GluonConfig(int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else fg.default_config(d, causal)
+    rule = causal
+    if len(sys.argv) > 7:
+        from flashlab.attnspec import AttnSpec
+
+        rule = AttnSpec(causal=causal, causal_align=sys.argv[6], window=int(sys.argv[7]) or None)
     q = torch.zeros(1, 2, 300, d, dtype=dtype)  # (B, H, N, d): CPU tensors; only their dtype and alignment matter
-    _, _, compiled = fg.launch(q, q, q, causal, config=cfg, warmup=True)
+    _, _, compiled = fg.launch(q, q, q, rule, config=cfg, warmup=True)
     cubin = Path(f"/tmp/flashlab_sm90_{d}_{int(causal)}_{sys.argv[3]}.cubin")
     cubin.write_bytes(compiled.asm["cubin"])
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

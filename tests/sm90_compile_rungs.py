@@ -28,7 +28,7 @@ def main() -> int:
 
     from flashlab.attnspec import AttnSpec
     from flashlab.kernels import flash_bwd, flash_fwd, flash_fwd_hopper
-    from flashlab.kernels.visible import block_ranges
+    from flashlab.kernels.visible import block_lists, block_ranges
 
     n, d = 300, 64
     q = torch.zeros(1, 2, n, d, dtype=torch.float16)  # (B, H, N, d): only dtype and alignment matter
@@ -42,7 +42,7 @@ def main() -> int:
         _, _, args, consts = flash_fwd._out_and_args(q, q, q, spec)
         launches = {
             "v2": lambda: flash_fwd._fwd_v2_exp2_causal.warmup(
-                *args, **consts, N_Q_BUCKET=512, N_K_BUCKET=512, RANGES=block_ranges(spec, n, n, 128, 64, "q", "cpu"),
+                *args, **consts, N_Q_BUCKET=512, N_K_BUCKET=512, BLOCKS=block_lists(spec, n, n, 128, 64, "cpu"),
                 BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3, grid=(3, 2)),
             "bwd_dkdv": lambda: flash_bwd._bwd_dkdv.warmup(
                 q, q, q, q, lse, lse, q, q, 0.125, *st, *st, *st, *st, *st, *st, 2, 1, n, n, HEAD_DIM=d, D_HEAD=d,

@@ -210,7 +210,7 @@ def _window_check(rungs, nq, nk, spec, device, dtype, poison_block, bwd_config):
     from flashlab.kernels import flash_bwd
     from flashlab.kernels.attention import allowed_error, attention_reference, max_error
 
-    seed = random.randrange(2**31)
+    seed = 1000 * nq + nk + (spec.window or 0)  # fixed per case
     q, k, v = _torch_inputs(nq, nk, 64, dtype, seed, device)  # (1, 2, N, 64)
     seen = TileVisibility(spec, nq, nk, nq, poison_block).visited_tiles.any(axis=0)  # (key blocks,)
     unseen = torch.from_numpy(np.repeat(~seen, poison_block)[:nk]).to(device)
@@ -317,10 +317,10 @@ def test_rungs_refuse_options_they_do_not_compute_naming_them():
     q, k, v = _torch_inputs(24, 24, 32, torch.float16, 11, "cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="mask_mod"):
         ladder.RUNGS["v4_hopper"](q, k, v, mask_mod=sliding_window_9)
-    with pytest.raises(ValueError, match="seqlens"):
-        flash_attention(q, k, v, seqlens_q=(24,))
-    with pytest.raises(ValueError, match="window"):
-        ladder.RUNGS["v5_gluon_ws"](q, k, v, causal=True, window=6)
+    with pytest.raises(ValueError, match="seqlens"):  # per-sequence lengths: rungs v0-v3 only
+        ladder.RUNGS["v4_hopper"](q, k, v, seqlens_q=(24,))
+    with pytest.raises(ValueError, match="mask_mod"):  # v5 computes windows, not a mask_mod
+        ladder.RUNGS["v5_gluon_ws"](q, k, v, mask_mod=sliding_window_9)
     with pytest.raises(ValueError, match="window"):
         flash_attention(q, k, v, window=6)  # a window needs causal=True
 

@@ -19,11 +19,18 @@ Conventions (Nq query rows, Nk key rows, 0-based):
   The NumPy paths take any Python function; the Triton rungs v0-v2 and the backward take a
   ``@triton.jit`` function written with plain operators (the NumPy paths then call its Python
   ``.fn``), so one function serves both. Block skipping is derived from it by evaluating it on
-  each tile (:mod:`flashlab.visibility`; the kernels get the resulting per-block ranges).
-* Per-sequence lengths (a packed or ragged batch): ``seqlens_q`` / ``seqlens_k`` give each
-  sequence's (Nq_b, Nk_b); the rules above then apply per sequence with that sequence's own Nq_b,
-  Nk_b (so ``bottom_right`` lines up each sequence's last query with its own last key). No
-  path computes ragged batches yet; every path refuses them with an error naming the field.
+  each tile (:mod:`flashlab.visibility`: full, partial or empty; the forward kernels get each
+  query block's lists of partial and full key blocks, the backward the span of visited blocks).
+* Per-sequence lengths (a padded batch): ``seqlens_q`` / ``seqlens_k`` give each sequence's
+  (Nq_b, Nk_b) inside padded (B, ..., N, d) arrays (axis 0 is the sequence; None: every sequence
+  has the full length). Sequence b's queries are rows 0..Nq_b-1 and its keys rows 0..Nk_b-1; the
+  rules above apply per sequence with its own Nq_b, Nk_b (so ``bottom_right`` lines up each
+  sequence's last query with its own last key). Rows past Nq_b are padding: every path writes
+  o = 0 and lse = -inf there (the log-sum-exp over no key), and their gradients are 0; keys past
+  Nk_b are never read. The lengths may be a sequence of ints or a (B,) integer array or tensor;
+  they are kept on the host as a tuple (a CUDA tensor is copied to the host once per call).
+  (flash-attn's varlen functions take packed rows and cumulative offsets instead;
+  padded-with-lengths keeps the (B, H, N, d) layout every flashlab path uses.)
 
 Every query row must see at least one key: :meth:`AttnSpec.check_lengths` rejects shapes where
 some row sees none (bottom-right with Nq > Nk, or a window past the last key), since such a row
@@ -49,8 +56,8 @@ class AttnSpec:
     scale: float | None = None  # None: 1/sqrt(d)
     group: int = 1  # grouped-query attention: query heads per kv head
     mask_mod: Callable | None = None  # mask_mod(q_idx, kv_idx) -> bool, True = visible
-    seqlens_q: tuple[int, ...] | None = None  # per-sequence query lengths (not computed yet)
-    seqlens_k: tuple[int, ...] | None = None  # per-sequence key lengths (not computed yet)
+    seqlens_q: tuple[int, ...] | None = None  # per-sequence query lengths in a padded batch
+    seqlens_k: tuple[int, ...] | None = None  # per-sequence key lengths in a padded batch
 
     def __post_init__(self):
         if not isinstance(self.causal, bool):
@@ -74,13 +81,11 @@ class AttnSpec:
         if self.mask_mod is not None and not callable(self.mask_mod):
             raise TypeError(f"mask_mod must be a function (q_idx, kv_idx) -> bool, got {type(self.mask_mod).__name__}")
         for name in ("seqlens_q", "seqlens_k"):
-            lengths = getattr(self, name)
-            if lengths is not None:
-                lengths = tuple(lengths)
-                if not lengths or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1
-                                      for n in lengths):
-                    raise ValueError(f"{name}={lengths!r} must be a non-empty tuple of positive ints or None")
-                object.__setattr__(self, name, lengths)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _lengths(name, getattr(self, name)))
+        if self.seqlens_q is not None and self.seqlens_k is not None and len(self.seqlens_q) != len(self.seqlens_k):
+            raise ValueError(f"seqlens_q has {len(self.seqlens_q)} lengths but seqlens_k has {len(self.seqlens_k)}; "
+                             "give one per sequence in both")
 
     # -- the rule --------------------------------------------------------------------------------
     @property
@@ -119,8 +124,26 @@ class AttnSpec:
             visible = visible & np.asarray(getattr(self.mask_mod, "fn", self.mask_mod)(q_idx, kv_idx), dtype=bool)
         return visible
 
-    def check_lengths(self, nq: int, nk: int) -> None:
-        """Raise ValueError naming the option when some query row would see no key at all."""
+    def check_lengths(self, nq: int, nk: int, batch: int | None = None) -> None:
+        """Raise ValueError naming the option when some query row would see no key at all. With
+        per-sequence lengths: also when there are not ``batch`` of them or one exceeds Nq / Nk;
+        then every sequence is checked with its own lengths."""
+        if self.seqlens_q is not None or self.seqlens_k is not None:
+            for name, lengths, n in (("seqlens_q", self.seqlens_q, nq), ("seqlens_k", self.seqlens_k, nk)):
+                if lengths is None:
+                    continue
+                if batch is not None and len(lengths) != batch:
+                    raise ValueError(f"{name} has {len(lengths)} lengths for a batch of {batch} sequences "
+                                     "(axis 0 of the inputs); give one per sequence")
+                if max(lengths) > n:
+                    raise ValueError(f"{name}={lengths!r}: length {max(lengths)} exceeds the padded length {n} "
+                                     f"({'q' if name == 'seqlens_q' else 'k'}.shape[-2])")
+            for b, nq_b, nk_b in self.sequences(nq, nk, batch or len(self.seqlens_q or self.seqlens_k)):
+                try:
+                    self.base.check_lengths(nq_b, nk_b)
+                except ValueError as err:
+                    raise ValueError(f"sequence {b} (seqlens: Nq={nq_b}, Nk={nk_b}): {err}") from None
+            return
         if self.causal:
             first, end = self.key_interval(0, nq, nk)
             last_first, _ = self.key_interval(nq - 1, nq, nk)
@@ -138,6 +161,19 @@ class AttnSpec:
             if not sees.all():
                 raise ValueError(f"mask_mod hides every key from query row {int(np.argmin(sees))} "
                                  f"(Nq={nq}, Nk={nk}); every row must see at least one key")
+
+    # -- per-sequence lengths ----------------------------------------------------------------------
+    @property
+    def base(self) -> "AttnSpec":
+        """This spec without per-sequence lengths: the rule one sequence of (Nq_b, Nk_b) follows."""
+        return self if self.seqlens_q is None and self.seqlens_k is None else self.replace(seqlens_q=None,
+                                                                                          seqlens_k=None)
+
+    def sequences(self, nq: int, nk: int, batch: int):
+        """(b, Nq_b, Nk_b) for each of ``batch`` sequences (the padded lengths where none are given)."""
+        for b in range(batch):
+            yield (b, nq if self.seqlens_q is None else self.seqlens_q[b],
+                   nk if self.seqlens_k is None else self.seqlens_k[b])
 
     # -- plumbing ----------------------------------------------------------------------------------
     def resolved_scale(self, d: int) -> float:
@@ -204,6 +240,28 @@ def make_spec(spec: AttnSpec | None = None, causal=None, scale=None, **options) 
         if getattr(spec, name) != value:
             raise ValueError(f"{name}={value!r} contradicts spec.{name}={getattr(spec, name)!r}; pass one of them")
     return spec
+
+
+def _lengths(name: str, lengths) -> tuple[int, ...]:
+    """Per-sequence lengths as a tuple of ints, from a sequence of ints or a 1-D integer NumPy array
+    or torch tensor (any device); TypeError / ValueError naming ``name`` otherwise."""
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
+        raise TypeError(f"{name} must be a 1-D sequence or (B,) integer tensor of lengths, got "
+                        f"{type(lengths).__name__} {lengths!r}")
+    dtype = str(getattr(lengths, "dtype", ""))
+    if dtype and not any(kind in dtype for kind in ("int", "uint")) or "bool" in dtype:
+        raise TypeError(f"{name} has dtype {dtype}; lengths must be integers (e.g. torch.int32)")
+    shape = tuple(getattr(lengths, "shape", (len(lengths),)))
+    if len(shape) != 1 or shape[0] == 0:
+        raise ValueError(f"{name} must have shape (B,), one length per sequence; got shape {shape}")
+    values = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
+    for n in values:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"{name}={values!r} must hold ints, got {type(n).__name__} {n!r}")
+        if n < 1:
+            raise ValueError(f"{name}={values!r}: every length must be >= 1 (a sequence has at least one "
+                             f"query and one key), got {n}")
+    return tuple(int(n) for n in values)
 
 
 def _minimum(a, b):

@@ -34,6 +34,8 @@ def computed_area(nq: int, nk: int, block_q: int, block_k: int, causal: bool = F
     nq, nk = check_positive_int("nq", nq), check_positive_int("nk", nk)
     block_q, block_k = check_positive_int("block_q", block_q), check_positive_int("block_k", block_k)
     spec = make_spec(options.pop("spec", None), causal=check_bool("causal", causal), **options)
+    spec.refuse(("window", "causal_align", "mask_mod"), "the FLOP counts (one sequence's lengths at a time: "
+                "call once per sequence with its Nq, Nk instead of seqlens_q/seqlens_k)")
     spec.check_lengths(nq, nk)
     return tiles(spec, nq, nk, block_q, block_k).computed_area()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import check_bool, check_like, check_qkv, check_scale, quiet_nonfinite
+from . import ragged
 from .attnspec import make_spec
 from .softmax import logsumexp
 
@@ -30,9 +31,10 @@ def causal_mask(nq: int, nk: int, q_start: int = 0, k_start: int = 0) -> np.ndar
 
 def _spec(dims, causal, scale, options):
     spec = make_spec(options.pop("spec", None), causal=check_bool("causal", causal), scale=scale, **options)
-    spec.refuse(("window", "causal_align", "mask_mod"), "the NumPy reference")
-    spec.check_lengths(dims.nq, dims.nk)
-    return spec, check_scale(spec.scale, dims.d)
+    spec.refuse(("window", "causal_align", "mask_mod", "seqlens"), "the NumPy reference")
+    spec.check_lengths(dims.nq, dims.nk, ragged.check_batch_axis(spec, dims.batch_shape))
+    scale = check_scale(spec.scale, dims.d)
+    return spec.replace(scale=scale), scale
 
 
 def _scores(q, k, spec, scale: float) -> np.ndarray:
@@ -52,11 +54,16 @@ def naive_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
     q: (..., Nq, d), k: (..., Nk, d), v: (..., Nk, dv), same leading dims and dtype.
     scale defaults to 1/sqrt(d). Returns o (..., Nq, dv) in the input dtype, and with
     ``return_lse=True`` also lse (..., Nq), the natural-log log-sum-exp of each score row.
-    ``options``: ``spec=AttnSpec(...)`` or its fields (``window``, ``causal_align``, ``mask_mod``).
+    ``options``: ``spec=AttnSpec(...)`` or its fields (``window``, ``causal_align``, ``mask_mod``,
+    ``seqlens_q``/``seqlens_k``: per-sequence lengths along axis 0, see :mod:`flashlab.ragged`).
     """
     dims = check_qkv(q, k, v)
     spec, scale = _spec(dims, causal, scale, options)
     return_lse = check_bool("return_lse", return_lse)
+    if spec.base is not spec:  # a padded batch: sequence by sequence
+        o, lse = ragged.per_sequence(naive_attention, (q, k, v), "qkk", spec, dims.nq, dims.nk, "qs",
+                                     (0.0, -np.inf), return_lse=True)
+        return (o, lse) if return_lse else o
     w = dims.work_dtype
     q, k, v = q.astype(w, copy=False), k.astype(w, copy=False), v.astype(w, copy=False)
 
@@ -78,6 +85,9 @@ def naive_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, do: np
     dims = check_qkv(q, k, v)
     check_like("do", do, (*dims.batch_shape, dims.nq, dims.dv), "the gradient of o: (..., Nq, dv)")
     spec, scale = _spec(dims, causal, scale, options)
+    if spec.base is not spec:  # a padded batch: sequence by sequence, padding rows get 0
+        return ragged.per_sequence(naive_attention_backward, (q, k, v, do), "qkkq", spec, dims.nq, dims.nk,
+                                   "qkk", (0.0, 0.0, 0.0))
     w = dims.work_dtype
     q, k, v, do = (x.astype(w, copy=False) for x in (q, k, v, do))
 

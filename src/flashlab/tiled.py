@@ -17,7 +17,9 @@ The online-softmax arithmetic is :func:`flashlab.softmax.online_update`; it is n
 Which keys each query sees is an :class:`flashlab.attnspec.AttnSpec` (causal, its alignment, a
 sliding window, a ``mask_mod``); which tiles that computes is :mod:`flashlab.visibility`: the loops
 walk each block's range from the model, skip tiles it marks SKIPPED (never loaded), and apply the
-mask inside PARTIAL tiles only. Causal top-left, the course's first case: tile (i, j) is skipped
+mask inside PARTIAL tiles only. Per-sequence lengths (``seqlens_q`` / ``seqlens_k``, a padded
+batch along axis 0) run sequence by sequence (:mod:`flashlab.ragged`): padding rows get o = 0,
+lse = -inf and zero gradients, padding keys are never read. Causal top-left, the course's first case: tile (i, j) is skipped
 when its first key column is past its last query row (:func:`causal_tile_skipped`).
 
 Tracing. With ``tracer`` (a :class:`flashlab.tracer.TrafficTracer`) every HBM <-> SRAM transfer is
@@ -42,6 +44,7 @@ import numpy as np
 
 from ._checks import (check_bool, check_like, check_positive_int, check_qkv, check_scale,
                       check_tracer, quiet_nonfinite)
+from . import ragged
 from .attnspec import AttnSpec, make_spec
 from .softmax import online_update
 from .visibility import PARTIAL, SKIPPED, num_blocks, tiles
@@ -88,12 +91,20 @@ def _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options):
     dims = check_qkv(q, k, v)
     spec = make_spec(options.pop("spec", None), causal=check_bool("causal", causal), scale=scale, **options)
     scale = check_scale(spec.scale, dims.d)
-    spec.refuse(("window", "causal_align", "mask_mod"), "the NumPy tiled functions")
-    spec.check_lengths(dims.nq, dims.nk)
+    spec.refuse(("window", "causal_align", "mask_mod", "seqlens"), "the NumPy tiled functions")
+    spec.check_lengths(dims.nq, dims.nk, ragged.check_batch_axis(spec, dims.batch_shape))
+    spec = spec.replace(scale=scale)
     block_q = check_positive_int("block_q", block_q)
     block_k = check_positive_int("block_k", block_k)
     tracer = check_tracer(tracer)
-    return dims, spec, scale, tiles(spec, dims.nq, dims.nk, block_q, block_k), tracer
+    if tracer is not None and spec.base is not spec:
+        raise ValueError("tracer= with seqlens_q/seqlens_k is not supported: trace one sequence at a time")
+    return dims, spec, scale, tiles(spec.base, dims.nq, dims.nk, block_q, block_k), tracer
+
+
+def _ragged(fn, dims, spec, inputs, kinds, out_kinds, out_fill, **kwargs):
+    """A padded batch with per-sequence lengths: ``fn`` sequence by sequence (flashlab.ragged)."""
+    return ragged.per_sequence(fn, inputs, kinds, spec, dims.nq, dims.nk, out_kinds, out_fill, **kwargs)
 
 
 def _flat(x: np.ndarray, dims) -> np.ndarray:
@@ -129,6 +140,10 @@ def tiled_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = 
     dims, spec, scale, grid, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options)
     block_q, block_k = grid.block_q, grid.block_k
     return_lse = check_bool("return_lse", return_lse)
+    if spec.base is not spec:  # per-sequence lengths: padding rows get o = 0, lse = -inf
+        o, lse = _ragged(tiled_attention, dims, spec, (q, k, v), "qkk", "qs", (0.0, -np.inf),
+                         block_q=block_q, block_k=block_k, return_lse=True)
+        return (o, lse) if return_lse else o
     nq, nk, d, dv = dims.nq, dims.nk, dims.d, dims.dv
     q3, k3, v3 = _flat(q, dims), _flat(k, dims), _flat(v, dims)  # (B, Nq, d), (B, Nk, d), (B, Nk, dv)
     o = np.empty((dims.batch, nq, dv), dims.work_dtype)  # (B, Nq, dv)  HBM output
@@ -195,6 +210,10 @@ def tiled_attention_fa1(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: boo
     dims, spec, scale, grid, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options)
     block_q, block_k = grid.block_q, grid.block_k
     return_lse = check_bool("return_lse", return_lse)
+    if spec.base is not spec:  # per-sequence lengths: padding rows get o = 0, lse = -inf
+        o, lse = _ragged(tiled_attention_fa1, dims, spec, (q, k, v), "qkk", "qs", (0.0, -np.inf),
+                         block_q=block_q, block_k=block_k, return_lse=True)
+        return (o, lse) if return_lse else o
     nq, nk, d, dv = dims.nq, dims.nk, dims.d, dims.dv
     n_q_blocks, n_kv_blocks = num_blocks(nq, block_q), num_blocks(nk, block_k)
     q3, k3, v3 = _flat(q, dims), _flat(k, dims), _flat(v, dims)
@@ -277,6 +296,12 @@ def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
     dims, spec, scale, grid, tracer = _prepare(q, k, v, causal, scale, block_q, block_k, tracer, options)
     block_q, block_k = grid.block_q, grid.block_k
     nq, nk, d, dv = dims.nq, dims.nk, dims.d, dims.dv
+    if spec.base is not spec:  # per-sequence lengths: padding rows and keys get zero gradients
+        for name, x, shape in (("o", o, (*dims.batch_shape, nq, dv)), ("lse", lse, (*dims.batch_shape, nq)),
+                               ("do", do, (*dims.batch_shape, nq, dv))):
+            check_like(name, x, shape, "shaped like the forward's")
+        return _ragged(tiled_attention_backward, dims, spec, (q, k, v, o, lse, do), "qkkqsq", "qkk",
+                       (0.0, 0.0, 0.0), block_q=block_q, block_k=block_k)
     check_like("o", o, (*dims.batch_shape, nq, dv), "the forward output: (..., Nq, dv)")
     check_like("lse", lse, (*dims.batch_shape, nq), "the forward log-sum-exp: (..., Nq)")
     check_like("do", do, (*dims.batch_shape, nq, dv), "the gradient of o: (..., Nq, dv)")

@@ -72,6 +72,8 @@ def _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q=1, block_k=1, 
     batch = check_positive_int("batch", batch)
     block_q, block_k = check_positive_int("block_q", block_q), check_positive_int("block_k", block_k)
     spec = make_spec((options or {}).pop("spec", None), causal=check_bool("causal", causal), **(options or {}))
+    spec.refuse(("window", "causal_align", "mask_mod"), "the traffic counts (one sequence's lengths at a time: "
+                "call once per sequence with its Nq, Nk instead of seqlens_q/seqlens_k)")
     spec.check_lengths(nq, nk)
     return nq, nk, d, dv, _Tally(itemsize, stat_itemsize, batch), tiles(spec, nq, nk, block_q, block_k)
 

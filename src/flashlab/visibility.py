@@ -18,7 +18,11 @@ With only causal / window (a band around the diagonal) every query row sees one 
 whose ends never move left as the row grows, so a tile's state depends on its corners and the
 ranges have closed forms. With a ``mask_mod`` the state of each tile is found by evaluating the
 rule on the tile (FlexAttention derives its block mask the same way); ``generic=True`` forces
-that path for band rules too, which is how the tests check the closed forms.
+that path for band rules too, which is how the tests check the closed forms. The forward kernels
+then walk :meth:`TileVisibility.kernel_lists`: per query block, its partial tiles (masked) and
+its full tiles (no mask), so a tile the mask_mod empties is never loaded even inside the span.
+Per-sequence lengths (``AttnSpec.seqlens_q`` / ``seqlens_k``) are one grid per sequence, built
+from the sequence's own (Nq_b, Nk_b) with ``spec.base``.
 """
 from __future__ import annotations
 
@@ -52,6 +56,11 @@ class TileVisibility:
     block_q: int
     block_k: int
     generic: bool = False  # evaluate the rule per tile even when closed forms exist
+
+    def __post_init__(self):
+        if self.spec.base is not self.spec:
+            raise ValueError("a tile grid is one sequence's: with seqlens_q/seqlens_k build one per sequence "
+                             "from spec.base and that sequence's (Nq_b, Nk_b)")
 
     @property
     def n_q_blocks(self) -> int:
@@ -134,6 +143,27 @@ class TileVisibility:
     def q_range(self, j: int) -> tuple[int, int]:
         """[lo, hi): query blocks from the first to the last one that computes key block j."""
         return _span_of(self.states[:, j] != SKIPPED)
+
+    def kv_blocks(self, i: int) -> np.ndarray:
+        """The key blocks query block i computes, in order (its partial and full tiles)."""
+        return np.nonzero(self.states[i] != SKIPPED)[0]
+
+    def q_blocks(self, j: int) -> np.ndarray:
+        """The query blocks that compute key block j, in order."""
+        return np.nonzero(self.states[:, j] != SKIPPED)[0]
+
+    def kernel_lists(self) -> np.ndarray:
+        """(n_q_blocks, 2 + n_kv_blocks) int32, the forward kernels' block lists (FlexAttention's
+        BlockMask, without batch and head): row i is [n_masked, n_full, the key blocks of its
+        PARTIAL tiles..., of its FULL tiles..., then -1]. A FULL tile of a ragged last key block
+        goes to the masked list: an unmasked load would read past Nk."""
+        states = self.states.copy()
+        if self.nk % self.block_k:
+            states[:, -1] = np.where(states[:, -1] == FULL, PARTIAL, states[:, -1])
+        order = np.argsort(np.where(states == SKIPPED, 2, states - 1), axis=1, kind="stable")  # partial, full, skipped
+        counts = np.stack([(states == PARTIAL).sum(axis=1), (states == FULL).sum(axis=1)], axis=1)
+        blocks = np.where(np.take_along_axis(states, order, axis=1) == SKIPPED, -1, order)
+        return np.concatenate([counts, blocks], axis=1).astype(np.int32)
 
     def computed_area(self) -> int:
         """Score entries inside computed tiles (masked entries of partial tiles included)."""

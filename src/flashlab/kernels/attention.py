@@ -109,7 +109,7 @@ def attn_spec(q, k, v, causal=False, scale=None, **options):
     scale = check_inputs(q, k, v, causal, scale if scale is not None else getattr(options.get("spec"), "scale", None))
     spec = make_spec(options.pop("spec", None), causal=causal, **options)
     spec = spec.replace(scale=scale, group=q.shape[1] // k.shape[1])
-    spec.check_lengths(q.shape[2], k.shape[2])
+    spec.check_lengths(q.shape[2], k.shape[2], q.shape[0])  # (per-sequence lengths: one per batch entry)
     return spec
 
 
@@ -120,7 +120,7 @@ def attention_reference(q, k, v, causal: bool = False, scale: float | None = Non
     q (B, H, Nq, d), k and v (B, Hkv, Nk, d) -> (B, H, Nq, d) in q's dtype. With ``upcast`` it
     computes in float64 (the reference); without it, in the inputs' dtype (the error of "PyTorch in
     the same dtype" that the flash-attention test rule allows twice of). Causal is top-left aligned;
-    ``options`` (``spec=``, ``window=``, ``causal_align=``, ``mask_mod=``) as
+    ``options`` (``spec=``, ``window=``, ``causal_align=``, ``mask_mod=``, ``seqlens_q/k=``) as
     :class:`flashlab.attnspec.AttnSpec`, whose ``mask`` gives the visible (query, key) pairs.
     """
     import numpy as np
@@ -133,6 +133,13 @@ def attention_reference(q, k, v, causal: bool = False, scale: float | None = Non
     spec = make_spec(options.pop("spec", None), causal=bool(causal), **options)
     scale = spec.scale if scale is None else scale
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if spec.base is not spec:  # per-sequence lengths: each sequence alone, padding rows 0
+        from .. import ragged
+
+        def one(q, k, v, spec):  # (H, N_b, d) slices
+            return attention_reference(q[None], k[None], v[None], spec=spec, scale=scale, upcast=upcast)[0]
+
+        return ragged.per_sequence(one, (q, k, v), "qkk", spec, q.shape[2], k.shape[2], "q", (0.0,))
     dtype = q.dtype
     if upcast:
         q, k, v = q.double(), k.double(), v.double()
@@ -235,10 +242,28 @@ def _autograd_function():
         def backward(ctx, do):
             q, k, v, o, lse = ctx.saved_tensors
             with on_device(q):
-                dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.spec)
+                if ctx.spec.base is not ctx.spec:  # per-sequence lengths: the backward per sequence
+                    dq, dk, dv = _ragged_backward(q, k, v, o, lse, do, ctx.spec)
+                else:
+                    dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.spec)
             return dq, dk, dv, None
 
     return FlashAttentionFunction
+
+
+def _ragged_backward(q, k, v, o, lse, do, spec):
+    """dq, dk, dv of a padded batch with per-sequence lengths: the backward kernels run on each
+    sequence cut to its own lengths (:func:`flashlab.ragged.per_sequence`; one launch per
+    sequence, keys past Nk_b never read); padding rows and keys get zero gradients."""
+    from .. import ragged
+    from . import flash_bwd
+
+    def one(q, k, v, o, lse, do, spec):  # (H, N_b, d) slices -> (1, H, N_b, d), contiguous
+        grads = flash_bwd.backward(*(t.unsqueeze(0).contiguous() for t in (q, k, v, o, lse, do)), spec)
+        return tuple(g[0] for g in grads)
+
+    return ragged.per_sequence(one, (q, k, v, o, lse, do), "qkkqsq", spec, q.shape[2], k.shape[2], "qkk",
+                               (0.0, 0.0, 0.0))
 
 
 _FUNCTION = None
@@ -254,7 +279,10 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *
     (top-left, as torch SDPA). ``scale`` defaults to 1/sqrt(d). ``options``: ``window=w`` (sliding
     window, with causal: query i sees keys i - w < j <= i), ``causal_align="bottom_right"`` (query
     i of Nq sees keys j <= Nk - Nq + i), ``mask_mod=f`` (a ``@triton.jit`` f(q_idx, kv_idx) -> bool;
-    runs on rung v2) or ``spec=AttnSpec(...)`` (:mod:`flashlab.attnspec`). Returns (B, H, Nq, d) in q's dtype;
+    runs on rung v2), ``seqlens_q=`` / ``seqlens_k=`` ((B,) integer tensors or sequences: per-sequence
+    lengths inside the padded tensors; rows past a sequence's length come out 0, keys past it are
+    never read; the forward runs on v3, the backward per sequence; see :mod:`flashlab.ragged`)
+    or ``spec=AttnSpec(...)`` (:mod:`flashlab.attnspec`). Returns (B, H, Nq, d) in q's dtype;
     differentiable with respect to q, k and v. Limits, checked up front with a ValueError: on a GPU
     B*H <= 65535 (CUDA's grid), and the elements one (batch, head) slice spans must fit in int32.
 
@@ -273,11 +301,11 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *
     # -- return_lse and the split-KV decode path (flashlab.decode): plain or bottom-right causal
     from .. import decode
 
-    if spec.window is None and spec.mask_mod is None:
+    if spec.window is None and spec.mask_mod is None and spec.base is spec:
         if decode.takes_over(q, k, v, spec.causal, return_lse, spec.causal_align):
             return decode.extended_attention(q, k, v, spec.causal, spec.scale, return_lse, spec.causal_align)
     elif return_lse is not False:
-        raise ValueError(f"return_lse={return_lse!r} is not supported with window= or mask_mod=; "
+        raise ValueError(f"return_lse={return_lse!r} is not supported with window=, mask_mod= or seqlens_q/k=; "
                          "call without return_lse")
     # -- end of the decode block
     if _FUNCTION is None:

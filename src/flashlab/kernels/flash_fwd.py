@@ -28,6 +28,11 @@ real one; grouped-query attention reads kv head ``h // GROUP`` for query head ``
 sees is an :class:`flashlab.attnspec.AttnSpec` (``causal`` may be a bool or one): causal top-left
 (query i sees keys j <= i) or bottom-right, a sliding window, a ``mask_mod``; every kernel gets its
 loop bounds and mask from :mod:`flashlab.kernels.visible`, and tiles no query sees are never loaded.
+With a ``mask_mod`` the key loop walks per-query-block lists of partial and full tiles
+(``visible.block_lists``, built for the launch's block sizes); v2 runs the full ones unmasked.
+A padded batch with per-sequence lengths (``seqlens_q`` / ``seqlens_k``) reads each sequence's
+(Nq_b, Nk_b) in the kernel (``visible.seq_lengths``): keys past Nk_b are never loaded and rows
+past Nq_b are written as o = 0, lse = -inf.
 
 Sequence lengths, head counts and the group size are not specialised on (``do_not_specialize``):
 one compiled kernel serves every length, so a sweep over lengths does not recompile per length.
@@ -46,7 +51,8 @@ triton = _mode.triton()
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .visible import as_spec, block_ranges, finite_max, kv_bounds, stage_range, visible  # noqa: E402
+from .visible import (as_spec, block_lists, finite_max, kv_offset, kv_steps, seq_lengths,  # noqa: E402
+                      seq_rows, seqlens_table, stage_range, visible)
 
 # --------------------------------------------------------------------------------------------
 # Configuration as data
@@ -140,16 +146,17 @@ def _fwd_v0_grid_bh(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, BLOCKS, SEQLENS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
-    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- this program owns one (batch, head): the grid has B*H programs and no query-block axis
     off_hz = tl.program_id(0)
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
     off_hkv = off_h // GROUP
+    n_q, n_k, diag = seq_lengths(SEQLENS, off_z, N_Q, N_K, DIAG, HAS_SEQLENS)  # this sequence's lengths
     offs_d = tl.arange(0, HEAD_DIM)
     q_base = Q + off_z * stride_qz + off_h * stride_qh
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
@@ -158,21 +165,21 @@ def _fwd_v0_grid_bh(
     for start_m in range(0, tl.cdiv(N_Q, BLOCK_M)):  # the outer loop of Algorithm 1 (line 3), serial here
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
-                    mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)
+                    mask=(offs_m[:, None] < n_q) & (offs_d[None, :] < D_HEAD), other=0.0)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
-                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
-        for start_n in range(lo, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
+        first, _, _, end = kv_steps(start_m, n_q, n_k, diag, WINDOW, BLOCKS, BLOCK_M, BLOCK_N,
+                                    CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+        for step in range(first, end):
+            offs_n = kv_offset(step, start_m, n_k, BLOCKS, BLOCK_N, HAS_MASK_MOD) + tl.arange(0, BLOCK_N)
             k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
-                        mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)
+                        mask=(offs_n[None, :] < n_k) & (offs_d[:, None] < D_HEAD), other=0.0)
             v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
-                        mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)
+                        mask=(offs_n[:, None] < n_k) & (offs_d[None, :] < D_HEAD), other=0.0)
             qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale
-            mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
-                       CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
+            mask = visible(offs_m[:, None], offs_n[None, :], n_k, diag, WINDOW,
+                           CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             qk = tl.where(mask, qk, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
             m_use = finite_max(m_ij, HAS_WINDOW, HAS_MASK_MOD)
@@ -181,8 +188,8 @@ def _fwd_v0_grid_bh(
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
             m_i = m_ij
-        acc = acc / l_i[:, None]
-        tl.store(LSE + off_hz * N_Q + offs_m, m_i + tl.log(l_i), mask=offs_m < N_Q)
+        acc, lse = seq_rows(acc / l_i[:, None], m_i + tl.log(l_i), offs_m, n_q, HAS_SEQLENS)
+        tl.store(LSE + off_hz * N_Q + offs_m, lse, mask=offs_m < N_Q)
         tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
                  acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD))
 
@@ -197,10 +204,10 @@ def _fwd_v1_minimal(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES,
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, BLOCKS, SEQLENS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
-    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which query block i and which (batch, head) this program owns (line 3: parallel over i)
     start_m = tl.program_id(0)
@@ -208,32 +215,34 @@ def _fwd_v1_minimal(
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
     off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads share one kv head
+    n_q, n_k, diag = seq_lengths(SEQLENS, off_z, N_Q, N_K, DIAG, HAS_SEQLENS)  # this sequence's lengths
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
     v_base = V + off_z * stride_vz + off_hkv * stride_vh
     # -- load Q_i from HBM to SRAM (line 4)
-    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < n_q) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
     # -- initialise O_i = 0, l_i = 0, m_i = -inf (line 5)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # (BLOCK_M, HEAD_DIM)
-    # -- only key blocks some row of this block sees are visited; the rest are never loaded
-    #    (visibility.TileVisibility.kv_range in NumPy)
-    lo, _, _, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
-                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
-    for start_n in range(lo, hi, BLOCK_N):  # line 6
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+    # -- only key blocks some row of this block sees are visited, the rest are never loaded
+    #    (visibility.TileVisibility.kv_blocks in NumPy): a range of blocks, or with a mask_mod
+    #    this query block's list of partial and full tiles
+    first, _, _, end = kv_steps(start_m, n_q, n_k, diag, WINDOW, BLOCKS, BLOCK_M, BLOCK_N,
+                                CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+    for step in range(first, end):  # line 6
+        offs_n = kv_offset(step, start_m, n_k, BLOCKS, BLOCK_N, HAS_MASK_MOD) + tl.arange(0, BLOCK_N)
         # -- load K_j (as K_j^T) and V_j from HBM to SRAM (line 7)
         k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
-                    mask=(offs_n[None, :] < N_K) & (offs_d[:, None] < D_HEAD), other=0.0)  # (HEAD_DIM, BLOCK_N)
+                    mask=(offs_n[None, :] < n_k) & (offs_d[:, None] < D_HEAD), other=0.0)  # (HEAD_DIM, BLOCK_N)
         v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
-                    mask=(offs_n[:, None] < N_K) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
+                    mask=(offs_n[:, None] < n_k) & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
         # -- S_ij = Q_i K_j^T (line 8), masked where j is past N_K or not visible to the row
         #    (tiled.py: s = _masked_scores(q_i, k_j, ...))
         qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, BLOCK_N)
-        mask = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW,
+        mask = visible(offs_m[:, None], offs_n[None, :], n_k, diag, WINDOW,
                        CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
         qk = tl.where(mask, qk, float("-inf"))  # (BLOCK_M, BLOCK_N)
         # -- m_ij = max(m_i, rowmax(S_ij)); P_ij = exp(S_ij - m_ij); l_i = e^(m_i - m_ij) l_i + rowsum(P_ij) (line 9)
@@ -250,6 +259,7 @@ def _fwd_v1_minimal(
     # -- O_i = diag(l_i)^-1 O_i (line 12); L_i = m_i + log(l_i) (line 13)
     acc = acc / l_i[:, None]  # (BLOCK_M, HEAD_DIM)
     lse = m_i + tl.log(l_i)  # (BLOCK_M,)
+    acc, lse = seq_rows(acc, lse, offs_m, n_q, HAS_SEQLENS)  # a shorter sequence's padding rows: 0, -inf
     # -- write O_i and L_i to HBM (lines 14-15)
     tl.store(LSE + off_hz * N_Q + offs_m, lse, mask=offs_m < N_Q)
     o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
@@ -262,14 +272,14 @@ def _fwd_v1_minimal(
 @triton.jit
 def _fwd_v2_inner(
     acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-    offs_m, offs_d, lo, hi, qk_scale, N_K, DIAG, WINDOW,
+    offs_m, offs_d, start_m, first, end, BLOCKS, qk_scale, N_K, DIAG, WINDOW,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_N: tl.constexpr,
     MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr,
     MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    for start_n in range(lo, hi, BLOCK_N):  # line 6
-        start_n = tl.multiple_of(start_n, BLOCK_N)
+    for step in range(first, end):  # line 6, one key block per step (kernels.visible.kv_offset)
+        start_n = tl.multiple_of(kv_offset(step, start_m, N_K, BLOCKS, BLOCK_N, HAS_MASK_MOD), BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk
         v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk
@@ -309,10 +319,10 @@ def _fwd_v2_exp2_causal(
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H, GROUP, N_Q, N_K, DIAG, WINDOW, RANGES, N_Q_BUCKET, N_K_BUCKET,  # the buckets are only autotuning keys (v3)
+    H, GROUP, N_Q, N_K, DIAG, WINDOW, BLOCKS, SEQLENS, N_Q_BUCKET, N_K_BUCKET,  # the buckets: autotuning keys (v3)
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
-    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- query block i and (batch, head) of this program (line 3)
     start_m = tl.program_id(0)
@@ -320,31 +330,34 @@ def _fwd_v2_exp2_causal(
     off_z = (off_hz // H).to(tl.int64)
     off_h = (off_hz % H).to(tl.int64)
     off_hkv = off_h // GROUP
+    n_q, n_k, diag = seq_lengths(SEQLENS, off_z, N_Q, N_K, DIAG, HAS_SEQLENS)  # this sequence's lengths
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk
     k_base = K + off_z * stride_kz + off_hkv * stride_kh
     v_base = V + off_z * stride_vz + off_hkv * stride_vh
     # -- load Q_i (line 4); initialise m_i, l_i, O_i (line 5)
-    q = tl.load(q_ptrs, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD), other=0.0)
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < n_q) & (offs_d[None, :] < D_HEAD), other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) in: exp(x) = exp2(x * log2(e))
-    # -- the key range in three stages (kernels.visible.kv_bounds): masked blocks at the window's
+    # -- the key blocks in three stages (kernels.visible.kv_steps): masked blocks at the window's
     #    lower edge, blocks every row sees in full (no mask), then masked blocks (the diagonal band,
-    #    the ragged tail); blocks outside [lo, hi) are never loaded
-    lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_K, DIAG, WINDOW, RANGES, BLOCK_M, BLOCK_N,
-                                  CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
+    #    the ragged tail); with a mask_mod, this query block's partial tiles (masked) then its full
+    #    ones (no mask). Blocks not visited are never loaded
+    s0, s1, s2, s3 = kv_steps(start_m, n_q, n_k, diag, WINDOW, BLOCKS, BLOCK_M, BLOCK_N,
+                              CAUSAL, HAS_WINDOW, HAS_MASK_MOD)
     for stage in tl.static_range(3):
-        stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
+        first, end = stage_range(stage, s0, s1, s2, s3)
         acc, l_i, m_i = _fwd_v2_inner(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kk, stride_vn, stride_vk,
-                                      offs_m, offs_d, stage_lo, stage_hi, qk_scale, N_K, DIAG, WINDOW,
+                                      offs_m, offs_d, start_m, first, end, BLOCKS, qk_scale, n_k, diag, WINDOW,
                                       HEAD_DIM, D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW,
                                       MASK_MOD, HAS_MASK_MOD, DOT_F32, DOT_PRECISION)
     # -- O_i = O_i / l_i (line 12); L_i = m_i + log(l_i), back in natural-log units (line 13)
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    acc, lse = seq_rows(acc, lse, offs_m, n_q, HAS_SEQLENS)  # a shorter sequence's padding rows: 0, -inf
     tl.store(LSE + off_hz * N_Q + offs_m, lse, mask=offs_m < N_Q)
     o_ptrs = Out + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
     tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD))
@@ -388,7 +401,7 @@ def _prune_v3(configs, named_args, **kwargs):
 
 _fwd_v3_autotuned = triton.autotune(
     configs=_v3_configs(),
-    key=["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", *KERNEL_FLAGS, "DOT_PRECISION", "DOT_F32"],
+    key=["N_Q_BUCKET", "N_K_BUCKET", "HEAD_DIM", *KERNEL_FLAGS, "HAS_SEQLENS", "DOT_PRECISION", "DOT_F32"],
     prune_configs_by={"early_config_prune": _prune_v3},
 )(_fwd_v2_exp2_causal) if not _mode.is_interpreter() else None
 
@@ -417,21 +430,27 @@ def _out_and_args(q, k, v, spec: AttnSpec):
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk,
     )
+    if spec.mask_mod is not None and spec.base is not spec:
+        raise ValueError("mask_mod with seqlens_q/seqlens_k is not supported by the Triton rungs (their block "
+                         "lists are per launch, not per sequence); use the NumPy functions or pad to one length")
+    seqlens = seqlens_table(spec, B, Nq, Nk, q.device)  # (B, 3) or None
     consts = dict(
         HEAD_DIM=head_dim_padded(d), D_HEAD=d, **spec.kernel_args(Nq, Nk), **spec.mask_args(),
+        SEQLENS=seqlens, HAS_SEQLENS=seqlens is not None,
         DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype),
     )
     return o, lse, args, consts
 
 
 def _ranges(spec: AttnSpec, q, k):
-    """RANGES for a config: the key range of each query block, from the model (mask_mod only)."""
-    return lambda cfg: block_ranges(spec, q.shape[2], k.shape[2], cfg.block_m, cfg.block_n, "q", q.device)
+    """BLOCKS for a config: each query block's lists of partial and full key blocks, from the
+    visibility model for that config's block sizes (mask_mod only; else None)."""
+    return lambda cfg: block_lists(spec, q.shape[2], k.shape[2], cfg.block_m, cfg.block_n, q.device)
 
 
 def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
     """Launch with ``config``; on a shared-memory overflow retry with smaller tiles.
-    ``ranges(cfg)``: the RANGES argument for that config's block sizes."""
+    ``ranges(cfg)``: the BLOCKS argument for that config's block sizes."""
     from triton.runtime.errors import OutOfResources
     from .. import targets  # per-GPU fit rules
 
@@ -440,7 +459,7 @@ def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
                                         args[0].element_size(), cfg.num_warps):  # flashlab.targets: skip what cannot fit
             continue
         try:
-            kernel[grid(cfg)](*args, **consts, RANGES=ranges(cfg), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            kernel[grid(cfg)](*args, **consts, BLOCKS=ranges(cfg), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return cfg
         except OutOfResources:
@@ -471,7 +490,7 @@ def forward_v1(q, k, v, causal, scale: float | None = None, config: FwdConfig | 
 
 def forward_v2(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
     """Rung v2: exp2 with log2(e) folded into the scale; the loop in three stages (masked,
-    unmasked, masked) from ``visible.kv_bounds``."""
+    unmasked, masked) from ``visible.kv_steps``."""
     spec = as_spec(causal, scale)
     o, lse, args, consts = _out_and_args(q, k, v, spec)
     consts.update(N_Q_BUCKET=_bucket(q.shape[2]), N_K_BUCKET=_bucket(k.shape[2]))
@@ -488,9 +507,10 @@ def forward_v3(q, k, v, causal, scale: float | None = None):
     if not autotune_enabled():
         return forward_v2(q, k, v, causal, scale)
     spec = as_spec(causal, scale)
-    spec.refuse(("window", "causal_align"), "forward_v3 when it autotunes (its block sizes are chosen at launch)")
+    spec.refuse(("window", "causal_align", "seqlens"), "forward_v3 when it autotunes (its block sizes are chosen "
+                "at launch)")
     o, lse, args, consts = _out_and_args(q, k, v, spec)
     consts.update(N_Q_BUCKET=_bucket(q.shape[2]), N_K_BUCKET=_bucket(k.shape[2]))
     B, H, Nq = q.shape[:3]
-    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **consts, RANGES=None)
+    _fwd_v3_autotuned[lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H)](*args, **consts, BLOCKS=None)
     return o, lse

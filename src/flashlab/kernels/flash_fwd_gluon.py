@@ -26,9 +26,15 @@ partitions of warps at once (``gl.warp_specialize``):
 Layout and masking as the ``v4_hopper`` rung (``flash_fwd_hopper.py``): q, k, v are viewed as
 (B*H*N, d) rows; a tile past the end of one head reads rows of the next head (or zeros past the
 end of the tensor), masked to a large negative score; query rows past Nq are never stored.
-Causal convention: top-left aligned, query row i sees key column j <= i. This rung computes no
-other AttnSpec option (window, bottom-right): it refuses them by name (``SUPPORTED_OPTIONS``),
-and its loop bounds are still its own, written in Gluon (not yet ported to ``kernels.visible``).
+Which keys a query sees is an :class:`flashlab.attnspec.AttnSpec`: dense, causal with either
+alignment (``causal_align``), a sliding ``window`` (``SUPPORTED_OPTIONS``). The loop bounds and
+the mask are those of every other rung: the kernel calls the Triton functions
+``kernels.visible.kv_bounds`` and ``kernels.visible.visible`` (Gluon's front end compiles a
+``@triton.jit`` function called from a ``@gluon.jit`` one with its own semantics; they use only
+scalar arithmetic and comparisons, which mean the same in both), so one formula decides which
+key blocks each query block loads, masked or not; keys outside that range are never loaded.
+A ``mask_mod`` it refuses: its block lists are built for the launch's block sizes on the host
+(``kernels.visible.block_lists``), which this rung's fixed pipeline does not read.
 
 Gluon has no CPU interpreter: this rung runs only on a CUDA sm90 GPU. On a machine without one
 it can still be compiled for sm90 (``tests/test_flash_fwd_gluon.py`` does, to check that it
@@ -44,7 +50,7 @@ from dataclasses import dataclass
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
 SUPPORTED_HEAD_DIMS = (64, 128)
-SUPPORTED_OPTIONS = ()  # AttnSpec options beyond causal top-left: none (its loop bounds are its own)
+SUPPORTED_OPTIONS = ("window", "causal_align")  # AttnSpec options beyond causal top-left (kernels.visible)
 BLOCK_M = 128  # query rows per program: two consumer warpgroups of 64 rows
 
 
@@ -98,36 +104,42 @@ def _kernels():
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
+    from .visible import kv_bounds, visible  # Triton functions: Gluon's front end compiles them too
+
     @gluon.jit
     def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
                   v_empty, q_row0, kv_row0, n_blocks,
                   HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, NBUF: gl.constexpr):
+        # kv_row0: the first key row of the first visited block; t counts visited blocks (ring slots)
         for c in gl.static_range(2):  # the two consumers' halves of Q_i
             mbarrier.expect(q_bar.index(c), desc_q.block_type.nbytes)
             tma.async_copy_global_to_shared(desc_q, [q_row0 + c * HALF_M, 0], q_bar.index(c), q_smem.index(c))
-        for j in range(n_blocks):
-            slot = j % NBUF
-            phase = (j // NBUF) & 1
+        for t in range(n_blocks):
+            slot = t % NBUF
+            phase = (t // NBUF) & 1
             # a slot is free once both consumers arrived on its empty barrier; the first pass
             # waits on the phase before the barrier's first one, which counts as completed
             mbarrier.wait(k_empty.index(slot), phase ^ 1)
             mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_k, [kv_row0 + j * BLOCK_N, 0], k_ready.index(slot),
+            tma.async_copy_global_to_shared(desc_k, [kv_row0 + t * BLOCK_N, 0], k_ready.index(slot),
                                             k_smem.index(slot))
             mbarrier.wait(v_empty.index(slot), phase ^ 1)
             mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_v, [kv_row0 + j * BLOCK_N, 0], v_ready.index(slot),
+            tma.async_copy_global_to_shared(desc_v, [kv_row0 + t * BLOCK_N, 0], v_ready.index(slot),
                                             v_smem.index(slot))
 
     @gluon.jit
-    def _softmax(s, m_i, l_i, offs_m, j, qk_scale, N_KV,
-                 BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-        """One online-softmax update in log2 units: (P_j, alpha, m_new, l_new) from S_j = Q K_j^T."""
+    def _softmax(s, m_i, l_i, offs_m, col0, qk_scale, N_KV, DIAG, WINDOW,
+                 BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+        """One online-softmax update in log2 units: (P_j, alpha, m_new, l_new) from S_j = Q K_j^T,
+        the tile's keys starting at column col0."""
         if MASKED:
-            cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-            keep = cols[None, :] < N_KV  # ragged tail of K/V
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= cols[None, :])
+            cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+            # the rule and the ragged tail of K/V: kernels.visible.visible, as every other rung
+            keep = visible(offs_m[:, None], cols[None, :], N_KV, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
+            # a large negative score, not -inf: a row that sees no key of this tile (a window's
+            # lower edge) then has a finite m_new, and its next visible key rescales the
+            # meaningless partial sums by alpha = 2^(about -1e6) = 0
             s = s * qk_scale + gl.where(keep, 0.0, -1.0e6)
             m_new = gl.maximum(m_i, gl.max(s, 1))
             s = s - m_new[:, None]
@@ -140,21 +152,24 @@ def _kernels():
         return p, alpha, m_new, l_new
 
     @gluon.jit
-    def _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s, acc, p, m_i, l_i,
-              offs_m, qk_scale, N_KV,
-              BLOCK_N: gl.constexpr, NBUF: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-        """Key block j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; softmax of S_j
-        while the second runs; then O is rescaled. Returns the new (acc, p, m_i, l_i)."""
+    def _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s, acc, p, m_i, l_i,
+              offs_m, qk_scale, N_KV, DIAG, WINDOW,
+              BLOCK_N: gl.constexpr, NBUF: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+              HAS_WINDOW: gl.constexpr):
+        """Visited key block t (keys from col_lo + t * BLOCK_N): S_t = Q K_t^T and O += P_{t-1} V_{t-1}
+        in flight together; softmax of S_t while the second runs; then O is rescaled.
+        Returns the new (acc, p, m_i, l_i)."""
         o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-        slot = j % NBUF
-        mbarrier.wait(k_ready.index(slot), (j // NBUF) & 1)
+        slot = t % NBUF
+        mbarrier.wait(k_ready.index(slot), (t // NBUF) & 1)
         s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        prev = (j - 1) % NBUF
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // NBUF) & 1)
+        prev = (t - 1) % NBUF
+        mbarrier.wait(v_ready.index(prev), ((t - 1) // NBUF) & 1)
         acc_tok = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # S_j done; P_{j-1} V_{j-1} may run on
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # S_t done; P_{t-1} V_{t-1} may run on
         mbarrier.arrive(k_empty.index(slot), count=1)
-        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, j, qk_scale, N_KV, BLOCK_N, MASKED, CAUSAL)
+        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, col_lo + t * BLOCK_N, qk_scale, N_KV, DIAG, WINDOW,
+                                          BLOCK_N, MASKED, CAUSAL, HAS_WINDOW)
         p_next = gl.convert_layout(p_f32.to(p.dtype), p.type.layout)
         acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
         mbarrier.arrive(v_empty.index(prev), count=1)
@@ -163,9 +178,9 @@ def _kernels():
 
     @gluon.jit
     def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                  qk_scale, N_Q, N_KV, row0, n_full, n_blocks, first_row,
+                  qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, col_lo, n_masked_lo, n_unmasked_hi, n_blocks, first_row,
                   C: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                  NBUF: gl.constexpr, CAUSAL: gl.constexpr):
+                  NBUF: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                            instr_shape=[16, BLOCK_N, 16])
@@ -183,21 +198,29 @@ def _kernels():
         q = q_smem.index(C)
         mbarrier.wait(q_bar.index(C), 0)
 
-        # key block 0: S_0 alone (nothing to overlap yet); masked, since it may be the only block
+        # visited key block 0: S_0 alone (nothing to overlap yet); masked, since it may be the only block
         mbarrier.wait(k_ready.index(0), 0)
         s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         mbarrier.arrive(k_empty.index(0), count=1)
-        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, 0, qk_scale, N_KV, BLOCK_N, True, CAUSAL)
+        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, col_lo, qk_scale, N_KV, DIAG, WINDOW,
+                                          BLOCK_N, True, CAUSAL, HAS_WINDOW)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
-        # stage 1: blocks no mask touches; stage 2: the causal band and the ragged tail
-        for j in range(1, n_full):
-            acc, p, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
-                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, BLOCK_N, NBUF, False, CAUSAL)
-        for j in range(gl.maximum(n_full, 1), n_blocks):
-            acc, p, m_i, l_i = _step(j, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
-                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, BLOCK_N, NBUF, True, CAUSAL)
+        # the three stages of kernels.visible.kv_bounds, counted in visited blocks: the window's
+        # lower edge (masked), blocks no mask touches, the diagonal band and ragged tail (masked)
+        for t in range(1, n_masked_lo):
+            acc, p, m_i, l_i = _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
+                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
+                                     BLOCK_N, NBUF, True, CAUSAL, HAS_WINDOW)
+        for t in range(gl.maximum(n_masked_lo, 1), n_unmasked_hi):
+            acc, p, m_i, l_i = _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
+                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
+                                     BLOCK_N, NBUF, False, CAUSAL, HAS_WINDOW)
+        for t in range(gl.maximum(n_unmasked_hi, 1), n_blocks):
+            acc, p, m_i, l_i = _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
+                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
+                                     BLOCK_N, NBUF, True, CAUSAL, HAS_WINDOW)
 
         # the last P V product
         last = (n_blocks - 1) % NBUF
@@ -216,10 +239,10 @@ def _kernels():
         gl.store(ptrs, acc.to(dtype), mask=(rows_o < N_Q)[:, None])
 
     @gluon.jit
-    def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV,
+    def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, DIAG, WINDOW,
                             HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                            NBUF: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr):
+                            NBUF: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         BLOCK: gl.constexpr = 2 * HALF_M  # BLOCK_M
         off_hz = gl.program_id(1)
         if CAUSAL:
@@ -228,16 +251,16 @@ def _kernels():
             start_m = gl.program_id(0)
         first_row = start_m * BLOCK
         row0 = off_hz * N_Q  # this head's first row in the (B*H*Nq, d) view of Q and O
-        kv_row0 = off_hz * N_KV
-        n_full_cols = (N_KV // BLOCK_N) * BLOCK_N
-        if CAUSAL:
-            hi_full = gl.minimum(first_row, n_full_cols)
-            hi_band = gl.minimum(gl.minimum(first_row + BLOCK, N_Q), N_KV)
-        else:
-            hi_full = n_full_cols
-            hi_band = N_KV
-        n_full = hi_full // BLOCK_N
-        n_blocks = (hi_band + BLOCK_N - 1) // BLOCK_N
+        # -- the key range of this query block from the shared rule (kernels.visible.kv_bounds, the
+        #    same Triton function every other rung calls, compiled here by Gluon's front end):
+        #    masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi); keys outside
+        #    [lo, hi) are never loaded. Counted below in visited blocks from lo.
+        lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_KV, DIAG, WINDOW, None, BLOCK, BLOCK_N,
+                                             CAUSAL, HAS_WINDOW, False)
+        n_masked_lo = (full_lo - lo) // BLOCK_N
+        n_unmasked_hi = (full_hi - lo) // BLOCK_N
+        n_blocks = (hi - lo + BLOCK_N - 1) // BLOCK_N
+        kv_row0 = off_hz * N_KV + lo
 
         q_smem = gl.allocate_shared_memory(desc_q.dtype, [2] + desc_q.block_type.shape, desc_q.layout)
         k_smem = gl.allocate_shared_memory(desc_k.dtype, [NBUF] + desc_k.block_type.shape, desc_k.layout)
@@ -258,11 +281,11 @@ def _kernels():
         # (the argument tuples are written out: a tuple built with + would lose its constexprs)
         gl.warp_specialize([
             (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                         qk_scale, N_Q, N_KV, row0, n_full, n_blocks, first_row,
-                         0, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL)),
+                         qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, lo, n_masked_lo, n_unmasked_hi, n_blocks,
+                         first_row, 0, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
             (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                         qk_scale, N_Q, N_KV, row0, n_full, n_blocks, first_row,
-                         1, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL)),
+                         qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, lo, n_masked_lo, n_unmasked_hi, n_blocks,
+                         first_row, 1, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
             (_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
                          v_empty, row0 + first_row, kv_row0, n_blocks, HALF_M, BLOCK_N, NBUF)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -299,17 +322,19 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
 
     if not checked:
         _check_inputs(q, k, v, causal, scale, warmup)
-    spec = as_spec(causal, scale)  # causal top-left or none: what _check_inputs lets through
+    spec = as_spec(causal, scale)  # dense, causal (either alignment), sliding window
     causal, scale = spec.causal, spec.scale
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
     n_kv = k.shape[2]
+    rule = spec.kernel_args(n_q, n_kv)  # DIAG, WINDOW, CAUSAL, HAS_WINDOW (flashlab.attnspec)
     cfg = config or default_config(d, causal)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     q2, k2, v2, o, lse = row_views(q, k, v)  # (rows, d) views; o (B, H, Nq, d), lse (B, H, Nq)
     desc_q, desc_k, desc_v = _descriptors(q2, k2, v2, cfg.block_n)
     kernel = _kernels()
-    args = (desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv)
+    args = (desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, rule["DIAG"], rule["WINDOW"])
     meta = dict(HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n, NBUF=cfg.num_buffers, CAUSAL=causal,
+                HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
     grid = (triton.cdiv(n_q, BLOCK_M), B * H)
     if warmup:

@@ -18,7 +18,8 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 This module is the one place the forward kernel is chosen: :func:`choose` (what
 ``flash_attention`` runs, through ``attention.best_forward``), :func:`resolve` (what a named
 entry runs) and :func:`run` all read ``RUNG_OPTIONS``, the AttnSpec options each rung computes
-(sliding ``window``, bottom-right ``causal_align``, ``mask_mod``); asked for one it lacks, a named entry raises
+(sliding ``window``, bottom-right ``causal_align``, ``mask_mod``, per-sequence ``seqlens``); asked for one it
+lacks, a named entry raises
 a ValueError naming the option. ``causal`` is a bool or an :class:`flashlab.attnspec.AttnSpec`
 everywhere; the entries also take the AttnSpec fields as keywords (``window=``, ...).
 """
@@ -34,16 +35,16 @@ from .attention import attn_spec, on_device
 BAND_OPTIONS = ("window", "causal_align")
 # the AttnSpec options each rung computes (beyond dense and causal top-left). A mask_mod needs
 # block sizes known on the host (its ranges come from flashlab.visibility), so not the autotuned
-# v3 nor v4/v5; ragged batches (seqlens) no rung computes yet
+# v3 nor v4/v5; per-sequence lengths (seqlens, a padded batch) the rungs v0-v3 read in the kernel
 RUNG_OPTIONS = {
-    "v0_grid_bh": BAND_OPTIONS + ("mask_mod",),
-    "v1_minimal": BAND_OPTIONS + ("mask_mod",),
-    "v2_exp2_causal": BAND_OPTIONS + ("mask_mod",),
-    "v3_autotuned": BAND_OPTIONS,
+    "v0_grid_bh": BAND_OPTIONS + ("mask_mod", "seqlens"),
+    "v1_minimal": BAND_OPTIONS + ("mask_mod", "seqlens"),
+    "v2_exp2_causal": BAND_OPTIONS + ("mask_mod", "seqlens"),
+    "v3_autotuned": BAND_OPTIONS + ("seqlens",),
     "v4_hopper": BAND_OPTIONS,
-    "v5_gluon_ws": (),
+    "v5_gluon_ws": BAND_OPTIONS,
 }
-TRITON_OPTIONS = BAND_OPTIONS + ("mask_mod",)  # what some rung (and the backward) computes
+TRITON_OPTIONS = BAND_OPTIONS + ("mask_mod", "seqlens")  # what some rung (and the backward) computes
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,7 +87,8 @@ def choose(q, k, v, spec: AttnSpec) -> str:
     open is asked: it runs per call."""
     if spec.mask_mod is not None:
         return "v2_exp2_causal"
-    if _fits("v5_gluon_ws", spec) and flash_fwd_gluon.preferred(q, k, spec.causal):
+    # v5 computes windows and bottom-right too, but was measured faster only without them
+    if not spec.features() and flash_fwd_gluon.preferred(q, k, spec.causal):
         return "v5_gluon_ws"
     return "v4_hopper" if hopper_applies(q, k, v, spec, checked=True) else "v3_autotuned"
 
