@@ -66,3 +66,56 @@ def test_backward_never_allocates_an_nq_by_nk_array():
     finally:
         tracemalloc.stop()
     assert peak < n * n * 8 / 4, f"peak {peak} B is not far below one float64 Nq x Nk array ({n * n * 8} B)"
+
+
+# ---------------------------------------------------------------- the Triton backward kernels
+# On CPU these run in Triton's interpreter (tests/conftest.py); on a CUDA machine, compiled.
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", [80, 128])
+def test_gradients_cancel_exactly_where_a_query_sees_one_key(dtype, d):
+    # Nq = 1, causal: the query sees key 0 only, so P = 1 there and dS = P * (dP - D) = 0 exactly:
+    # dK and dQ are exactly 0 in float64 (and in PyTorch). D = rowsum(dO * O) and dP = dO . v_0
+    # must then be summed alike, or their rounding (about 1e-5 on an H200's tensor cores) is left.
+    # In the interpreter both are the same NumPy product, so the result must be exactly 0 there.
+    from flashlab.kernels import _mode
+    from flashlab.kernels.attention import flash_attention
+
+    dt, dev = getattr(torch, dtype), _device()
+    g = torch.Generator().manual_seed(d + len(dtype))
+    q = torch.randn(1, 2, 1, d, generator=g).to(dev, dt).requires_grad_()  # (B, H, 1, d)
+    k, v = (torch.randn(1, 2, 239, d, generator=g).to(dev, dt).requires_grad_() for _ in range(2))  # (B, H, 239, d)
+    do = torch.randn(1, 2, 1, d, generator=g).to(dev, dt)  # (B, H, 1, d)
+    flash_attention(q, k, v, causal=True).backward(do)
+    bound = 0.0 if _mode.is_interpreter() else 1e-5
+    for name, grad in (("dk", k.grad), ("dq", q.grad)):
+        worst = grad.double().abs().max().item()
+        assert worst <= bound, f"{name} should cancel to 0 (one visible key), got max |{name}| = {worst:.3g} > {bound}"
+    assert v.grad[:, :, 0].double().abs().max() > 0, "dV of the visible key is dO, not 0"
+
+
+@pytest.mark.parametrize("h,hkv,causal", [(4, 1, False), (4, 2, True)])
+def test_grouped_query_backward_sums_dk_dv_over_the_group(h, hkv, causal):
+    # the dK/dV program of kv head j loops over the query heads h // group == j; compare with
+    # float64 autograd through an expanded k, v (fresh seeded inputs, ragged lengths)
+    from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
+
+    dev, seed = _device(), 31 * h + 7 * hkv + int(causal)
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, h, 37, 64, generator=g).to(dev, torch.float16)  # (B, H, Nq, d)
+    k, v = (torch.randn(2, hkv, 29, 64, generator=g).to(dev, torch.float16) for _ in range(2))  # (B, Hkv, Nk, d)
+    do = torch.randn(2, h, 37, 64, generator=g).to(dev, torch.float16)  # (B, H, Nq, d)
+    mine = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    same = [t.clone().requires_grad_() for t in (q, k, v)]
+    flash_attention(*mine, causal=causal).backward(do)
+    attention_reference(*ref, causal=causal).backward(do.double())
+    attention_reference(*same, causal=causal, upcast=False).backward(do)
+    for name, a, r, p in zip("qkv", mine, ref, same):
+        assert a.grad.shape == r.grad.shape, f"d{name} shape {tuple(a.grad.shape)}"
+        err, allowed = max_error(a.grad, r.grad), allowed_error(r.grad, p.grad, ref[2].grad if name == "k" else None)
+        assert err <= allowed, f"d{name} error {err:.3g} > allowed {allowed:.3g} (H={h}, Hkv={hkv}, causal={causal})"

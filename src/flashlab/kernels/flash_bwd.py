@@ -4,6 +4,9 @@ Three kernels, as in the structure of Triton's fused-attention tutorial (written
 paper, with the NumPy names of ``flashlab.tiled.tiled_attention_backward``):
 
 1. ``_bwd_preprocess``: ``D_i = rowsum(dO_i * O_i)`` (Algorithm 2, line 4), one fp32 per query row.
+   For fp16/bf16 it is the diagonal of the matrix product ``O_i dO_i^T``, so D_i is summed by the
+   same instruction in the same order as ``dP_ij`` is: where a row sees a single key (P_ij = 1,
+   O_i = V_j), ``dS_ij = P_ij (dP_ij - D_i)`` is exactly 0, as in float64.
 2. ``_bwd_dkdv``: one program per key/value block ``K_j, V_j`` (line 6) accumulates ``dK_j`` and
    ``dV_j`` over every query block (lines 8-20). With grouped-query attention the program also
    loops over the GROUP query heads that share this kv head, so their gradients are summed in
@@ -84,6 +87,7 @@ def _bwd_preprocess(
     stride_doz, stride_doh, stride_dom, stride_dok,
     H, N_Q,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    D_BY_DOT: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- D_i = rowsum(dO_i * O_i) (line 4)
     start_m = tl.program_id(0)
@@ -94,10 +98,19 @@ def _bwd_preprocess(
     offs_d = tl.arange(0, HEAD_DIM)
     mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD)
     o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0)
     do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dok, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Delta + off_hz * N_Q + offs_m, tl.sum(o * do, axis=1), mask=offs_m < N_Q)
+                 + offs_d[None, :] * stride_dok, mask=mask, other=0.0)
+    if D_BY_DOT:
+        # the diagonal of O_i dO_i^T, summed by the same matrix instruction, in the same order, as
+        # dP_ij^T = V_j dO_i^T in the dK/dV kernel: where a row sees one key, O_i = V_j and P_ij = 1,
+        # so dP_ij - D_i is exactly 0 and dK_j, dQ_i cancel exactly, as they do in float64
+        od = _dot(o, tl.trans(do), DOT_F32, DOT_PRECISION)  # (BLOCK_M, BLOCK_M)
+        diag = tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :]
+        delta = tl.sum(tl.where(diag, od, 0.0), axis=1)
+    else:
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + off_hz * N_Q + offs_m, delta, mask=offs_m < N_Q)
 
 
 @triton.jit
@@ -300,8 +313,10 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
         if not targets.bwd_fits_current(cfg, head_dim, q.element_size()):  # flashlab.targets: skip what cannot fit
             continue
         try:
-            _bwd_preprocess[(triton.cdiv(Nq, cfg.block_pre), B * H)](
-                o, do, delta, *o.stride(), *do.stride(), H, Nq, **consts, BLOCK_M=cfg.block_pre)
+            by_dot = q.dtype != torch.float32  # fp16/bf16: D summed as dP is (see _bwd_preprocess)
+            block_pre = min(cfg.block_pre, 64) if by_dot else cfg.block_pre  # a (64, 64) fp32 tile of O dO^T
+            _bwd_preprocess[(triton.cdiv(Nq, block_pre), B * H)](
+                o, do, delta, *o.stride(), *do.stride(), H, Nq, **consts, BLOCK_M=block_pre, D_BY_DOT=by_dot, DOT_F32=flags["DOT_F32"], DOT_PRECISION=flags["DOT_PRECISION"])
             common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
             _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
                 q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
