@@ -46,6 +46,8 @@ class BwdConfig:
     num_warps: int = 4
     num_stages: int = 3
     block_pre: int = 128  # query rows per preprocessing program
+    dq_warps: int = 0  # warps and stages of the dQ kernel; 0: num_warps, num_stages
+    dq_stages: int = 0
 
 
 INTERPRETER_BWD_CONFIG = BwdConfig(16, 16, 16, 16, 1, 1, 16)
@@ -73,9 +75,11 @@ def fallback_bwd_configs(config: BwdConfig) -> list[BwdConfig]:
     c = config
     while c.num_stages > 1 or c.block_n1 > 16 or c.block_m2 > 16:
         if c.num_stages > 1:
-            c = BwdConfig(c.block_m1, c.block_n1, c.block_m2, c.block_n2, c.num_warps, c.num_stages - 1, c.block_pre)
+            c = BwdConfig(c.block_m1, c.block_n1, c.block_m2, c.block_n2, c.num_warps, c.num_stages - 1, c.block_pre,
+                          c.dq_warps, min(c.dq_stages, c.num_stages - 1))
         else:
-            c = BwdConfig(16, max(16, c.block_n1 // 2), max(16, c.block_m2 // 2), 16, c.num_warps, 1, c.block_pre)
+            c = BwdConfig(16, max(16, c.block_n1 // 2), max(16, c.block_m2 // 2), 16, c.num_warps, 1, c.block_pre,
+                          c.dq_warps, min(c.dq_stages, 1))
         configs.append(c)
     return configs
 
@@ -284,6 +288,21 @@ def _bwd_dq(
              + offs_d[None, :] * stride_dqk, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
 
+def preprocess(o, do, block_pre: int = 128):
+    """D (B, H, Nq) float32: ``D_i = rowsum(dO_i * O_i)`` (Algorithm 2, line 4) for o, do (B, H, Nq, d).
+
+    For fp16/bf16 the diagonal of O dO^T, summed as the backward kernels sum dP (see ``_bwd_preprocess``).
+    """
+    B, H, Nq, d = o.shape
+    by_dot = o.dtype != torch.float32
+    block = min(block_pre, 64) if by_dot else block_pre  # by_dot: a (64, 64) fp32 tile of O dO^T
+    delta = new_output((B, H, Nq), torch.float32, o.device)  # (B, H, Nq)
+    _bwd_preprocess[(triton.cdiv(Nq, block), B * H)](
+        o, do, delta, *o.stride(), *do.stride(), H, Nq, HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block,
+        D_BY_DOT=by_dot, DOT_F32=_mode.dot_upcast(o.dtype), DOT_PRECISION=dot_precision(o.dtype))
+    return delta
+
+
 def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: BwdConfig | None = None):
     """Gradients of attention from the saved forward output and log-sum-exp.
 
@@ -304,7 +323,6 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     flags = dict(**spec.kernel_args(Nq, Nk), **spec.mask_args(), DOT_F32=_mode.dot_upcast(q.dtype),
                  DOT_PRECISION=dot_precision(q.dtype))
     lse = lse.contiguous()
-    delta = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
     dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
     dk = new_output((B, Hkv, Nk, d), k.dtype, k.device)  # (B, Hkv, Nk, d)
     dv = new_output((B, Hkv, Nk, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
@@ -313,10 +331,7 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
         if not targets.bwd_fits_current(cfg, head_dim, q.element_size()):  # flashlab.targets: skip what cannot fit
             continue
         try:
-            by_dot = q.dtype != torch.float32  # fp16/bf16: D summed as dP is (see _bwd_preprocess)
-            block_pre = min(cfg.block_pre, 64) if by_dot else cfg.block_pre  # a (64, 64) fp32 tile of O dO^T
-            _bwd_preprocess[(triton.cdiv(Nq, block_pre), B * H)](
-                o, do, delta, *o.stride(), *do.stride(), H, Nq, **consts, BLOCK_M=block_pre, D_BY_DOT=by_dot, DOT_F32=flags["DOT_F32"], DOT_PRECISION=flags["DOT_PRECISION"])
+            delta = preprocess(o, do, cfg.block_pre)  # (B, H, Nq)
             common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
             _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
                 q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
@@ -327,7 +342,7 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
                 q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
                 RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                num_warps=cfg.dq_warps or cfg.num_warps, num_stages=cfg.dq_stages or cfg.num_stages)
             return dq, dk, dv
         except OutOfResources:
             continue
