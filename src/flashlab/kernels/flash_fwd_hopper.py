@@ -88,6 +88,12 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
     (128, True): HopperConfig(block_q=128, block_k=64, num_warps=4, num_stages=2),
 }
 
+# Short causal rows (Nq <= SHORT_CAUSAL_N): smaller query blocks, so more programs and less causal
+# imbalance. bf16 d = 128, N = 1024, B = 16, H = 16, three interleaved rounds: 64x64 w4 s3
+# 0.197-0.203 ms against 0.209 for 128x64 w4 s2 (results/bench_backward_call1_short.json)
+SHORT_CAUSAL_N = 1024
+SHORT_CAUSAL_CONFIGS: dict[int, HopperConfig] = {128: HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3)}
+
 # Configs the benchmark sweeps to refill DEFAULT_CONFIGS (benchmarks/bench_attention.py --sweep).
 SWEEP_CONFIGS: tuple[HopperConfig, ...] = (
     HopperConfig(128, 64, 4, 2), HopperConfig(128, 64, 4, 3), HopperConfig(128, 64, 4, 4),
@@ -286,8 +292,11 @@ def head_views(q, k, v):
     return q3, k3, v3, o, lse
 
 
-def default_config(head_dim: int, causal: bool) -> HopperConfig:
-    """The measured best config for (head_dim, causal); a safe default for other head dims."""
+def default_config(head_dim: int, causal: bool, n_q: int | None = None) -> HopperConfig:
+    """The measured best config for (head_dim, causal) and, for short causal rows, the query
+    length ``n_q``; a safe default for other head dims."""
+    if causal and n_q is not None and n_q <= SHORT_CAUSAL_N and head_dim in SHORT_CAUSAL_CONFIGS:
+        return SHORT_CAUSAL_CONFIGS[head_dim]
     return DEFAULT_CONFIGS.get((head_dim, bool(causal)), HopperConfig())
 
 
@@ -306,7 +315,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
     n_kv = k.shape[2]
     spec = as_spec(causal, scale)
-    cfg = config or default_config(d, spec.causal)
+    cfg = config or default_config(d, spec.causal, n_q)
     scale = spec.resolved_scale(d)
     q3, k3, v3, o, lse = head_views(q, k, v)
     desc_q = TensorDescriptor.from_tensor(q3, [1, cfg.block_q, d])
