@@ -13,8 +13,9 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
   forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES`` (the
             Hopper rung with that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
   fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
-            (forward rung + the two-pass backward), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung +
-            the one-pass backward with atomic dQ; ``tma``: the copy engine's tile reduction)
+            (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
+            stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
+            atomic dQ; ``tma``: the copy engine's tile reduction)
 
     python benchmarks/bench_backward.py --rows protocol --head-dims 128 --seq-lens 4096 16384
     python benchmarks/bench_backward.py --rows gqa --seq-lens 2048 8192
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 import os
 import statistics
 import sys
@@ -117,9 +119,16 @@ def backward_fn(name: str):
     from flashlab.kernels import flash_bwd, flash_bwd_hopper
 
     if name == "tp" or name.startswith("tp:"):
-        cfg = flash_bwd.BwdConfig(*_ints(name[3:])[:4], *_ints(name[3:])[4:6], 128, *_ints(name[3:])[6:]) \
-            if name != "tp" else None
-        return lambda q, k, v, o, lse, do, spec: flash_bwd.backward(q, k, v, o, lse, do, spec, config=cfg)
+        text = name[3:]
+        concurrent = text.endswith("cc")  # the dQ kernel on a second stream
+        ints = _ints(text.replace("cc", ""))
+
+        def two_pass(q, k, v, o, lse, do, spec):
+            cfg = (flash_bwd.BwdConfig(*ints[:4], *ints[4:6], 128, *ints[6:]) if ints
+                   else flash_bwd.default_bwd_config(flash_bwd.head_dim_padded(q.shape[3]), q.dtype))
+            return flash_bwd.backward(q, k, v, o, lse, do, spec, config=replace(cfg, concurrent=concurrent))
+
+        return two_pass
     if name == "fu" or name.startswith("fu:"):
         cfg = None if name == "fu" else flash_bwd_hopper.FusedBwdConfig(*_ints(name[3:]), tma_reduce="tma" in name)
         return lambda q, k, v, o, lse, do, spec: flash_bwd_hopper.backward(q, k, v, o, lse, do, spec, config=cfg)

@@ -22,7 +22,8 @@ sees are skipped and never loaded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, replace
 
 from .. import targets  # per-GPU fit rules
 from . import _mode
@@ -48,6 +49,7 @@ class BwdConfig:
     block_pre: int = 128  # query rows per preprocessing program
     dq_warps: int = 0  # warps and stages of the dQ kernel; 0: num_warps, num_stages
     dq_stages: int = 0
+    concurrent: bool = False  # CUDA: the dQ kernel on a second stream, beside the dK/dV kernel
 
 
 INTERPRETER_BWD_CONFIG = BwdConfig(16, 16, 16, 16, 1, 1, 16)
@@ -75,11 +77,10 @@ def fallback_bwd_configs(config: BwdConfig) -> list[BwdConfig]:
     c = config
     while c.num_stages > 1 or c.block_n1 > 16 or c.block_m2 > 16:
         if c.num_stages > 1:
-            c = BwdConfig(c.block_m1, c.block_n1, c.block_m2, c.block_n2, c.num_warps, c.num_stages - 1, c.block_pre,
-                          c.dq_warps, min(c.dq_stages, c.num_stages - 1))
+            c = replace(c, num_stages=c.num_stages - 1, dq_stages=min(c.dq_stages, c.num_stages - 1))
         else:
-            c = BwdConfig(16, max(16, c.block_n1 // 2), max(16, c.block_m2 // 2), 16, c.num_warps, 1, c.block_pre,
-                          c.dq_warps, min(c.dq_stages, 1))
+            c = replace(c, block_m1=16, block_n1=max(16, c.block_n1 // 2), block_m2=max(16, c.block_m2 // 2),
+                        block_n2=16, num_stages=1, dq_stages=min(c.dq_stages, 1))
         configs.append(c)
     return configs
 
@@ -288,6 +289,17 @@ def _bwd_dq(
              + offs_d[None, :] * stride_dqk, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
 
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device):
+    """One second CUDA stream per device (created once) for the concurrent dQ kernel."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
 def preprocess(o, do, block_pre: int = 128):
     """D (B, H, Nq) float32: ``D_i = rowsum(dO_i * O_i)`` (Algorithm 2, line 4) for o, do (B, H, Nq, d).
 
@@ -333,16 +345,24 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
         try:
             delta = preprocess(o, do, cfg.block_pre)  # (B, H, Nq)
             common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+            side = _side_stream(q.device) if cfg.concurrent and q.device.type == "cuda" else None
+            if side is not None:  # dQ and dK/dV only read what the preprocessing wrote: run side by side
+                side.wait_stream(torch.cuda.current_stream(q.device))
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
+                    q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
+                    H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+                    RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
+                    num_warps=cfg.dq_warps or cfg.num_warps, num_stages=cfg.dq_stages or cfg.num_stages)
             _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
                 q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                 RANGES=block_ranges(spec, Nq, Nk, cfg.block_m1, cfg.block_n1, "k", q.device),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-            _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
-                q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
-                H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-                RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
-                num_warps=cfg.dq_warps or cfg.num_warps, num_stages=cfg.dq_stages or cfg.num_stages)
+            if side is not None:
+                torch.cuda.current_stream(q.device).wait_stream(side)
+                for t in (q, k, v, do, lse, delta, dq):  # used on the side stream: freed only after it
+                    t.record_stream(side)
             return dq, dk, dv
         except OutOfResources:
             continue
