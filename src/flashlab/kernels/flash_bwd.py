@@ -71,6 +71,19 @@ def default_bwd_config(head_dim: int, dtype: torch.dtype) -> BwdConfig:
     return BwdConfig(16, 64, 64, 16, 8, 1)
 
 
+# The dQ kernel on a second stream beside the dK/dV kernel (BwdConfig.concurrent), measured on an
+# H200 against one stream (benchmarks/results/bench_backward_call2_*.json, bf16, B*N = 16384):
+# level to +9 % on causal rows and on rows up to N = 8192, 1.6x on GQA (H = 32, Hkv = 8) at
+# N = 2048, where the dK/dV grid has only B*Hkv*Nk/BLOCK_N = 256 programs; 2-3 % slower on
+# non-causal rows at N = 16384, so off there.
+CONCURRENT_DQ_MAX_N = 8192
+
+
+def concurrent_dq(causal: bool, n_q: int, n_k: int, group: int) -> bool:
+    """Whether the default backward runs its dQ kernel on a second stream (CUDA only)."""
+    return bool(causal) or group > 1 or max(n_q, n_k) <= CONCURRENT_DQ_MAX_N
+
+
 def fallback_bwd_configs(config: BwdConfig) -> list[BwdConfig]:
     """``config`` then smaller ones, tried in turn when the GPU runs out of shared memory."""
     configs = [config]
@@ -338,7 +351,8 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
     dk = new_output((B, Hkv, Nk, d), k.dtype, k.device)  # (B, Hkv, Nk, d)
     dv = new_output((B, Hkv, Nk, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
-    config = config or default_bwd_config(head_dim, q.dtype)
+    if config is None:
+        config = replace(default_bwd_config(head_dim, q.dtype), concurrent=concurrent_dq(spec.causal, Nq, Nk, group))
     for cfg in fallback_bwd_configs(config):
         if not targets.bwd_fits_current(cfg, head_dim, q.element_size()):  # flashlab.targets: skip what cannot fit
             continue

@@ -62,8 +62,10 @@ class FusedBwdConfig:
 
 
 INTERPRETER_CONFIG = FusedBwdConfig(16, 16, 4, 1)
-# measured on an H200 (benchmarks/NOTES.md, "backward and GQA"); keyed by head dim
-DEFAULT_CONFIGS = {64: FusedBwdConfig(64, 128, 8, 2), 128: FusedBwdConfig(64, 128, 8, 2)}
+# the fastest of those measured on an H200, keyed by head dim (benchmarks/NOTES.md, "backward and
+# GQA"; results/bench_backward_call{1,2}_*.json): the tile reduce beat per-element atomics on every
+# row (307 vs 245 TFLOP/s fwd+bwd on the GQA row), 8 warps beat 4
+DEFAULT_CONFIGS = {64: FusedBwdConfig(64, 128, 8, 2, tma_reduce=True), 128: FusedBwdConfig(64, 128, 8, 2, tma_reduce=True)}
 
 
 def default_config(head_dim: int) -> FusedBwdConfig:
