@@ -157,7 +157,7 @@ def test_bench_refuses_to_time_under_the_interpreter(monkeypatch, capsys):
     assert "TRITON_INTERPRET" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["bench_attention", "bench_memory", "ncu_traffic", "gluon_probe"])
+@pytest.mark.parametrize("name", ["bench_attention", "bench_backward", "bench_memory", "ncu_traffic", "gluon_probe"])
 def test_benchmark_scripts_plan_without_a_gpu(name, capsys):
     assert _load(name).main(["--dry-run"]) == 0
     assert capsys.readouterr().out.strip(), f"{name} --dry-run printed no plan"
