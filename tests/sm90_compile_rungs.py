@@ -54,10 +54,11 @@ def main() -> int:
                 num_warps=4, num_stages=3, grid=(5, 2)),
         }
         if spec.mask_mod is None:
-            rows = q.view(-1, d)  # (B*H*N, d)
-            desc_q, desc_kv = TensorDescriptor.from_tensor(rows, [128, d]), TensorDescriptor.from_tensor(rows, [64, d])
+            heads = q.view(-1, n, d)  # (B*H, N, d)
+            desc_q = TensorDescriptor.from_tensor(heads, [1, 128, d])
+            desc_kv = TensorDescriptor.from_tensor(heads, [1, 64, d])
             launches["v4_hopper"] = lambda: flash_fwd_hopper._flash_fwd_hopper_kernel.warmup(
-                desc_q, desc_kv, desc_kv, q, lse, 0.18, n, n, 2, HEAD_DIM=d, BLOCK_M=128, BLOCK_N=64,
+                desc_q, desc_kv, desc_kv, q, lse, 0.18, n, n, 2, 1, HEAD_DIM=d, BLOCK_M=128, BLOCK_N=64,
                 **spec.kernel_args(n, n), WARP_SPECIALIZE=False, PERSISTENT=False, num_warps=4, num_stages=2,
                 grid=(3, 2))
         for kernel, launch in launches.items():

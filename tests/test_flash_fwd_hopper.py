@@ -48,6 +48,36 @@ def test_hopper_forward_matches_reference_for_ragged_lengths(b, h, nq, nk, d, ca
     assert lse.shape == (b, h, nq) and lse.dtype == torch.float32
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,h,hkv,nq,nk", [(1, 4, 1, 40, 50), (2, 4, 2, 33, 20)])
+def test_hopper_grouped_query_attention_reads_kv_head_h_over_group(b, h, hkv, nq, nk, causal, monkeypatch):
+    # k and v have Hkv < H heads and are never expanded: the kernel indexes kv head h // (H // Hkv)
+    monkeypatch.setenv("FLASHLAB_POISON", "1")
+    g = torch.Generator().manual_seed(100 * h + nq + int(causal))
+    q = torch.randn(b, h, nq, 64, generator=g).to(DEVICE, torch.float16)  # (B, H, Nq, d)
+    k, v = (torch.randn(b, hkv, nk, 64, generator=g).to(DEVICE, torch.float16) for _ in range(2))  # (B, Hkv, Nk, d)
+    assert hopper.supports(q, k, v, causal)
+    o, lse = hopper.forward(q, k, v, causal, None, SMALL)
+    ref = attention_reference(q, k, v, causal, upcast=True)
+    same = attention_reference(q, k, v, causal, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, same)
+    assert err <= allowed, f"GQA H={h} Hkv={hkv}: max |o - ref| = {err:.3g} > allowed {allowed:.3g}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_nan_in_one_head_never_reaches_another_heads_output(causal):
+    # the last key tile of head 0 is short (Nk = 40, BLOCK_N = 16): its missing rows must read as
+    # zeros, not as head 1's first rows, which here are NaN (and so is head 1's own output)
+    q, k, v = _qkv(1, 2, 37, 40, 64, seed=21)
+    k[:, 1], v[:, 1] = float("nan"), float("nan")
+    o, _ = hopper.forward(q, k, v, causal, None, SMALL)
+    ref = attention_reference(q[:, :1], k[:, :1], v[:, :1], causal, upcast=True)
+    same = attention_reference(q[:, :1], k[:, :1], v[:, :1], causal, upcast=False)
+    err, allowed = max_error(o[:, :1], ref), allowed_error(ref, same)
+    assert err <= allowed, f"head 0 output error {err:.3g} > {allowed:.3g}: head 1's NaN leaked into head 0"
+    assert o[:, 1].isnan().all(), "head 1 read NaN keys, so its output should be NaN"
+
+
 def test_hopper_lse_is_the_natural_log_sum_exp_of_scaled_scores():
     q, k, v = _qkv(1, 2, 40, 40, 64, seed=7)
     scale = 0.3
@@ -75,6 +105,9 @@ def test_supports_says_no_where_the_rung_is_not_verified():
     assert not hopper.supports(q.float(), k.float(), v.float(), False)  # fp32
     assert not hopper.supports(q[..., :32], k[..., :32], v[..., :32], False)  # d=32
     assert not hopper.supports(q, k[:, :, :, :], v[:, :, :16], False)  # v not shaped like k
+    q3 = torch.cat([q, q, q], dim=1)  # (1, 3, 32, 64)
+    k2 = torch.cat([k, k], dim=1)  # (1, 2, 32, 64): 2 kv heads do not divide 3 query heads
+    assert not hopper.supports(q3, k2, k2, False)
     if DEVICE == "cpu":
         assert hopper.supports(q, k, v, False)
         assert not hopper.supports(q.bfloat16(), k.bfloat16(), v.bfloat16(), False)  # interpreter bf16 dot
@@ -124,7 +157,7 @@ def test_bench_refuses_to_time_under_the_interpreter(monkeypatch, capsys):
     assert "TRITON_INTERPRET" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["bench_attention", "bench_memory", "ncu_traffic", "gluon_probe"])
+@pytest.mark.parametrize("name", ["bench_attention", "bench_backward", "bench_memory", "ncu_traffic", "gluon_probe"])
 def test_benchmark_scripts_plan_without_a_gpu(name, capsys):
     assert _load(name).main(["--dry-run"]) == 0
     assert capsys.readouterr().out.strip(), f"{name} --dry-run printed no plan"

@@ -8,9 +8,11 @@ Forward: the rung :func:`flashlab.kernels.ladder.choose` picks, the one place th
 (``v5_gluon_ws`` on an sm90 GPU where ``flash_fwd_gluon.preferred`` says it is faster, else
 ``v4_hopper`` where ``flashlab.kernels.flash_fwd_hopper.supports`` accepts them, else
 ``v3_autotuned``; a rung that lacks an AttnSpec option in use is never chosen). It
-saves ``o`` and ``lse`` (float32, natural log, one per query row). Backward: the three kernels of
-:mod:`flashlab.kernels.flash_bwd` (preprocess ``D = rowsum(dO * O)``, then dK/dV, then dQ), which
-recompute ``P`` from ``lse`` instead of storing it (FlashAttention-2, Algorithm 2).
+saves ``o`` and ``lse`` (float32, natural log, one per query row). Backward: the rung
+:func:`flashlab.kernels.ladder.choose_backward` picks, the three kernels of
+:mod:`flashlab.kernels.flash_bwd` (preprocess ``D = rowsum(dO * O)``, then dK/dV, then dQ) or the
+one-pass :mod:`flashlab.kernels.flash_bwd_hopper` (dQ by atomics); both recompute ``P`` from
+``lse`` instead of storing it (FlashAttention-2, Algorithm 2).
 
 Also here, beside the kernel: ``check_inputs`` (every error names the argument) and
 ``attention_reference``, the plain PyTorch attention the tests and the GPU sweep compare against.
@@ -225,8 +227,6 @@ def hopper_forward(q, k, v, causal, scale: float | None = None):
 def _autograd_function():
     import torch
 
-    from . import flash_bwd
-
     class FlashAttentionFunction(torch.autograd.Function):
         """Triton forward (saves o, lse) and Triton backward (recomputes P from lse); one AttnSpec."""
 
@@ -240,12 +240,15 @@ def _autograd_function():
 
         @staticmethod
         def backward(ctx, do):
+            from . import ladder
+
             q, k, v, o, lse = ctx.saved_tensors
             with on_device(q):
                 if ctx.spec.base is not ctx.spec:  # per-sequence lengths: the backward per sequence
                     dq, dk, dv = _ragged_backward(q, k, v, o, lse, do, ctx.spec)
                 else:
-                    dq, dk, dv = flash_bwd.backward(q, k, v, o, lse, do, ctx.spec)
+                    name = ladder.choose_backward(q, k, ctx.spec)  # bwd_two_pass or bwd_fused
+                    dq, dk, dv = ladder.run_backward(name, q, k, v, o, lse, do, ctx.spec)
             return dq, dk, dv, None
 
     return FlashAttentionFunction

@@ -4,6 +4,9 @@ Three kernels, as in the structure of Triton's fused-attention tutorial (written
 paper, with the NumPy names of ``flashlab.tiled.tiled_attention_backward``):
 
 1. ``_bwd_preprocess``: ``D_i = rowsum(dO_i * O_i)`` (Algorithm 2, line 4), one fp32 per query row.
+   For fp16/bf16 it is the diagonal of the matrix product ``O_i dO_i^T``, so D_i is summed by the
+   same instruction in the same order as ``dP_ij`` is: where a row sees a single key (P_ij = 1,
+   O_i = V_j), ``dS_ij = P_ij (dP_ij - D_i)`` is exactly 0, as in float64.
 2. ``_bwd_dkdv``: one program per key/value block ``K_j, V_j`` (line 6) accumulates ``dK_j`` and
    ``dV_j`` over every query block (lines 8-20). With grouped-query attention the program also
    loops over the GROUP query heads that share this kv head, so their gradients are summed in
@@ -19,7 +22,8 @@ sees are skipped and never loaded.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, replace
 
 from .. import targets  # per-GPU fit rules
 from . import _mode
@@ -43,6 +47,9 @@ class BwdConfig:
     num_warps: int = 4
     num_stages: int = 3
     block_pre: int = 128  # query rows per preprocessing program
+    dq_warps: int = 0  # warps and stages of the dQ kernel; 0: num_warps, num_stages
+    dq_stages: int = 0
+    concurrent: bool = False  # CUDA: the dQ kernel on a second stream, beside the dK/dV kernel
 
 
 INTERPRETER_BWD_CONFIG = BwdConfig(16, 16, 16, 16, 1, 1, 16)
@@ -64,15 +71,29 @@ def default_bwd_config(head_dim: int, dtype: torch.dtype) -> BwdConfig:
     return BwdConfig(16, 64, 64, 16, 8, 1)
 
 
+# The dQ kernel on a second stream beside the dK/dV kernel (BwdConfig.concurrent), measured on an
+# H200 against one stream (benchmarks/results/bench_backward_call2_*.json, bf16, B*N = 16384):
+# level to +9 % on causal rows and on rows up to N = 8192, 1.6x on GQA (H = 32, Hkv = 8) at
+# N = 2048, where the dK/dV grid has only B*Hkv*Nk/BLOCK_N = 256 programs; 2-3 % slower on
+# non-causal rows at N = 16384, so off there.
+CONCURRENT_DQ_MAX_N = 8192
+
+
+def concurrent_dq(causal: bool, n_q: int, n_k: int, group: int) -> bool:
+    """Whether the default backward runs its dQ kernel on a second stream (CUDA only)."""
+    return bool(causal) or group > 1 or max(n_q, n_k) <= CONCURRENT_DQ_MAX_N
+
+
 def fallback_bwd_configs(config: BwdConfig) -> list[BwdConfig]:
     """``config`` then smaller ones, tried in turn when the GPU runs out of shared memory."""
     configs = [config]
     c = config
     while c.num_stages > 1 or c.block_n1 > 16 or c.block_m2 > 16:
         if c.num_stages > 1:
-            c = BwdConfig(c.block_m1, c.block_n1, c.block_m2, c.block_n2, c.num_warps, c.num_stages - 1, c.block_pre)
+            c = replace(c, num_stages=c.num_stages - 1, dq_stages=min(c.dq_stages, c.num_stages - 1))
         else:
-            c = BwdConfig(16, max(16, c.block_n1 // 2), max(16, c.block_m2 // 2), 16, c.num_warps, 1, c.block_pre)
+            c = replace(c, block_m1=16, block_n1=max(16, c.block_n1 // 2), block_m2=max(16, c.block_m2 // 2),
+                        block_n2=16, num_stages=1, dq_stages=min(c.dq_stages, 1))
         configs.append(c)
     return configs
 
@@ -84,6 +105,7 @@ def _bwd_preprocess(
     stride_doz, stride_doh, stride_dom, stride_dok,
     H, N_Q,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    D_BY_DOT: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- D_i = rowsum(dO_i * O_i) (line 4)
     start_m = tl.program_id(0)
@@ -94,10 +116,19 @@ def _bwd_preprocess(
     offs_d = tl.arange(0, HEAD_DIM)
     mask = (offs_m[:, None] < N_Q) & (offs_d[None, :] < D_HEAD)
     o = tl.load(O + off_z * stride_oz + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
-                mask=mask, other=0.0).to(tl.float32)
+                mask=mask, other=0.0)
     do = tl.load(DO + off_z * stride_doz + off_h * stride_doh + offs_m[:, None] * stride_dom
-                 + offs_d[None, :] * stride_dok, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Delta + off_hz * N_Q + offs_m, tl.sum(o * do, axis=1), mask=offs_m < N_Q)
+                 + offs_d[None, :] * stride_dok, mask=mask, other=0.0)
+    if D_BY_DOT:
+        # the diagonal of O_i dO_i^T, summed by the same matrix instruction, in the same order, as
+        # dP_ij^T = V_j dO_i^T in the dK/dV kernel: where a row sees one key, O_i = V_j and P_ij = 1,
+        # so dP_ij - D_i is exactly 0 and dK_j, dQ_i cancel exactly, as they do in float64
+        od = _dot(o, tl.trans(do), DOT_F32, DOT_PRECISION)  # (BLOCK_M, BLOCK_M)
+        diag = tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :]
+        delta = tl.sum(tl.where(diag, od, 0.0), axis=1)
+    else:
+        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + off_hz * N_Q + offs_m, delta, mask=offs_m < N_Q)
 
 
 @triton.jit
@@ -271,6 +302,32 @@ def _bwd_dq(
              + offs_d[None, :] * stride_dqk, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
 
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(device):
+    """One second CUDA stream per device (created once) for the concurrent dQ kernel."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SIDE_STREAMS:
+        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _SIDE_STREAMS[index]
+
+
+def preprocess(o, do, block_pre: int = 128):
+    """D (B, H, Nq) float32: ``D_i = rowsum(dO_i * O_i)`` (Algorithm 2, line 4) for o, do (B, H, Nq, d).
+
+    For fp16/bf16 the diagonal of O dO^T, summed as the backward kernels sum dP (see ``_bwd_preprocess``).
+    """
+    B, H, Nq, d = o.shape
+    by_dot = o.dtype != torch.float32
+    block = min(block_pre, 64) if by_dot else block_pre  # by_dot: a (64, 64) fp32 tile of O dO^T
+    delta = new_output((B, H, Nq), torch.float32, o.device)  # (B, H, Nq)
+    _bwd_preprocess[(triton.cdiv(Nq, block), B * H)](
+        o, do, delta, *o.stride(), *do.stride(), H, Nq, HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block,
+        D_BY_DOT=by_dot, DOT_F32=_mode.dot_upcast(o.dtype), DOT_PRECISION=dot_precision(o.dtype))
+    return delta
+
+
 def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: BwdConfig | None = None):
     """Gradients of attention from the saved forward output and log-sum-exp.
 
@@ -291,28 +348,35 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     flags = dict(**spec.kernel_args(Nq, Nk), **spec.mask_args(), DOT_F32=_mode.dot_upcast(q.dtype),
                  DOT_PRECISION=dot_precision(q.dtype))
     lse = lse.contiguous()
-    delta = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
     dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
     dk = new_output((B, Hkv, Nk, d), k.dtype, k.device)  # (B, Hkv, Nk, d)
     dv = new_output((B, Hkv, Nk, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
-    config = config or default_bwd_config(head_dim, q.dtype)
+    if config is None:
+        config = replace(default_bwd_config(head_dim, q.dtype), concurrent=concurrent_dq(spec.causal, Nq, Nk, group))
     for cfg in fallback_bwd_configs(config):
         if not targets.bwd_fits_current(cfg, head_dim, q.element_size()):  # flashlab.targets: skip what cannot fit
             continue
         try:
-            _bwd_preprocess[(triton.cdiv(Nq, cfg.block_pre), B * H)](
-                o, do, delta, *o.stride(), *do.stride(), H, Nq, **consts, BLOCK_M=cfg.block_pre)
+            delta = preprocess(o, do, cfg.block_pre)  # (B, H, Nq)
             common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+            side = _side_stream(q.device) if cfg.concurrent and q.device.type == "cuda" else None
+            if side is not None:  # dQ and dK/dV only read what the preprocessing wrote: run side by side
+                side.wait_stream(torch.cuda.current_stream(q.device))
+            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+                _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
+                    q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
+                    H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
+                    RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
+                    num_warps=cfg.dq_warps or cfg.num_warps, num_stages=cfg.dq_stages or cfg.num_stages)
             _bwd_dkdv[(triton.cdiv(Nk, cfg.block_n1), B * Hkv)](
                 q, k, v, do, lse, delta, dk, dv, scale, *common, *dk.stride(), *dv.stride(),
                 H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m1, BLOCK_N=cfg.block_n1,
                 RANGES=block_ranges(spec, Nq, Nk, cfg.block_m1, cfg.block_n1, "k", q.device),
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-            _bwd_dq[(triton.cdiv(Nq, cfg.block_m2), B * H)](
-                q, k, v, do, lse, delta, dq, scale, *common, *dq.stride(),
-                H, group, Nq, Nk, **consts, **flags, BLOCK_M=cfg.block_m2, BLOCK_N=cfg.block_n2,
-                RANGES=block_ranges(spec, Nq, Nk, cfg.block_m2, cfg.block_n2, "q", q.device),
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            if side is not None:
+                torch.cuda.current_stream(q.device).wait_stream(side)
+                for t in (q, k, v, do, lse, delta, dq):  # used on the side stream: freed only after it
+                    t.record_stream(side)
             return dq, dk, dv
         except OutOfResources:
             continue

@@ -145,3 +145,49 @@ def _entry(name: str):
 RUNGS = {name: _entry(name) for name in RUNG_OPTIONS}
 v4_hopper = RUNGS["v4_hopper"]
 v5_gluon_ws = RUNGS["v5_gluon_ws"]
+
+
+# ---------------------------------------------------------------- the backward rungs
+# ``backward(q, k, v, o, lse, do, spec) -> (dq, dk, dv)``, inputs already checked (the autograd
+# Function calls :func:`run_backward` with the forward's AttnSpec).
+#
+# | name | what it is |
+# | --- | --- |
+# | ``bwd_two_pass`` | ``flash_bwd``: a dK/dV kernel, then a dQ kernel (7 matrix products per tile, no atomics) |
+# | ``bwd_fused`` | ``flash_bwd_hopper``: one pass, dQ by fp32 atomics (5 products per tile); fp16/bf16, |
+# |  | d in (64, 128), no mask_mod, sm90 or the interpreter; elsewhere this entry runs ``bwd_two_pass`` |
+BWD_RUNGS = ("bwd_two_pass", "bwd_fused")
+# (head dim, causal) -> the shortest min(Nq, Nk) from which bwd_fused is used, measured on an H200
+# (benchmarks/NOTES.md, "backward and GQA"); absent: bwd_two_pass everywhere
+FUSED_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {}
+
+
+def resolve_backward(name: str, q, k, spec: AttnSpec) -> str:
+    """The backward rung entry ``name`` runs for these inputs (``bwd_fused`` falls back to two-pass)."""
+    from . import flash_bwd_hopper
+
+    if name not in BWD_RUNGS:
+        raise ValueError(f"backward rung name={name!r} is unknown; expected one of {BWD_RUNGS}")
+    if name == "bwd_fused" and not flash_bwd_hopper.supports(q, k, spec):
+        return "bwd_two_pass"
+    return name
+
+
+def choose_backward(q, k, spec: AttnSpec) -> str:
+    """The backward rung ``flash_attention`` runs: ``bwd_fused`` where it applies and
+    ``FUSED_BACKWARD_MIN_N`` says it was measured faster, else ``bwd_two_pass``."""
+    min_n = FUSED_BACKWARD_MIN_N.get((q.shape[3], bool(spec.causal)))
+    if min_n is None or min(q.shape[2], k.shape[2]) < min_n:
+        return "bwd_two_pass"
+    return resolve_backward("bwd_fused", q, k, spec)
+
+
+def run_backward(name: str, q, k, v, o, lse, do, spec: AttnSpec):
+    """(dq, dk, dv) from backward rung ``name`` (one :func:`resolve_backward` returned)."""
+    if name == "bwd_fused":
+        from . import flash_bwd_hopper
+
+        return flash_bwd_hopper.backward(q, k, v, o, lse, do, spec)
+    from . import flash_bwd
+
+    return flash_bwd.backward(q, k, v, o, lse, do, spec)
