@@ -258,3 +258,19 @@ def test_gluon_compiles_the_shared_loop_bounds_to_the_numpy_models_numbers():
             assert tuple(out[p].tolist()) == expected, f"{spec} Nq={nq} Nk={nk} block_n={block_n} block {p}"
         checked += 1
     assert checked > 40
+
+
+def test_dispatch_keeps_a_ragged_key_length_off_the_gluon_rung(monkeypatch):
+    """The Gluon rung reads K and V through (B*H*N, d) views: a short last key tile would read the
+    next head's rows, so flash_attention chooses it only when Nk fills whole key blocks."""
+    import torch
+
+    from flashlab.kernels import flash_fwd_gluon
+
+    monkeypatch.setattr(flash_fwd_gluon, "_runs_here", lambda q: True)
+    q = torch.empty(1, 2, 4096, 128, dtype=torch.float16)
+    block_n = flash_fwd_gluon.default_config(128, False).block_n
+    whole = torch.empty(1, 2, 32 * block_n, 128, dtype=torch.float16)
+    ragged = torch.empty(1, 2, 32 * block_n + 1, 128, dtype=torch.float16)
+    assert flash_fwd_gluon.preferred(q, whole, False)
+    assert not flash_fwd_gluon.preferred(q, ragged, False)

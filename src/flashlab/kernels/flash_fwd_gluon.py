@@ -369,7 +369,10 @@ def preferred(q, k, causal: bool) -> bool:
     ``attention.check_inputs``; only what that leaves open is tested (this runs on every call)."""
     import torch
 
+    # Nk a multiple of the key block: K and V are read through (B*H*N, d) views, so a short last key
+    # tile would read the next head's rows (P = 0 there, but 0 * a NaN in that head's V is NaN)
     return (prefers_shape(q.shape[3], q.shape[2], k.shape[2], causal)
+            and k.shape[2] % default_config(q.shape[3], causal).block_n == 0
             and q.dtype in (torch.float16, torch.bfloat16) and k.shape[1] == q.shape[1] and _runs_here(q))
 
 
