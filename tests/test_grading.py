@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashlab.grading import EXERCISES, check
+from flashlab.grading import EXERCISES, check, confine
 from flashlab.grading.checks import choice_letter, compare
 from flashlab.grading.cli import main
 from flashlab.grading.registry import Part
+from flashlab.grading.sandbox import has_gpu_driver
 from flashlab.tiled import tiled_attention as _library_tiled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +121,7 @@ BROKEN_CASES = [
     ("aten_softmax", "ex06_triton_primer", "row_softmax", "forbidden", "_softmax"),
     ("kernel_torch_softmax", "ex07_kernel_inner_loop", "flash_forward", "forbidden", "called torch aten."),
     ("reloads_library", "ex03_tiled_forward", "tiled_attention", "forbidden", "called flashlab.tiled.tiled_attention"),
-    ("library_in_fork", "ex03_tiled_forward", "tiled_attention", "type", "expected an array"),
+    ("library_in_fork", "ex03_tiled_forward", "tiled_attention", "exception", "may not start processes"),
     ("library_wrapped", "ex01_naive", "naive_attention", "forbidden", "called flashlab.reference.naive_attention"),
     # 6. poisoned inputs: byte digests for mutation, CPU time for work on keys no query sees
     ("sanitises_poison", "ex03_tiled_forward", "tiled_attention", "work", "a causal loop skips"),
@@ -130,8 +131,15 @@ BROKEN_CASES = [
     # 8. honest mistakes that passed every seed
     ("ignores_scale", "ex03_tiled_forward", "tiled_attention", "value", "max abs error"),
     ("kernel_loop_bound_no_nq", "ex08_kernel_causal", "flash_forward", "nan", "NaN at index"),
+    # 9. what the kernel enforces in the child (flashlab.grading.confine) and the parent's reading of claims
+    ("forks_to_hide_memory", "ex03_tiled_forward", "tiled_attention", "exception", "may not start processes"),
+    ("resets_peak_memory", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
+    ("forges_record", "ex01_naive", "naive_attention", "protocol", "field 'forbidden_calls' is a int"),
+    ("claims_gpu", "ex01_naive", "naive_attention", "protocol", "claims a CUDA device"),
 ]
-OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout"}  # tests of their own
+OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
+                "plants_bytecode"}  # tests of their own
+CONFINED = confine.available()  # Linux with Landlock and seccomp
 
 
 def test_every_broken_submission_has_a_case():
@@ -141,6 +149,10 @@ def test_every_broken_submission_has_a_case():
 @pytest.mark.parametrize("module, exercise, part, kind, words", BROKEN_CASES,
                          ids=[f"{r[0]}-{r[2]}" for r in BROKEN_CASES])
 def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, module, exercise, part, kind, words):
+    if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork") and not CONFINED:
+        pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
+    if module == "claims_gpu" and has_gpu_driver():
+        pytest.skip("this machine has a GPU: the claim is true here")
     if module == "memory_hog":  # the grader's setting (the child never sees it), lowered to keep the test small
         monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))
     shutil.copy(BROKEN / f"{module}.py", tmp_path / f"{exercise}.py")
@@ -164,7 +176,10 @@ def test_processes_left_behind_are_killed(tmp_path):
     pid_file = Path("/tmp/flashlab_detached.pid")
     pid_file.unlink(missing_ok=True)
     shutil.copy(BROKEN / "detaches.py", tmp_path / "ex01_naive.py")
-    check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    result = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True).results[0]
+    if CONFINED:  # the child may not start a process at all: nothing is left behind
+        assert not pid_file.exists() and "may not start processes" in result["failure"]["message"], result
+        return
     pid = int(pid_file.read_text())
     for _ in range(50):  # SIGKILL was sent; let it land
         try:  # gone, or a zombie waiting for this process (a child subreaper) to reap it
@@ -175,6 +190,51 @@ def test_processes_left_behind_are_killed(tmp_path):
             break
         time.sleep(0.1)
     assert state in ("gone", "Z", "X"), f"the detached process {pid} is still running ({state})"
+
+
+def test_processes_that_carry_the_session_token_are_killed():
+    # Where the child may start processes (Triton on a GPU runs its compiler as one), whatever carries
+    # the session's token is killed after the exercise, even when it left the session.
+    from flashlab.grading.sandbox import TOKEN_VAR, kill_leftovers
+
+    token, since = "0123456789abcdef", time.time()
+    proc = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{TOKEN_VAR: token}), start_new_session=True)
+    try:
+        time.sleep(0.1)
+        kill_leftovers(token, since)
+        assert proc.wait(5) == -9  # SIGKILL
+    finally:
+        proc.kill()
+
+
+def test_a_module_that_kills_the_grader_is_graded_and_the_grader_lives(tmp_path):
+    if confine.landlock_abi() < 6:
+        pytest.skip("signals are scoped by Landlock ABI 6 (Linux 6.12) and later")
+    shutil.copy(BROKEN / "kills_grader.py", tmp_path / "ex01_naive.py")
+    out = subprocess.run([sys.executable, "-m", "flashlab.cli", "grade", "ex01_naive", "--exercises-dir", str(tmp_path),
+                          "--json", "--seed", "3", "--public-only"], capture_output=True, text=True, timeout=600)
+    failure = json.loads(out.stdout)["exercises"][0]["parts"][0]["failure"]  # the grader lived to print it
+    assert failure["kind"] == "exception" and "signal other processes" in failure["message"], failure
+
+
+def test_bytecode_planted_for_the_graders_next_run_is_refused_or_found(tmp_path):
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("flashlab.grading.checks").origin)
+    target = Path(importlib.util.cache_from_source(str(source)))
+    existed = target.exists()
+    shutil.copy(BROKEN / "plants_bytecode.py", tmp_path / "ex01_naive.py")
+    try:
+        report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+        planted = target.exists() and not existed
+    finally:
+        if target.exists() and not existed:
+            target.unlink()
+    kinds = {r["failure"]["kind"] for r in report.results}
+    if CONFINED:  # the child may change files only in its own folder
+        assert not planted and kinds == {"value", "missing"}, report.results
+    else:  # the parent's digest covers the package's bytecode: no verdict
+        assert not planted or (kinds == {"tampered"} and report.score == 0), report.results
 
 
 def test_a_module_that_rewrites_the_grader_gets_no_verdict(tmp_path):

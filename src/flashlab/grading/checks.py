@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import secrets
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,9 @@ class Session:
             return failure
         if header.get("op") != "loaded":
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected"))
+        problem = _loaded_problem(header, sandbox.has_gpu_driver())
+        if problem:
+            return self._lost(dict(kind="protocol", message=f"the grading process sent a malformed message: {problem}"))
         self.loaded = header
         return None
 
@@ -209,6 +213,10 @@ class Session:
         peak, cpu1 = (child.peak() if measure else None), child.cpu()
         if record.get("op") != "result":
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected")), {}
+        problem = _record_problem(record)
+        if problem:
+            return self._lost(dict(kind="protocol", message=f"the grading process sent a malformed message "
+                                   f"during {case.label!r}: {problem}")), {}
         try:
             record["value"] = wire.decode(record.get("value"), out_buffers)
             derived = record.get("derived") if isinstance(record.get("derived"), list) else []
@@ -221,8 +229,45 @@ class Session:
 
 
 def _where(where) -> str | None:
-    if isinstance(where, (list, tuple)) and len(where) == 3:
-        return f"{Path(str(where[0])).name}:{int(where[1])}: {str(where[2])[:200]}"
+    if isinstance(where, (list, tuple)) and len(where) == 3 and type(where[1]) is int:
+        return f"{Path(str(where[0])).name}:{where[1]}: {str(where[2])[:200]}"
+    return None
+
+
+# The fields of a child's messages and their types: anything else is a malformed message, never a
+# grader error. Every field is still a claim; these only make sure the parent can read it.
+_OPTIONAL_TEXT = (str, type(None))
+_RECORD_TYPES = dict(exception=_OPTIONAL_TEXT, not_implemented=_OPTIONAL_TEXT, launch_problem=_OPTIONAL_TEXT,
+                     traceback=(str,), where=(list, type(None)), forbidden_calls=(list,), digests=(dict,),
+                     launches=(list,), derived=(list,), output=(str,), output_chars=(int,), seconds=(int, float))
+
+
+def _record_problem(record: dict) -> str | None:
+    """What is malformed in a result record, None when every field has its type."""
+    for key, types in _RECORD_TYPES.items():
+        if key in record and type(record[key]) not in types:
+            return f"field {key!r} is a {type(record[key]).__name__}"
+    if not all(type(c) is str for c in record.get("forbidden_calls") or []):
+        return "field 'forbidden_calls' holds something other than text"
+    if not all(type(k) is str and type(v) in _OPTIONAL_TEXT for k, v in (record.get("digests") or {}).items()):
+        return "field 'digests' holds something other than text"
+    if not all(isinstance(x, dict) for x in record.get("launches") or []):
+        return "field 'launches' holds something other than records"
+    return None
+
+
+def _loaded_problem(header: dict, gpu_driver: bool) -> str | None:
+    """What is wrong with the child's 'loaded' message: malformed fields, or a GPU this machine lacks
+    (the GPU's looser tolerances are for a GPU the parent can see)."""
+    for key in ("names", "callables"):
+        if not isinstance(header.get(key), list) or not all(type(n) is str for n in header[key]):
+            return f"field {key!r} is not a list of names"
+    if not isinstance(header.get("kernels"), dict):
+        return "field 'kernels' is not a record"
+    if header.get("device") not in (None, "cpu", "cuda"):
+        return f"device {str(header.get('device'))[:40]!r} is unknown"
+    if header.get("device") == "cuda" and not gpu_driver:
+        return "it claims a CUDA device, and this machine has no GPU driver"
     return None
 
 
@@ -248,7 +293,11 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         return dict(kind="forbidden", message=(f"called {', '.join(calls)} instead of implementing {part.function}: "
                                                "not rewarded; write the computation yourself"))
     if record.get("exception"):
-        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}",
+        refused = any(words in record["exception"] for words in ("[Errno 1] Operation not permitted",
+                                                                  "[Errno 13] Permission denied"))
+        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}" + (
+                    " (while grading, code may not start processes, change files outside its working folder, "
+                    "signal other processes or open network connections)" if refused else ""),
                     traceback=_text(record.get("traceback"), 1500), where=_where(record.get("where")))
     digests = record.get("digests") if isinstance(record.get("digests"), dict) else {}
     changed = [name for name, value in case.kwargs.items()
@@ -450,18 +499,26 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
 
 # ----------------------------------------------------------------------------- integrity of the grader's files
 def _protected_files() -> list[Path]:
+    """Every file of the flashlab package (bytecode in __pycache__ too: Python runs a cached .pyc whose
+    header matches the source), solutions/, and the files every new interpreter runs at start-up
+    (.pth and sitecustomize in the site-packages folders)."""
+    import site
+
     import flashlab
 
     package = Path(flashlab.__file__).resolve().parent
-    files = sorted(package.rglob("*.py"))
+    files = sorted(p for p in package.rglob("*") if p.is_file())
     root = _repo_root()
     if root is not None and (root / "solutions").is_dir():
         files += sorted((root / "solutions").glob("*.py"))
+    for folder in {*site.getsitepackages(), site.getusersitepackages()}:
+        for pattern in ("*.pth", "sitecustomize.py", "usercustomize.py"):
+            files += sorted(Path(folder).glob(pattern))
     return files
 
 
 def grader_digest() -> dict:
-    """sha256 of every file of the flashlab package and of solutions/ (checked before and after grading)."""
+    """sha256 of every file in :func:`_protected_files` (checked before and after grading)."""
     digest = {}
     for path in _protected_files():
         try:
@@ -608,6 +665,7 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         raise ValueError(f"jobs={jobs!r} must be an int >= 1 (exercises graded at the same time)")
     _preload_references()
     become_subreaper()
+    sys.dont_write_bytecode = True  # from here on a new .pyc in the package is not ours (see grader_digest)
     before = grader_digest()
     if fn is not None:
         if len(exercises) != 1:

@@ -14,7 +14,10 @@ Before the learner's module is loaded (so ``from flashlab.tiled import ...`` is 
 - for the Triton exercises, torch and triton are imported, a torch dispatch mode watches every
   aten operator the learner's call runs (attention, softmax and matmul are forbidden there; any
   arithmetic in torch is), and every kernel launch is seen (:class:`LaunchTracker`);
-- resource limits are set and, when running as root, the process drops to an unprivileged uid.
+- resource limits are set and, when running as root, the process drops to an unprivileged uid;
+- the kernel is asked to keep the process from changing files outside its home folder and from
+  starting processes (:mod:`flashlab.grading.confine`): unlike everything above, that cannot be
+  undone by the learner's code.
 """
 from __future__ import annotations
 
@@ -28,11 +31,11 @@ import time
 import traceback
 import types
 
-from flashlab.grading import wire
+from flashlab.grading import confine, wire
 
 OUTPUT_LIMIT = 2000  # characters of printing kept per call
 EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
-          "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
+          "flashlab.grading.confine", "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
 # aten operators a Triton exercise's Python wrapper may run: allocation, views, copies.
 TORCH_ALLOWED = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
@@ -401,7 +404,7 @@ def _tracked_run(run):
 def set_limits(limits: dict) -> None:
     import resource
 
-    for key, name in (("cpu_s", "RLIMIT_CPU"), ("as_bytes", "RLIMIT_AS")):
+    for key, name in (("cpu_s", "RLIMIT_CPU"), ("as_bytes", "RLIMIT_AS"), ("fsize_bytes", "RLIMIT_FSIZE")):
         value = limits.get(key)
         if value:
             try:
@@ -570,6 +573,8 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
                     pass
         install_forbidden()
         dropped = drop_privileges(job.get("drop_uid"))
+        confined = bool(job.get("home")) and confine.confine_writes(job["home"])
+        no_processes = bool(job.get("no_processes")) and confine.forbid_processes()
         if job.get("exercises_dir") and job["exercises_dir"] not in sys.path:
             sys.path.append(job["exercises_dir"])  # after the standard library and site-packages
         saved = sys.stdout, sys.stderr
@@ -588,7 +593,8 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         return
     kernels = {name: type(value).__name__ for name, value in namespace.items()
                if type(value).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")}
-    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, kernels=kernels,
+    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, confined=confined,
+                           no_processes=no_processes, kernels=kernels,
                            names=sorted(k for k in namespace if not k.startswith("__"))[:200],
                            callables=sorted(k for k, v in namespace.items() if callable(v))[:200]))
     while True:

@@ -11,8 +11,10 @@ The child
   process that carries the session's token or was reparented to us from it),
 - gets no file descriptor of ours but its two pipes (stdin and stdout are /dev/null, stderr a
   private file),
-- runs under RLIMIT_CPU, and RLIMIT_AS where no GPU driver needs a large address space; its
-  resident memory is also watched from here and the child is killed past ``MEMORY_LIMIT``,
+- runs under RLIMIT_CPU, RLIMIT_FSIZE, and RLIMIT_AS where no GPU driver needs a large address
+  space; its resident memory is also watched from here and the child is killed past ``MEMORY_LIMIT``,
+- may change files only in its own home folder (also its TMPDIR), and may start no process
+  unless it runs Triton on a GPU (:mod:`flashlab.grading.confine`, where the kernel allows),
 - drops to the unprivileged uid ``nobody`` when the grader runs as root (after importing the
   grader's modules, before loading the learner's code), so it cannot change the grader's files.
 
@@ -40,6 +42,7 @@ LOAD_LIMIT_S = 180.0  # importing torch + triton on a busy 2-core laptop can tak
 MEMORY_LIMIT = 6 << 30  # bytes of resident memory before the child is killed
 CPU_LIMIT_S = 900  # RLIMIT_CPU of one child (seconds of CPU, all its cases together)
 ADDRESS_LIMIT = 24 << 30  # RLIMIT_AS where there is no GPU driver (bytes of virtual memory)
+FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE: bytes of one file the child writes (its stderr included)
 TOKEN_VAR = "FLASHLAB_GRADING_SESSION"
 
 
@@ -64,7 +67,8 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _has_gpu_driver() -> bool:
+def has_gpu_driver() -> bool:
+    """Whether this machine has an NVIDIA or AMD GPU driver (seen from the grading parent)."""
     return Path("/dev/nvidiactl").exists() or Path("/dev/kfd").exists()
 
 
@@ -109,8 +113,9 @@ class Child:
         self.stderr = tempfile.TemporaryFile()
         self.started = time.time()
         self.info: dict = {}
-        limits = dict(cpu_s=CPU_LIMIT_S, as_bytes=None if (job.get("triton") and _has_gpu_driver()) else ADDRESS_LIMIT)
-        job = dict(job, limits=limits)
+        gpu_triton = bool(job.get("triton")) and has_gpu_driver()
+        limits = dict(cpu_s=CPU_LIMIT_S, fsize_bytes=FILE_LIMIT, as_bytes=None if gpu_triton else ADDRESS_LIMIT)
+        job = dict(job, limits=limits, home=self.home, no_processes=not gpu_triton)  # the GPU compiler is a process
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         with SPAWN_LOCK:  # no cleanup scan sees this child before it is known as ours
@@ -138,7 +143,7 @@ class Child:
     def _env(self, src: str) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHLAB_GRADER")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        env.update({TOKEN_VAR: self.token, "HOME": self.home, "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
+        env.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home, "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
                     "XDG_CACHE_HOME": self.home, "MPLCONFIGDIR": self.home, "PYTHONDONTWRITEBYTECODE": "1",
                     "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         return env
@@ -150,8 +155,9 @@ class Child:
         code = 0
         try:  # the child: a session of its own, no descriptors of the parent but its pipes
             os.setsid()
-            os.environ.update({TOKEN_VAR: self.token, "HOME": self.home, "PYTHONDONTWRITEBYTECODE": "1",
-                               "TRITON_CACHE_DIR": os.path.join(self.home, "triton")})
+            os.environ.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home,
+                               "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": os.path.join(self.home, "triton")})
+            tempfile.tempdir = None  # gettempdir() reads TMPDIR again
             for fd in close:
                 os.close(fd)
             null = os.open(os.devnull, os.O_RDWR)
