@@ -136,6 +136,8 @@ BROKEN_CASES = [
     ("resets_peak_memory", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
     ("forges_record", "ex01_naive", "naive_attention", "protocol", "field 'forbidden_calls' is a int"),
     ("claims_gpu", "ex01_naive", "naive_attention", "protocol", "claims a CUDA device"),
+    ("computes_before_ready", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
+    ("prefaulted_pool", "ex03_tiled_forward", "tiled_attention", "memory", "not even in a buffer allocated"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode"}  # tests of their own
@@ -323,8 +325,21 @@ def test_solutions_stay_within_the_memory_budget_measured_from_outside():
             lost, record = session.call(part, case, 60.0, measure=True)
             assert lost is None and record["extra_bytes"] is not None, record
             assert record["extra_bytes"] < case.max_peak_bytes / 2, (name, record["extra_bytes"])
+            full = case.kwargs["q"].shape[-2] * case.kwargs["k"].shape[-2] * 4  # one Nq x Nk float32 array
+            assert record["referenced_bytes"] < full / 4, (name, record["referenced_bytes"])  # the limit is full / 2
         finally:
             session.stop()
+
+
+def test_a_memory_check_the_grader_cannot_measure_gets_no_credit():
+    # A child that made itself non-dumpable after loading refuses a non-root grader its clear_refs.
+    from flashlab.grading import checks
+    from flashlab.grading.registry import get_exercise
+
+    part = get_exercise("ex03_tiled_forward").parts[0]
+    case = next(c for c in part.hidden(np.random.default_rng(3)) if c.max_peak_bytes)
+    failure = checks.judge(part, case, dict(op="result", unmeasurable=True), None, False, None)
+    assert failure["kind"] == "memory" and "could not measure" in failure["message"], failure
 
 
 def test_printing_floods_are_truncated_and_the_check_still_passes(tmp_path):

@@ -197,12 +197,15 @@ class Session:
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"))
         child = self.child
         try:
+            # measured from before the inputs are sent: work done with them before 'ready' counts too
+            base = child.reset_peak() if measure else None
+            if measure and base is None and child.measurable:
+                return None, dict(op="result", unmeasurable=True)
+            cpu0 = child.cpu()
             child.send(header, buffers)
             ready, _ = child.receive(120.0)
             if ready.get("op") != "ready":
                 raise wire.WireError("expected 'ready'")
-            base = child.reset_peak() if measure else None
-            cpu0 = child.cpu()
             child.send(dict(op="go"))
             record, out_buffers = child.receive(limit)
         except TimeoutError:
@@ -211,6 +214,7 @@ class Session:
         except (EOFError, MemoryError, OSError, wire.WireError, ValueError) as exc:
             return self._lost(self._death(f"{case.label!r}", exc)), {}
         peak, cpu1 = (child.peak() if measure else None), child.cpu()
+        referenced = child.referenced() if measure and base is not None else None
         if record.get("op") != "result":
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected")), {}
         problem = _record_problem(record)
@@ -223,7 +227,10 @@ class Session:
             record["derived"] = [wire.decode(r, out_buffers) for r in derived[:8]]
         except wire.WireError as exc:
             record["value"], record["derived"] = wire.Opaque(f"malformed value ({exc})"), []
-        record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base)
+        inputs = 2 * sum(len(b) for b in buffers)  # the received bytes and the arrays made from them
+        record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base - inputs)
+        record["referenced_bytes"] = None if referenced is None else max(0, referenced - inputs)
+        record["unmeasurable"] = False
         record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         return None, record
 
@@ -285,6 +292,9 @@ def _text(value, limit: int) -> str:
 
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
     """The verdict on one call, from the record the child sent (every field is a claim to check)."""
+    if record.get("unmeasurable"):
+        return dict(kind="memory", message="the grader could not measure this check's memory (/proc/<pid>/clear_refs "
+                    "was refused after your module was loaded; e.g. by prctl(PR_SET_DUMPABLE, 0)): no credit")
     if record.get("not_implemented") is not None:
         return dict(kind="not_implemented", message=_text(record["not_implemented"], 300),
                     where=_where(record.get("where")))
@@ -325,10 +335,16 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
                     and _compare_array(part, "x", derived.astype(answer.dtype), answer, on_cuda) is None:
                 return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
                             "the result must be computed by the kernel")
-    extra = record.get("extra_bytes")
-    if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
+    extra, referenced = record.get("extra_bytes"), record.get("referenced_bytes")
+    if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]
         full = q.shape[-2] * k.shape[-2] * q.dtype.itemsize
+        if referenced is not None and referenced > full / 2:  # a pool touched before the call and used in it
+            return dict(kind="memory", message=(
+                f"read or wrote {referenced / 2**20:.1f} MiB of memory during the call (memory held before it "
+                f"included); one Nq x Nk array of this case is {full / 2**20:.1f} MiB. A tiled implementation must "
+                "never build an Nq x Nk array, not even in a buffer allocated beforehand"))
+    if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
         return dict(kind="memory", message=(
             f"used {extra / 2**20:.1f} MiB of extra memory at peak; one Nq x Nk array of this case is "
             f"{full / 2**20:.1f} MiB. A tiled implementation must never build an Nq x Nk array (nor a "

@@ -21,6 +21,7 @@ Before the learner's module is loaded (so ``from flashlab.tiled import ...`` is 
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.abc
 import io
@@ -491,6 +492,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
     start = time.perf_counter()
     sys.stdout = sys.stderr = out
     TORCH_POLICY["strict"] = verify_launch is not None
+    gc.freeze()  # a collection during the call walks only its own objects (the grader measures what it touches)
     TORCH_POLICY["active"] = True
     try:
         value = func(**kwargs)

@@ -134,6 +134,8 @@ class Child:
         os.close(from_child_w)
         self.fd_out, self.fd_in = to_child_w, from_child_r
         self.job = job if functions is None else None
+        # before any learner code: a refusal of /proc/<pid>/clear_refs later is the learner's doing
+        self.measurable = self.reset_peak() is not None
 
     def send_job(self) -> None:
         """Hand a fresh interpreter its job (a fork has it already)."""
@@ -226,16 +228,34 @@ class Child:
 
     # -- measurements from outside
     def reset_peak(self) -> int | None:
-        """Reset the child's peak resident size; its current resident size (bytes), None if unsupported."""
+        """Reset the child's peak resident size and the referenced bits of its pages; its current
+        resident size (bytes), None if unsupported."""
         try:
             with open(f"/proc/{self.pid}/clear_refs", "w") as f:
                 f.write("5")
+            with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+                f.write("1")
         except OSError:
             return None
         return _kib(_proc_status(self.pid).get("VmRSS"))
 
     def peak(self) -> int | None:
         return _kib(_proc_status(self.pid).get("VmHWM"))
+
+    def referenced(self) -> int | None:
+        """Bytes of the child's writable memory read or written since :meth:`reset_peak`: memory it
+        held before (a pool touched at import) and used again is in here, not in the peak."""
+        total, writable = 0, False
+        try:
+            with open(f"/proc/{self.pid}/smaps") as f:
+                for line in f:
+                    if line.startswith("Referenced:"):
+                        total += int(line.split()[1]) * 1024 if writable else 0
+                    elif "-" in line.split(" ", 1)[0]:  # a mapping's first line: range, permissions, ...
+                        writable = line.split()[1][1:2] == "w"
+        except (OSError, IndexError, ValueError):
+            return None
+        return total
 
     def cpu(self) -> float | None:
         return _cpu_seconds(self.pid)
