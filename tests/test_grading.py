@@ -138,6 +138,9 @@ BROKEN_CASES = [
     ("claims_gpu", "ex01_naive", "naive_attention", "protocol", "claims a CUDA device"),
     ("computes_before_ready", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
     ("prefaulted_pool", "ex03_tiled_forward", "tiled_attention", "memory", "not even in a buffer allocated"),
+    ("tampers_import_guard", "ex03_tiled_forward", "tiled_attention", "forbidden", "called flashlab.tiled.tiled_attention"),
+    ("reads_solutions_from_disk", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
+    ("loads_library_copy", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode"}  # tests of their own
@@ -151,7 +154,8 @@ def test_every_broken_submission_has_a_case():
 @pytest.mark.parametrize("module, exercise, part, kind, words", BROKEN_CASES,
                          ids=[f"{r[0]}-{r[2]}" for r in BROKEN_CASES])
 def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, module, exercise, part, kind, words):
-    if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork") and not CONFINED:
+    if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork", "tampers_import_guard",
+                  "reads_solutions_from_disk", "loads_library_copy") and not CONFINED:
         pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
     if module == "claims_gpu" and has_gpu_driver():
         pytest.skip("this machine has a GPU: the claim is true here")

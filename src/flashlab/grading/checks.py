@@ -144,7 +144,7 @@ class Session:
         from flashlab.grading import sandbox
 
         folder = str(Path(self.path).parent) if self.path else None
-        job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source,
+        job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source, hidden=hidden_paths(),
                    triton=self.exercise.needs_triton, drop_uid=self.drop_uid, exercises_dir=folder,
                    preload_torch="torch" in (self.source or "") or any(
                        "torch" in getattr(getattr(f, "__code__", None), "co_names", ()) for f in (self.functions or {}).values()))
@@ -306,8 +306,9 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         refused = any(words in record["exception"] for words in ("[Errno 1] Operation not permitted",
                                                                   "[Errno 13] Permission denied"))
         return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}" + (
-                    " (while grading, code may not start processes, change files outside its working folder, "
-                    "signal other processes or open network connections)" if refused else ""),
+                    " (while grading, code may not start processes, read flashlab's files or the course's answers, "
+                    "change files outside its working folder, signal other processes or open network connections)"
+                    if refused else ""),
                     traceback=_text(record.get("traceback"), 1500), where=_where(record.get("where")))
     digests = record.get("digests") if isinstance(record.get("digests"), dict) else {}
     changed = [name for name, value in case.kwargs.items()
@@ -531,6 +532,21 @@ def _protected_files() -> list[Path]:
         for pattern in ("*.pth", "sitecustomize.py", "usercustomize.py"):
             files += sorted(Path(folder).glob(pattern))
     return files
+
+
+def hidden_paths() -> list[str]:
+    """What the grading child may not read: flashlab's package (the references), solutions/ and the
+    instructor's pack (flashlab.grading.confine)."""
+    import flashlab
+    from flashlab.grading import classroom
+
+    paths = [Path(flashlab.__file__).resolve().parent]
+    root = _repo_root()
+    if root is not None:
+        paths += [root / "solutions", root / "instructor"]
+    if classroom.PACK_FOLDER[0] is not None:
+        paths.append(Path(classroom.PACK_FOLDER[0]).resolve())
+    return [str(p) for p in paths if p.exists()]
 
 
 def grader_digest() -> dict:

@@ -126,12 +126,53 @@ def forbid_module(module) -> None:
                     _forbid_function(meth, f"{name}.{attr}.{meth_name}")
 
 
+class _Hidden:
+    """A name in a flashlab module the grading child may not read (the files are confined): calling
+    it, or launching it as a kernel, is a forbidden call; its attributes are hidden names too."""
+
+    def __init__(self, qualname: str):
+        self.qualname = qualname
+
+    def __call__(self, *args, **kwargs):
+        return _forbidden(self.qualname)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: _forbidden(f"{self.qualname} (a flashlab kernel)")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Hidden(f"{self.qualname}.{name}")
+
+
+class _HiddenModule(importlib.abc.Loader):
+    """Loads a flashlab module that cannot be read as a module of hidden names (see :class:`_Hidden`)."""
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        def hidden(name: str, _prefix=module.__name__):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Hidden(f"{_prefix}.{name}")
+
+        module.__getattr__ = hidden
+
+
+HIDDEN = [False]  # True once the child's files are confined: flashlab modules not yet loaded are hidden
+
+
 class _ForbidOnImport(importlib.abc.MetaPathFinder):
     """Patches a flashlab module right after it is executed (first import and importlib.reload)."""
 
     def find_spec(self, fullname, path, target=None):
         if not fullname.startswith("flashlab.") or fullname in EXEMPT:
             return None
+        if HIDDEN[0]:
+            from importlib.machinery import ModuleSpec
+
+            return ModuleSpec(fullname, _HiddenModule(), is_package=True)
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
@@ -575,7 +616,10 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
                     pass
         install_forbidden()
         dropped = drop_privileges(job.get("drop_uid"))
-        confined = bool(job.get("home")) and confine.confine_writes(job["home"])
+        confined = bool(job.get("home")) and confine.confine_files(job["home"], job.get("hidden") or ())
+        if confined:  # flashlab's modules can no longer be read: those not loaded yet are hidden names,
+            HIDDEN[0] = True  # and the original code of the loaded ones (kept for imports) would only
+            _ORIGINALS.clear()  # serve a learner's tampering
         no_processes = bool(job.get("no_processes")) and confine.forbid_processes()
         if job.get("exercises_dir") and job["exercises_dir"] not in sys.path:
             sys.path.append(job["exercises_dir"])  # after the standard library and site-packages

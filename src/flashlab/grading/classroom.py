@@ -78,10 +78,15 @@ def using_pack(folder):
     changed = load_pack(folder)
     saved = {name: EXERCISES[name] for name in changed}
     EXERCISES.update(changed)
+    PACK_FOLDER[0] = str(Path(folder).expanduser())
     try:
         yield changed
     finally:
         EXERCISES.update(saved)
+        PACK_FOLDER[0] = None
+
+
+PACK_FOLDER: list = [None]  # the pack in use, which the learner's process may not read (checks.hidden_paths)
 
 
 def students(submissions) -> list[Path]:

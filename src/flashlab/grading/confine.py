@@ -5,13 +5,16 @@ dispatch mode, the launch tracker) lives in the learner's interpreter and can be
 there. What this module sets up cannot: the kernel keeps it for the rest of the process and its
 children, whatever Python code runs afterwards.
 
-- :func:`confine_writes` (Linux Landlock, kernel 5.13+): the child may create, change or delete
+- :func:`confine_files` (Linux Landlock, kernel 5.13+): the child may create, change or delete
   files only under its own home folder (and write to /dev/null and GPU device nodes); it may not
-  open TCP connections; on kernels with Landlock ABI 6 (6.12+) it may not signal processes
-  outside itself (the grader, other students' children). Reading stays allowed (imports).
+  read the files under ``hidden`` (flashlab's package, ``solutions/``, the instructor's pack:
+  the answer key on the grading machine, which a student release leaves out); it may not open
+  TCP connections; on kernels with Landlock ABI 6 (6.12+) it may not signal processes outside
+  itself (the grader, other students' children). Everything else stays readable (imports).
   Closes: bytecode or ``.pth`` files planted for the grader's next run, rewritten solutions or
   classmates' submissions, ``/proc/self/clear_refs`` (which would reset the peak memory the
-  grader measures), killing or stopping the grader.
+  grader measures), killing or stopping the grader, loading the library or the solutions from
+  the grader's disk.
 - :func:`forbid_processes` (Linux seccomp, x86-64 and arm64): the child may start threads but no
   process (fork, vfork, clone without CLONE_THREAD fail with EPERM). Closes: work moved to a
   forked process, where the grader's memory and CPU measurements do not see it, and fork bombs.
@@ -31,7 +34,7 @@ import struct
 # Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on every architecture
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _VERSION, _RULE_PATH_BENEATH = 1, 1
-_WRITE_FILE, _TRUNCATE = 1 << 1, 1 << 14
+_WRITE_FILE, _READ_FILE, _TRUNCATE = 1 << 1, 1 << 2, 1 << 14
 _MAKE_AND_REMOVE = sum(1 << bit for bit in range(4, 13))  # REMOVE_DIR .. MAKE_SYM
 _REFER = 1 << 13
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2
@@ -58,14 +61,35 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def confine_writes(home: str) -> bool:
-    """Allow file changes only beneath ``home`` (see the module docstring); True when in force."""
+def _everything_but(hidden) -> list[str]:
+    """Paths whose trees together hold every file but those under ``hidden``: the other entries of
+    each folder on the way from / down to a hidden path."""
+    hidden = {os.path.realpath(h) for h in hidden if os.path.exists(h)}
+    on_the_way = {os.path.dirname(h) for h in hidden}
+    for h in list(on_the_way):
+        while h != os.path.dirname(h):
+            h = os.path.dirname(h)
+            on_the_way.add(h)
+    keep = []
+    for folder in on_the_way:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        keep += [p for p in (os.path.join(folder, e) for e in entries) if p not in hidden and p not in on_the_way]
+    return keep if hidden else ["/"]
+
+
+def confine_files(home: str, hidden=()) -> bool:
+    """Allow file changes only beneath ``home`` and no reading under ``hidden`` (see the module
+    docstring); True when in force."""
     abi = landlock_abi()
     if abi < 1:
         return False
     libc = _libc()
-    handled = _WRITE_FILE | _MAKE_AND_REMOVE | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
-    file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
+    handled = (_WRITE_FILE | _READ_FILE | _MAKE_AND_REMOVE | (_REFER if abi >= 2 else 0)
+               | (_TRUNCATE if abi >= 3 else 0))
+    file_rights = _WRITE_FILE | _READ_FILE | (_TRUNCATE if abi >= 3 else 0)
     net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
     scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0
     attr = struct.pack("<QQQ", handled, net, scoped)[: 24 if abi >= 6 else 16 if abi >= 4 else 8]
@@ -73,8 +97,9 @@ def confine_writes(home: str) -> bool:
     if ruleset < 0:
         return False
     try:
-        rules = [(home, handled)] + [(path, file_rights) for path in
-                                     ["/dev/null", *glob.glob("/dev/nvidia*"), "/dev/kfd", *glob.glob("/dev/dri/*")]]
+        devices = ["/dev/null", *glob.glob("/dev/nvidia*"), "/dev/kfd", *glob.glob("/dev/dri/*")]
+        rules = ([(home, handled)] + [(path, file_rights) for path in devices]
+                 + [(path, _READ_FILE) for path in _everything_but(hidden)])
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
