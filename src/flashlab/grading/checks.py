@@ -190,8 +190,10 @@ class Session:
             self.child.stop()
         self.child, self.loaded = None, None
 
-    def call(self, part: Part, case: Case, limit: float, measure: bool) -> tuple[dict | None, dict]:
-        """(failure that ended the child or None, the call's record with peak/cpu added)."""
+    def call(self, part: Part, case: Case, limit: float, measure: bool,
+             expected_bytes: int = 0) -> tuple[dict | None, dict]:
+        """(failure that ended the child or None, the call's record with peak/cpu added). A result
+        message larger than the answer's bytes, twice, plus 64 MiB is refused unread."""
         records, buffers = wire.encode_kwargs(case.kwargs)
         header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"))
@@ -207,7 +209,7 @@ class Session:
             if ready.get("op") != "ready":
                 raise wire.WireError("expected 'ready'")
             child.send(dict(op="go"))
-            record, out_buffers = child.receive(limit)
+            record, out_buffers = child.receive(limit, max_bytes=2 * expected_bytes + (64 << 20))
         except TimeoutError:
             return self._lost(dict(kind="timeout", message=f"did not return within {limit:.0f} s; stopped (the time "
                                    "limit per check)")), {}
@@ -446,7 +448,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     stopped = True
                     continue
             expected = part.reference(**(case.reference_kwargs or case.kwargs))
-            lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None)
+            answers = expected if isinstance(expected, tuple) else (expected,)
+            lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None,
+                                        expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers))
             if lost is not None:
                 failure = lost
             else:

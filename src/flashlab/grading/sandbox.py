@@ -178,15 +178,16 @@ class Child:
         finally:
             os._exit(code)
 
-    def receive(self, timeout: float) -> tuple[dict, list]:
-        """Next message, watching memory; TimeoutError after ``timeout`` s, EOFError if the child died."""
+    def receive(self, timeout: float, max_bytes: int = wire.MAX_MESSAGE) -> tuple[dict, list]:
+        """Next message, watching memory; TimeoutError after ``timeout`` s, EOFError if the child died,
+        WireError for a message over ``max_bytes``."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
             if self._ready(min(left, 0.25)):
-                return wire.recv(self.fd_in, timeout=max(left, 5.0))
+                return wire.recv(self.fd_in, timeout=max(left, 5.0), max_bytes=max_bytes)
             self._watch()
 
     def _ready(self, wait: float) -> bool:
