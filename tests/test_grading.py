@@ -145,7 +145,7 @@ BROKEN_CASES = [
     ("quiz_huge_number", "ex11_quiz", "Q5", "type", "expected a number"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
-                "plants_bytecode"}  # tests of their own
+                "plants_bytecode", "prints_terminal_escapes"}  # tests of their own
 CONFINED = confine.available()  # Linux with Landlock and seccomp
 
 
@@ -268,6 +268,15 @@ def test_json_stays_json_when_the_module_writes_to_our_stdout(tmp_path):
                           "--json", "--seed", "3", "--public-only"], capture_output=True, text=True, timeout=600)
     report = json.loads(out.stdout)  # nothing but the JSON on stdout
     assert report["score"] == 0 and "999" not in out.stdout
+
+
+def test_terminal_escapes_from_the_learners_code_are_shown_not_obeyed(tmp_path):
+    shutil.copy(BROKEN / "prints_terminal_escapes.py", tmp_path / "ex01_naive.py")
+    report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    text = str(report)
+    assert "\x1b" not in text and "\r" not in text, text
+    assert "raised RuntimeError: \\x1b[1A\\x1b[2K\\x0dPASS" in text and "printed: \\x1b[2J" in text, text
+    assert report.results[0]["status"] == "failed"
 
 
 def test_gradescope_results_file(tmp_path):
