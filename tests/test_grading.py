@@ -145,7 +145,7 @@ BROKEN_CASES = [
     ("quiz_huge_number", "ex11_quiz", "Q5", "type", "expected a number"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
-                "plants_bytecode", "prints_terminal_escapes"}  # tests of their own
+                "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
 CONFINED = confine.available()  # Linux with Landlock and seccomp
 
 
@@ -277,6 +277,32 @@ def test_terminal_escapes_from_the_learners_code_are_shown_not_obeyed(tmp_path):
     assert "\x1b" not in text and "\r" not in text, text
     assert "raised RuntimeError: \\x1b[1A\\x1b[2K\\x0dPASS" in text and "printed: \\x1b[2J" in text, text
     assert report.results[0]["status"] == "failed"
+
+
+def test_in_a_batch_a_student_cannot_read_a_classmates_folder(tmp_path):
+    if not CONFINED:
+        pytest.skip("needs Linux with Landlock (flashlab.grading.confine)")
+    from flashlab.grading.classroom import grade_batch
+
+    for student, source in (("a_copier", BROKEN / "copies_classmate.py"), ("b_honest", REPO / "solutions" / "ex01_naive.py")):
+        (tmp_path / student).mkdir()
+        shutil.copy(source, tmp_path / student / "ex01_naive.py")
+    batch = dict(grade_batch(tmp_path, ["ex01_naive"], seed=3, public_only=True, progress=lambda line: None))
+    copier = batch["a_copier"][0][1]["naive_attention"]
+    assert copier["earned"] == 0 and copier["failure"]["kind"] == "load", copier["failure"]
+    assert "Permission denied" in copier["failure"]["message"], copier["failure"]
+    assert all(r["status"] == "public passed" for r in batch["b_honest"][0][1].values())
+
+
+def test_what_the_child_may_read_leaves_out_hidden_folders_and_links_to_them(tmp_path):
+    for name in ("course/solutions", "course/src", "other"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "link_to_course").symlink_to(tmp_path / "course")
+    (tmp_path / "course" / "link_to_solutions").symlink_to(tmp_path / "course" / "solutions")
+    readable = confine._everything_but([str(tmp_path / "course" / "solutions")])
+    assert str(tmp_path / "other") in readable and str(tmp_path / "course" / "src") in readable
+    assert not any(p.startswith(str(tmp_path / "course" / "solutions")) or p in (str(tmp_path), str(tmp_path / "course"))
+                   for p in readable), readable
 
 
 def test_gradescope_results_file(tmp_path):

@@ -539,8 +539,8 @@ def _protected_files() -> list[Path]:
 
 
 def hidden_paths() -> list[str]:
-    """What the grading child may not read: flashlab's package (the references), solutions/ and the
-    instructor's pack (flashlab.grading.confine)."""
+    """What the grading child may not read: flashlab's package (the references), solutions/, the
+    instructor's pack and, in a batch, the other students' folders (flashlab.grading.confine)."""
     import flashlab
     from flashlab.grading import classroom
 
@@ -550,6 +550,7 @@ def hidden_paths() -> list[str]:
         paths += [root / "solutions", root / "instructor"]
     if classroom.PACK_FOLDER[0] is not None:
         paths.append(Path(classroom.PACK_FOLDER[0]).resolve())
+    paths += [Path(folder).resolve() for folder in classroom.BATCH_FOLDERS]
     return [str(p) for p in paths if p.exists()]
 
 

@@ -70,14 +70,20 @@ def _everything_but(hidden) -> list[str]:
         while h != os.path.dirname(h):
             h = os.path.dirname(h)
             on_the_way.add(h)
-    keep = []
+    def reaches_hidden(path: str) -> bool:  # a hidden path, below one, or above one (a symlink may lead there)
+        return path in on_the_way or any(path == h or path.startswith(h + os.sep) for h in hidden)
+
+    keep = set()
     for folder in on_the_way:
         try:
             entries = os.listdir(folder)
         except OSError:
             continue
-        keep += [p for p in (os.path.join(folder, e) for e in entries) if p not in hidden and p not in on_the_way]
-    return keep if hidden else ["/"]
+        for entry in entries:
+            path = os.path.join(folder, entry)
+            if not reaches_hidden(path) and not reaches_hidden(os.path.realpath(path)):
+                keep.add(os.path.realpath(path))
+    return sorted(keep) if hidden else ["/"]
 
 
 def confine_files(home: str, hidden=()) -> bool:
