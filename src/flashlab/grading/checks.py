@@ -205,7 +205,7 @@ class Session:
                 return None, dict(op="result", unmeasurable=True)
             cpu0 = child.cpu()
             child.send(header, buffers)
-            ready, _ = child.receive(120.0)
+            ready, _ = child.receive(limit)  # the inputs arrived: 'ready' within the case's own time limit
             if ready.get("op") != "ready":
                 raise wire.WireError("expected 'ready'")
             child.send(dict(op="go"))

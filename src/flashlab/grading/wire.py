@@ -60,7 +60,10 @@ def recv(fd: int, timeout: float | None = None, max_bytes: int = MAX_MESSAGE) ->
     if total > min(max_bytes, MAX_MESSAGE) or head_len > total - 4 or head_len > 1 << 24:
         raise WireError(f"a message of {total} bytes (header {head_len}) refused: more than "
                         f"{min(max_bytes, MAX_MESSAGE)}")
-    header = json.loads(_read_exact(fd, head_len, deadline))
+    try:
+        header = json.loads(_read_exact(fd, head_len, deadline))
+    except RecursionError:  # nested deeper than the parser's stack: not a header of ours
+        raise WireError("a message header nested too deeply") from None
     sizes = header.get("sizes") if isinstance(header, dict) else None
     if (not isinstance(sizes, list) or not all(type(s) is int and s >= 0 for s in sizes)
             or sum(sizes) != total - 4 - head_len):
