@@ -144,6 +144,7 @@ BROKEN_CASES = [
     ("returns_huge_array", "ex01_naive", "naive_attention", "protocol", "bytes (header"),
     ("quiz_huge_number", "ex11_quiz", "Q5", "type", "expected a number"),
     ("sends_deep_header", "ex01_naive", "naive_attention", "protocol", "nested too deeply"),
+    ("sends_result_from_thread", "ex01_naive", "naive_attention", "protocol", "digests, output missing"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -293,6 +294,19 @@ def test_in_a_batch_a_student_cannot_read_a_classmates_folder(tmp_path):
     assert copier["earned"] == 0 and copier["failure"]["kind"] == "load", copier["failure"]
     assert "Permission denied" in copier["failure"]["message"], copier["failure"]
     assert all(r["status"] == "public passed" for r in batch["b_honest"][0][1].values())
+
+
+def test_the_child_runs_under_cpu_and_file_size_limits(tmp_path):
+    # RLIMIT_FSIZE keeps a flood written straight to fd 2 (the child's private stderr file) off the disk.
+    (tmp_path / "ex01_naive.py").write_text(
+        "import resource\n"
+        "def naive_attention(q, k, v, causal=False, scale=None):\n"
+        "    raise RuntimeError(f'limits {resource.getrlimit(resource.RLIMIT_CPU)[0]} '\n"
+        "                       f'{resource.getrlimit(resource.RLIMIT_FSIZE)[0]}')\n")
+    from flashlab.grading.sandbox import CPU_LIMIT_S, FILE_LIMIT
+
+    failure = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True).results[0]["failure"]
+    assert f"limits {CPU_LIMIT_S} {FILE_LIMIT}" in failure["message"], failure
 
 
 def test_what_the_child_may_read_leaves_out_hidden_folders_and_links_to_them(tmp_path):

@@ -251,8 +251,14 @@ _RECORD_TYPES = dict(exception=_OPTIONAL_TEXT, not_implemented=_OPTIONAL_TEXT, l
                      launches=(list,), derived=(list,), output=(str,), output_chars=(int,), seconds=(int, float))
 
 
+_RECORD_REQUIRED = ("exception", "not_implemented", "forbidden_calls", "digests", "output", "value")
+
+
 def _record_problem(record: dict) -> str | None:
     """What is malformed in a result record, None when every field has its type."""
+    missing = [key for key in _RECORD_REQUIRED if key not in record]
+    if missing:
+        return f"field(s) {', '.join(missing)} missing"
     for key, types in _RECORD_TYPES.items():
         if key in record and type(record[key]) not in types:
             return f"field {key!r} is a {type(record[key]).__name__}"
