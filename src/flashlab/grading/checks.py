@@ -203,7 +203,7 @@ class Session:
             base = child.reset_peak() if measure else None
             if measure and base is None and child.measurable:
                 return None, dict(op="result", unmeasurable=True)
-            cpu0 = child.cpu()
+            cpu0, written0 = child.cpu(), child.written() if measure else None
             child.send(header, buffers)
             ready, _ = child.receive(limit)  # the inputs arrived: 'ready' within the case's own time limit
             if ready.get("op") != "ready":
@@ -217,6 +217,7 @@ class Session:
             return self._lost(self._death(f"{case.label!r}", exc)), {}
         peak, cpu1 = (child.peak() if measure else None), child.cpu()
         referenced = child.referenced() if measure and base is not None else None
+        written1 = child.written() if written0 is not None else None
         if record.get("op") != "result":
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected")), {}
         problem = _record_problem(record)
@@ -232,6 +233,7 @@ class Session:
         inputs = 2 * sum(len(b) for b in buffers)  # the received bytes and the arrays made from them
         record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base - inputs)
         record["referenced_bytes"] = None if referenced is None else max(0, referenced - inputs)
+        record["written_bytes"] = None if written1 is None else max(0, written1 - written0 - sum(map(len, out_buffers)))
         record["unmeasurable"] = False
         record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         return None, record
@@ -348,6 +350,12 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]
         full = q.shape[-2] * k.shape[-2] * q.dtype.itemsize
+        written = record.get("written_bytes")
+        if written is not None and written > full / 2:  # scores kept in a file, a memfd or a pipe
+            return dict(kind="memory", message=(
+                f"wrote {written / 2**20:.1f} MiB to files, pipes or memfds during the call; one Nq x Nk array of "
+                f"this case is {full / 2**20:.1f} MiB. A tiled implementation keeps no Nq x Nk array, in memory "
+                "or outside it"))
         if referenced is not None and referenced > full / 2:  # a pool touched before the call and used in it
             return dict(kind="memory", message=(
                 f"read or wrote {referenced / 2**20:.1f} MiB of memory during the call (memory held before it "

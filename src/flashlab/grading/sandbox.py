@@ -258,6 +258,14 @@ class Child:
             return None
         return total
 
+    def written(self) -> int | None:
+        """Bytes the child has passed to write() and its kin (files, memfds, pipes): /proc/<pid>/io wchar."""
+        try:
+            with open(f"/proc/{self.pid}/io") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+        except (OSError, StopIteration, IndexError, ValueError):
+            return None
+
     def cpu(self) -> float | None:
         return _cpu_seconds(self.pid)
 
