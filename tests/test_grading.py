@@ -297,6 +297,15 @@ def test_in_a_batch_a_student_cannot_read_a_classmates_folder(tmp_path):
     assert all(r["status"] == "public passed" for r in batch["b_honest"][0][1].values())
 
 
+def test_a_submission_that_links_to_the_solutions_is_not_graded(tmp_path):
+    (tmp_path / "ex01_naive.py").symlink_to(REPO / "solutions" / "ex01_naive.py")
+    report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    assert report.score == 0 and {r["failure"]["kind"] for r in report.results} == {"load"}, report.results
+    assert "is a link to" in report.results[0]["failure"]["message"]
+    assert check("ex01_naive", exercises_dir=REPO / "solutions", seed=3, public_only=True).results[0]["status"] \
+        == "public passed"  # grading solutions/ itself still works
+
+
 def test_the_child_runs_under_cpu_and_file_size_limits(tmp_path):
     # RLIMIT_FSIZE keeps a flood written straight to fd 2 (the child's private stderr file) off the disk.
     (tmp_path / "ex01_naive.py").write_text(

@@ -734,6 +734,11 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         if not path.is_file():
             return exercise, {p.function: failed_result(exercise, p, "missing", f"no file {path}", seed=seed)
                               for p in exercise.parts}
+        real = path.resolve()
+        if not real.is_relative_to(folder.resolve()) and any(real.is_relative_to(h) for h in hidden_paths()):
+            message = f"{path.name} is a link to {real}, which the grader does not grade: submit the file itself"
+            return exercise, {p.function: failed_result(exercise, p, "load", message, case="import", seed=seed)
+                              for p in exercise.parts}
         return exercise, grade_exercise(exercise, str(path), seed, public_only, time_limit_s=time_limit_s)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each exercise runs in its own child process
