@@ -146,6 +146,7 @@ BROKEN_CASES = [
     ("quiz_huge_number", "ex11_quiz", "Q5", "type", "expected a number"),
     ("sends_deep_header", "ex01_naive", "naive_attention", "protocol", "nested too deeply"),
     ("sends_result_from_thread", "ex01_naive", "naive_attention", "protocol", "digests, output missing"),
+    ("asks_remote_oracle", "ex01_naive", "naive_attention", "exception", "open network connections"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -160,7 +161,7 @@ def test_every_broken_submission_has_a_case():
                          ids=[f"{r[0]}-{r[2]}" for r in BROKEN_CASES])
 def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, module, exercise, part, kind, words):
     if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork", "tampers_import_guard",
-                  "reads_solutions_from_disk", "loads_library_copy") and not CONFINED:
+                  "reads_solutions_from_disk", "loads_library_copy", "asks_remote_oracle") and not CONFINED:
         pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
     if module == "claims_gpu" and has_gpu_driver():
         pytest.skip("this machine has a GPU: the claim is true here")

@@ -16,9 +16,11 @@ children, whatever Python code runs afterwards.
   grader measures), killing or stopping the grader, loading the library or the solutions from
   the grader's disk.
 - :func:`forbid_processes` (Linux seccomp, x86-64 and arm64): the child may start threads but no
-  process (fork, vfork, clone without CLONE_THREAD fail with EPERM). Closes: work moved to a
-  forked process, where the grader's memory and CPU measurements do not see it, and fork bombs.
-  Not used for Triton on a GPU, whose compiler runs as a process.
+  process (fork, vfork, clone without CLONE_THREAD fail with EPERM), and may open Unix sockets
+  but no network socket (UDP included, which Landlock does not cover) nor an io_uring. Closes:
+  work moved to a forked process, where the grader's memory and CPU measurements do not see it,
+  fork bombs, and a remote oracle that computes the answers. Not used for Triton on a GPU, whose
+  compiler runs as a process.
 
 Each returns whether it took effect; elsewhere (macOS, old kernels) grading still runs, with the
 weaker guarantees docs/ARCHITECTURE.md states.
@@ -41,9 +43,12 @@ _NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 
-# seccomp: (audit arch, seccomp syscall, clone, clone3, syscalls that only make processes)
-_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, (57, 58)), "aarch64": (0xC00000B7, 277, 220, 435, ())}
+# seccomp: (audit arch, seccomp syscall, clone, clone3, socket, syscalls refused outright: fork, vfork,
+# io_uring_setup)
+_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425)),
+           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425,))}
 _CLONE_THREAD = 0x00010000
+_AF_UNIX = 1
 
 
 def _libc():
@@ -139,16 +144,19 @@ def forbid_processes() -> bool:
     arch = _ARCHES.get(platform.machine()) if platform.system() == "Linux" else None
     if arch is None:
         return False
-    audit_arch, seccomp_nr, clone, clone3, process_only = arch
+    audit_arch, seccomp_nr, clone, clone3, socket, refused = arch
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     prog = [_bpf(ld, 4),  # seccomp_data.arch
             _bpf(jeq, audit_arch, 1, 0), _bpf(ret, eperm),  # a foreign ABI (i386 int 0x80): nothing
             _bpf(ld, 0),  # seccomp_data.nr
             _bpf(jge, 0x40000000, 0, 1), _bpf(ret, eperm)]  # x32 syscall numbers
-    for nr in process_only:
+    for nr in refused:
         prog += [_bpf(jeq, nr, 0, 1), _bpf(ret, eperm)]
-    prog += [_bpf(jeq, clone3, 0, 1), _bpf(ret, enosys),  # flags out of reach: libc falls back to clone
+    prog += [_bpf(jeq, socket, 0, 4),
+             _bpf(ld, 16),  # socket's domain
+             _bpf(jeq, _AF_UNIX, 0, 1), _bpf(ret, allow), _bpf(ret, eperm),
+             _bpf(jeq, clone3, 0, 1), _bpf(ret, enosys),  # flags out of reach: libc falls back to clone
              _bpf(jeq, clone, 1, 0), _bpf(ret, allow),
              _bpf(ld, 16),  # low half of args[0]: clone's flags
              _bpf(jset, _CLONE_THREAD, 0, 1), _bpf(ret, allow), _bpf(ret, eperm)]
