@@ -139,7 +139,8 @@ BROKEN_CASES = [
     ("computes_before_ready", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
     ("prefaulted_pool", "ex03_tiled_forward", "tiled_attention", "memory", "not even in a buffer allocated"),
     ("stores_scores_in_memfd", "ex03_tiled_forward", "tiled_attention", "memory", "to files, pipes or memfds"),
-    ("tampers_import_guard", "ex03_tiled_forward", "tiled_attention", "forbidden", "called flashlab.tiled.tiled_attention"),
+    ("tampers_import_guard", "ex03_tiled_forward", "tiled_attention", "forbidden",
+     "called flashlab.tiled.tiled_attention"),
     ("reads_solutions_from_disk", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
     ("loads_library_copy", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
     ("returns_huge_array", "ex01_naive", "naive_attention", "protocol", "bytes (header"),
@@ -288,7 +289,8 @@ def test_in_a_batch_a_student_cannot_read_a_classmates_folder(tmp_path):
         pytest.skip("needs Linux with Landlock (flashlab.grading.confine)")
     from flashlab.grading.classroom import grade_batch
 
-    for student, source in (("a_copier", BROKEN / "copies_classmate.py"), ("b_honest", REPO / "solutions" / "ex01_naive.py")):
+    for student, source in (("a_copier", BROKEN / "copies_classmate.py"),
+                            ("b_honest", REPO / "solutions" / "ex01_naive.py")):
         (tmp_path / student).mkdir()
         shutil.copy(source, tmp_path / student / "ex01_naive.py")
     batch = dict(grade_batch(tmp_path, ["ex01_naive"], seed=3, public_only=True, progress=lambda line: None))
@@ -327,8 +329,8 @@ def test_what_the_child_may_read_leaves_out_hidden_folders_and_links_to_them(tmp
     (tmp_path / "course" / "link_to_solutions").symlink_to(tmp_path / "course" / "solutions")
     readable = confine._everything_but([str(tmp_path / "course" / "solutions")])
     assert str(tmp_path / "other") in readable and str(tmp_path / "course" / "src") in readable
-    assert not any(p.startswith(str(tmp_path / "course" / "solutions")) or p in (str(tmp_path), str(tmp_path / "course"))
-                   for p in readable), readable
+    hidden, above = str(tmp_path / "course" / "solutions"), (str(tmp_path), str(tmp_path / "course"))
+    assert not any(p.startswith(hidden) or p in above for p in readable), readable
 
 
 def test_gradescope_results_file(tmp_path):

@@ -36,7 +36,8 @@ from flashlab.grading import confine, wire
 
 OUTPUT_LIMIT = 2000  # characters of printing kept per call
 EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
-          "flashlab.grading.confine", "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
+          "flashlab.grading.confine",
+          "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
 # aten operators a Triton exercise's Python wrapper may run: allocation, views, copies.
 TORCH_ALLOWED = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones

@@ -145,7 +145,8 @@ class Child:
     def _env(self, src: str) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHLAB_GRADER")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        env.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home, "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
+        env.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home,
+                    "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
                     "XDG_CACHE_HOME": self.home, "MPLCONFIGDIR": self.home, "PYTHONDONTWRITEBYTECODE": "1",
                     "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         return env
