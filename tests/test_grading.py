@@ -322,6 +322,18 @@ def test_the_child_runs_under_cpu_and_file_size_limits(tmp_path):
     assert f"limits {CPU_LIMIT_S} {FILE_LIMIT}" in failure["message"], failure
 
 
+def test_course_sources_above_the_current_directory_are_hidden_from_the_child(tmp_path, monkeypatch):
+    # Gradescope: an installed flashlab runs from /autograder/source, whose src/flashlab is the source
+    from flashlab.grading.checks import hidden_paths
+
+    (tmp_path / "source" / "src" / "flashlab").mkdir(parents=True)
+    (tmp_path / "source" / "instructor").mkdir()
+    monkeypatch.chdir(tmp_path / "source")
+    hidden = hidden_paths()
+    assert {str((tmp_path / "source" / name).resolve()) for name in ("src/flashlab", "instructor")} <= set(hidden)
+    assert str(Path(__file__).resolve().parents[1] / "solutions") in hidden  # and the repository's own
+
+
 def test_what_the_child_may_read_leaves_out_hidden_folders_and_links_to_them(tmp_path):
     for name in ("course/solutions", "course/src", "other"):
         (tmp_path / name).mkdir(parents=True)

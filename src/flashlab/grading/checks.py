@@ -558,14 +558,18 @@ def hidden_paths() -> list[str]:
     import flashlab
     from flashlab.grading import classroom
 
+    # the course's folders: the one flashlab was imported from, and any above the current directory
+    # (Gradescope runs an installed flashlab from /autograder/source, whose src/ holds the sources too)
+    above = [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "src" / "flashlab").is_dir()]
+    roots = {r for r in [_repo_root(), *above] if r is not None}
     paths = [Path(flashlab.__file__).resolve().parent]
-    root = _repo_root()
-    if root is not None:
-        paths += [root / "solutions", root / "instructor"]
+    paths += [Path(p) / "flashlab" for p in sys.path if p and (Path(p) / "flashlab" / "grading").is_dir()]
+    for root in roots:
+        paths += [root / "src" / "flashlab", root / "solutions", root / "instructor"]
     if classroom.PACK_FOLDER[0] is not None:
         paths.append(Path(classroom.PACK_FOLDER[0]).resolve())
     paths += [Path(folder).resolve() for folder in classroom.BATCH_FOLDERS]
-    return [str(p) for p in paths if p.exists()]
+    return sorted({str(p.resolve()) for p in paths if p.exists()})
 
 
 def grader_digest() -> dict:
