@@ -148,6 +148,7 @@ BROKEN_CASES = [
     ("sends_deep_header", "ex01_naive", "naive_attention", "protocol", "nested too deeply"),
     ("sends_result_from_thread", "ex01_naive", "naive_attention", "protocol", "digests, output missing"),
     ("asks_remote_oracle", "ex01_naive", "naive_attention", "exception", "open network connections"),
+    ("fills_disk", "ex01_naive", "naive_attention", "memory_limit", "wrote more than 16 MiB of files"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -168,6 +169,8 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         pytest.skip("this machine has a GPU: the claim is true here")
     if module == "memory_hog":  # the grader's setting (the child never sees it), lowered to keep the test small
         monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))
+    if module == "fills_disk":
+        monkeypatch.setenv("FLASHLAB_GRADER_DISK_LIMIT", str(16 << 20))
     shutil.copy(BROKEN / f"{module}.py", tmp_path / f"{exercise}.py")
     report = check(exercise, exercises_dir=tmp_path, seed=3, time_limit_s=2 if module == "never_returns" else None)
     results = report.graded[0][1]

@@ -43,6 +43,7 @@ MEMORY_LIMIT = 6 << 30  # bytes of resident memory before the child is killed
 CPU_LIMIT_S = 900  # RLIMIT_CPU of one child (seconds of CPU, all its cases together)
 ADDRESS_LIMIT = 24 << 30  # RLIMIT_AS where there is no GPU driver (bytes of virtual memory)
 FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE: bytes of one file the child writes (its stderr included)
+DISK_LIMIT = 1 << 30  # bytes on disk of all files in the child's home, checked every second
 TOKEN_VAR = "FLASHLAB_GRADING_SESSION"
 
 
@@ -65,6 +66,21 @@ def _cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _folder_bytes(folder: str, cap: int) -> int:
+    """Bytes on disk under ``folder``, counting no further than ``cap`` (or 100000 entries)."""
+    total, entries = 0, 0
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            entries += 1
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+            if total > cap or entries > 100_000:
+                return cap + 1
+    return total
 
 
 def has_gpu_driver() -> bool:
@@ -113,6 +129,7 @@ class Child:
         self.stderr = tempfile.TemporaryFile()
         self.started = time.time()
         self.info: dict = {}
+        self.disk_checked = time.monotonic()
         gpu_triton = bool(job.get("triton")) and has_gpu_driver()
         limits = dict(cpu_s=CPU_LIMIT_S, fsize_bytes=FILE_LIMIT, as_bytes=None if gpu_triton else ADDRESS_LIMIT)
         job = dict(job, limits=limits, home=self.home, no_processes=not gpu_triton)  # the GPU compiler is a process
@@ -202,6 +219,12 @@ class Child:
         if rss is not None and rss > limit:
             self.kill()
             raise MemoryError(f"used more than {limit / 2**30:.1f} GiB of memory")
+        if time.monotonic() - self.disk_checked > 1.0:  # its home is the one folder it may write to
+            self.disk_checked = time.monotonic()
+            disk = int(os.environ.get("FLASHLAB_GRADER_DISK_LIMIT", DISK_LIMIT))
+            if _folder_bytes(self.home, disk) > disk:
+                self.kill()
+                raise MemoryError(f"wrote more than {disk / 2**20:.0f} MiB of files (or 100000 files) in its folder")
         if self.exitcode() is not None:
             raise EOFError("the grading process exited")
 
