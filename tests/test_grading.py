@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashlab.grading import EXERCISES, check
+from flashlab.grading import EXERCISES, check, confine
 from flashlab.grading.checks import choice_letter, compare
 from flashlab.grading.cli import main
 from flashlab.grading.registry import Part
+from flashlab.grading.sandbox import has_gpu_driver
 from flashlab.tiled import tiled_attention as _library_tiled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +121,7 @@ BROKEN_CASES = [
     ("aten_softmax", "ex06_triton_primer", "row_softmax", "forbidden", "_softmax"),
     ("kernel_torch_softmax", "ex07_kernel_inner_loop", "flash_forward", "forbidden", "called torch aten."),
     ("reloads_library", "ex03_tiled_forward", "tiled_attention", "forbidden", "called flashlab.tiled.tiled_attention"),
-    ("library_in_fork", "ex03_tiled_forward", "tiled_attention", "type", "expected an array"),
+    ("library_in_fork", "ex03_tiled_forward", "tiled_attention", "exception", "may not start processes"),
     ("library_wrapped", "ex01_naive", "naive_attention", "forbidden", "called flashlab.reference.naive_attention"),
     # 6. poisoned inputs: byte digests for mutation, CPU time for work on keys no query sees
     ("sanitises_poison", "ex03_tiled_forward", "tiled_attention", "work", "a causal loop skips"),
@@ -130,8 +131,28 @@ BROKEN_CASES = [
     # 8. honest mistakes that passed every seed
     ("ignores_scale", "ex03_tiled_forward", "tiled_attention", "value", "max abs error"),
     ("kernel_loop_bound_no_nq", "ex08_kernel_causal", "flash_forward", "nan", "NaN at index"),
+    # 9. what the kernel enforces in the child (flashlab.grading.confine) and the parent's reading of claims
+    ("forks_to_hide_memory", "ex03_tiled_forward", "tiled_attention", "exception", "may not start processes"),
+    ("resets_peak_memory", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
+    ("forges_record", "ex01_naive", "naive_attention", "protocol", "field 'forbidden_calls' is a int"),
+    ("claims_gpu", "ex01_naive", "naive_attention", "protocol", "claims a CUDA device"),
+    ("computes_before_ready", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
+    ("prefaulted_pool", "ex03_tiled_forward", "tiled_attention", "memory", "not even in a buffer allocated"),
+    ("stores_scores_in_memfd", "ex03_tiled_forward", "tiled_attention", "memory", "to files, pipes or memfds"),
+    ("tampers_import_guard", "ex03_tiled_forward", "tiled_attention", "forbidden",
+     "called flashlab.tiled.tiled_attention"),
+    ("reads_solutions_from_disk", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
+    ("loads_library_copy", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
+    ("returns_huge_array", "ex01_naive", "naive_attention", "protocol", "bytes (header"),
+    ("quiz_huge_number", "ex11_quiz", "Q5", "type", "expected a number"),
+    ("sends_deep_header", "ex01_naive", "naive_attention", "protocol", "nested too deeply"),
+    ("sends_result_from_thread", "ex01_naive", "naive_attention", "protocol", "digests, output missing"),
+    ("asks_remote_oracle", "ex01_naive", "naive_attention", "exception", "open network connections"),
+    ("fills_disk", "ex01_naive", "naive_attention", "memory_limit", "wrote more than 16 MiB of files"),
 ]
-OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout"}  # tests of their own
+OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
+                "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
+CONFINED = confine.available()  # Linux with Landlock and seccomp
 
 
 def test_every_broken_submission_has_a_case():
@@ -141,8 +162,15 @@ def test_every_broken_submission_has_a_case():
 @pytest.mark.parametrize("module, exercise, part, kind, words", BROKEN_CASES,
                          ids=[f"{r[0]}-{r[2]}" for r in BROKEN_CASES])
 def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, module, exercise, part, kind, words):
+    if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork", "tampers_import_guard",
+                  "reads_solutions_from_disk", "loads_library_copy", "asks_remote_oracle") and not CONFINED:
+        pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
+    if module == "claims_gpu" and has_gpu_driver():
+        pytest.skip("this machine has a GPU: the claim is true here")
     if module == "memory_hog":  # the grader's setting (the child never sees it), lowered to keep the test small
         monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))
+    if module == "fills_disk":
+        monkeypatch.setenv("FLASHLAB_GRADER_DISK_LIMIT", str(16 << 20))
     shutil.copy(BROKEN / f"{module}.py", tmp_path / f"{exercise}.py")
     report = check(exercise, exercises_dir=tmp_path, seed=3, time_limit_s=2 if module == "never_returns" else None)
     results = report.graded[0][1]
@@ -164,7 +192,10 @@ def test_processes_left_behind_are_killed(tmp_path):
     pid_file = Path("/tmp/flashlab_detached.pid")
     pid_file.unlink(missing_ok=True)
     shutil.copy(BROKEN / "detaches.py", tmp_path / "ex01_naive.py")
-    check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    result = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True).results[0]
+    if CONFINED:  # the child may not start a process at all: nothing is left behind
+        assert not pid_file.exists() and "may not start processes" in result["failure"]["message"], result
+        return
     pid = int(pid_file.read_text())
     for _ in range(50):  # SIGKILL was sent; let it land
         try:  # gone, or a zombie waiting for this process (a child subreaper) to reap it
@@ -175,6 +206,51 @@ def test_processes_left_behind_are_killed(tmp_path):
             break
         time.sleep(0.1)
     assert state in ("gone", "Z", "X"), f"the detached process {pid} is still running ({state})"
+
+
+def test_processes_that_carry_the_session_token_are_killed():
+    # Where the child may start processes (Triton on a GPU runs its compiler as one), whatever carries
+    # the session's token is killed after the exercise, even when it left the session.
+    from flashlab.grading.sandbox import TOKEN_VAR, kill_leftovers
+
+    token, since = "0123456789abcdef", time.time()
+    proc = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{TOKEN_VAR: token}), start_new_session=True)
+    try:
+        time.sleep(0.1)
+        kill_leftovers(token, since)
+        assert proc.wait(5) == -9  # SIGKILL
+    finally:
+        proc.kill()
+
+
+def test_a_module_that_kills_the_grader_is_graded_and_the_grader_lives(tmp_path):
+    if confine.landlock_abi() < 6:
+        pytest.skip("signals are scoped by Landlock ABI 6 (Linux 6.12) and later")
+    shutil.copy(BROKEN / "kills_grader.py", tmp_path / "ex01_naive.py")
+    out = subprocess.run([sys.executable, "-m", "flashlab.cli", "grade", "ex01_naive", "--exercises-dir", str(tmp_path),
+                          "--json", "--seed", "3", "--public-only"], capture_output=True, text=True, timeout=600)
+    failure = json.loads(out.stdout)["exercises"][0]["parts"][0]["failure"]  # the grader lived to print it
+    assert failure["kind"] == "exception" and "signal other processes" in failure["message"], failure
+
+
+def test_bytecode_planted_for_the_graders_next_run_is_refused_or_found(tmp_path):
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("flashlab.grading.checks").origin)
+    target = Path(importlib.util.cache_from_source(str(source)))
+    existed = target.exists()
+    shutil.copy(BROKEN / "plants_bytecode.py", tmp_path / "ex01_naive.py")
+    try:
+        report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+        planted = target.exists() and not existed
+    finally:
+        if target.exists() and not existed:
+            target.unlink()
+    kinds = {r["failure"]["kind"] for r in report.results}
+    if CONFINED:  # the child may change files only in its own folder
+        assert not planted and kinds == {"value", "missing"}, report.results
+    else:  # the parent's digest covers the package's bytecode: no verdict
+        assert not planted or (kinds == {"tampered"} and report.score == 0), report.results
 
 
 def test_a_module_that_rewrites_the_grader_gets_no_verdict(tmp_path):
@@ -200,6 +276,76 @@ def test_json_stays_json_when_the_module_writes_to_our_stdout(tmp_path):
                           "--json", "--seed", "3", "--public-only"], capture_output=True, text=True, timeout=600)
     report = json.loads(out.stdout)  # nothing but the JSON on stdout
     assert report["score"] == 0 and "999" not in out.stdout
+
+
+def test_terminal_escapes_from_the_learners_code_are_shown_not_obeyed(tmp_path):
+    shutil.copy(BROKEN / "prints_terminal_escapes.py", tmp_path / "ex01_naive.py")
+    report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    text = str(report)
+    assert "\x1b" not in text and "\r" not in text, text
+    assert "raised RuntimeError: \\x1b[1A\\x1b[2K\\x0dPASS" in text and "printed: \\x1b[2J" in text, text
+    assert report.results[0]["status"] == "failed"
+
+
+def test_in_a_batch_a_student_cannot_read_a_classmates_folder(tmp_path):
+    if not CONFINED:
+        pytest.skip("needs Linux with Landlock (flashlab.grading.confine)")
+    from flashlab.grading.classroom import grade_batch
+
+    for student, source in (("a_copier", BROKEN / "copies_classmate.py"),
+                            ("b_honest", REPO / "solutions" / "ex01_naive.py")):
+        (tmp_path / student).mkdir()
+        shutil.copy(source, tmp_path / student / "ex01_naive.py")
+    batch = dict(grade_batch(tmp_path, ["ex01_naive"], seed=3, public_only=True, progress=lambda line: None))
+    copier = batch["a_copier"][0][1]["naive_attention"]
+    assert copier["earned"] == 0 and copier["failure"]["kind"] == "load", copier["failure"]
+    assert "Permission denied" in copier["failure"]["message"], copier["failure"]
+    assert all(r["status"] == "public passed" for r in batch["b_honest"][0][1].values())
+
+
+def test_a_submission_that_links_to_the_solutions_is_not_graded(tmp_path):
+    (tmp_path / "ex01_naive.py").symlink_to(REPO / "solutions" / "ex01_naive.py")
+    report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    assert report.score == 0 and {r["failure"]["kind"] for r in report.results} == {"load"}, report.results
+    assert "is a link to" in report.results[0]["failure"]["message"]
+    assert check("ex01_naive", exercises_dir=REPO / "solutions", seed=3, public_only=True).results[0]["status"] \
+        == "public passed"  # grading solutions/ itself still works
+
+
+def test_the_child_runs_under_cpu_and_file_size_limits(tmp_path):
+    # RLIMIT_FSIZE keeps a flood written straight to fd 2 (the child's private stderr file) off the disk.
+    (tmp_path / "ex01_naive.py").write_text(
+        "import resource\n"
+        "def naive_attention(q, k, v, causal=False, scale=None):\n"
+        "    raise RuntimeError(f'limits {resource.getrlimit(resource.RLIMIT_CPU)[0]} '\n"
+        "                       f'{resource.getrlimit(resource.RLIMIT_FSIZE)[0]}')\n")
+    from flashlab.grading.sandbox import CPU_LIMIT_S, FILE_LIMIT
+
+    failure = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True).results[0]["failure"]
+    assert f"limits {CPU_LIMIT_S} {FILE_LIMIT}" in failure["message"], failure
+
+
+def test_course_sources_above_the_current_directory_are_hidden_from_the_child(tmp_path, monkeypatch):
+    # Gradescope: an installed flashlab runs from /autograder/source, whose src/flashlab is the source
+    from flashlab.grading.checks import hidden_paths
+
+    (tmp_path / "source" / "src" / "flashlab").mkdir(parents=True)
+    (tmp_path / "source" / "instructor").mkdir()
+    monkeypatch.chdir(tmp_path / "source")
+    hidden = hidden_paths()
+    assert {str((tmp_path / "source" / name).resolve()) for name in ("src/flashlab", "instructor")} <= set(hidden)
+    assert str(Path(__file__).resolve().parents[1] / "solutions") in hidden  # and the repository's own
+
+
+def test_what_the_child_may_read_leaves_out_hidden_folders_and_links_to_them(tmp_path):
+    for name in ("course/solutions", "course/src", "other"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "link_to_course").symlink_to(tmp_path / "course")
+    (tmp_path / "course" / "link_to_solutions").symlink_to(tmp_path / "course" / "solutions")
+    readable = confine._everything_but([str(tmp_path / "course" / "solutions")])
+    assert str(tmp_path / "other") in readable and str(tmp_path / "course" / "src") in readable
+    hidden, above = str(tmp_path / "course" / "solutions"), (str(tmp_path), str(tmp_path / "course"))
+    assert not any(p.startswith(hidden) or p in above for p in readable), readable
 
 
 def test_gradescope_results_file(tmp_path):
@@ -263,8 +409,22 @@ def test_solutions_stay_within_the_memory_budget_measured_from_outside():
             lost, record = session.call(part, case, 60.0, measure=True)
             assert lost is None and record["extra_bytes"] is not None, record
             assert record["extra_bytes"] < case.max_peak_bytes / 2, (name, record["extra_bytes"])
+            full = case.kwargs["q"].shape[-2] * case.kwargs["k"].shape[-2] * 4  # one Nq x Nk float32 array
+            assert record["referenced_bytes"] < full / 4, (name, record["referenced_bytes"])  # the limit is full / 2
+            assert record["written_bytes"] < 1 << 20, (name, record["written_bytes"])  # the limit is full / 2
         finally:
             session.stop()
+
+
+def test_a_memory_check_the_grader_cannot_measure_gets_no_credit():
+    # A child that made itself non-dumpable after loading refuses a non-root grader its clear_refs.
+    from flashlab.grading import checks
+    from flashlab.grading.registry import get_exercise
+
+    part = get_exercise("ex03_tiled_forward").parts[0]
+    case = next(c for c in part.hidden(np.random.default_rng(3)) if c.max_peak_bytes)
+    failure = checks.judge(part, case, dict(op="result", unmeasurable=True), None, False, None)
+    assert failure["kind"] == "memory" and "could not measure" in failure["message"], failure
 
 
 def test_printing_floods_are_truncated_and_the_check_still_passes(tmp_path):

@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import secrets
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -114,8 +115,8 @@ def compare(part: Part, got, expected, on_cuda: bool = False) -> dict | None:
         ok = answer_hash(part.function, letter) == expected
         return None if ok else dict(kind="value", message=f"answer {letter!r} is not the right choice")
     if part.kind == "number":
-        if type(got) not in (int, float):
-            return dict(kind="type", message=f"expected a number, got {got!r}")
+        if type(got) not in (int, float) or (type(got) is int and abs(got) > 1e300):  # float(got) must not overflow
+            return dict(kind="type", message=f"expected a number, got {str(got)[:60]}")
         ok = abs(float(got) - expected) <= 0.01 * abs(expected)
         return None if ok else dict(kind="value", message=f"{float(got):.4g} is not within 1% of the answer")
     if len(part.outputs) > 1:
@@ -143,7 +144,7 @@ class Session:
         from flashlab.grading import sandbox
 
         folder = str(Path(self.path).parent) if self.path else None
-        job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source,
+        job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source, hidden=hidden_paths(),
                    triton=self.exercise.needs_triton, drop_uid=self.drop_uid, exercises_dir=folder,
                    preload_torch="torch" in (self.source or "") or any(
                        "torch" in getattr(getattr(f, "__code__", None), "co_names", ()) for f in (self.functions or {}).values()))
@@ -163,6 +164,9 @@ class Session:
             return failure
         if header.get("op") != "loaded":
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected"))
+        problem = _loaded_problem(header, sandbox.has_gpu_driver())
+        if problem:
+            return self._lost(dict(kind="protocol", message=f"the grading process sent a malformed message: {problem}"))
         self.loaded = header
         return None
 
@@ -186,43 +190,101 @@ class Session:
             self.child.stop()
         self.child, self.loaded = None, None
 
-    def call(self, part: Part, case: Case, limit: float, measure: bool) -> tuple[dict | None, dict]:
-        """(failure that ended the child or None, the call's record with peak/cpu added)."""
+    def call(self, part: Part, case: Case, limit: float, measure: bool,
+             expected_bytes: int = 0) -> tuple[dict | None, dict]:
+        """(failure that ended the child or None, the call's record with peak/cpu added). A result
+        message larger than the answer's bytes, twice, plus 64 MiB is refused unread."""
         records, buffers = wire.encode_kwargs(case.kwargs)
         header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"))
         child = self.child
         try:
+            # measured from before the inputs are sent: work done with them before 'ready' counts too
+            base = child.reset_peak() if measure else None
+            if measure and base is None and child.measurable:
+                return None, dict(op="result", unmeasurable=True)
+            cpu0, written0 = child.cpu(), child.written() if measure else None
             child.send(header, buffers)
-            ready, _ = child.receive(120.0)
+            ready, _ = child.receive(limit)  # the inputs arrived: 'ready' within the case's own time limit
             if ready.get("op") != "ready":
                 raise wire.WireError("expected 'ready'")
-            base = child.reset_peak() if measure else None
-            cpu0 = child.cpu()
             child.send(dict(op="go"))
-            record, out_buffers = child.receive(limit)
+            record, out_buffers = child.receive(limit, max_bytes=2 * expected_bytes + (64 << 20))
         except TimeoutError:
             return self._lost(dict(kind="timeout", message=f"did not return within {limit:.0f} s; stopped (the time "
                                    "limit per check)")), {}
         except (EOFError, MemoryError, OSError, wire.WireError, ValueError) as exc:
             return self._lost(self._death(f"{case.label!r}", exc)), {}
         peak, cpu1 = (child.peak() if measure else None), child.cpu()
+        referenced = child.referenced() if measure and base is not None else None
+        written1 = child.written() if written0 is not None else None
         if record.get("op") != "result":
             return self._lost(dict(kind="protocol", message="the grading process sent something unexpected")), {}
+        problem = _record_problem(record)
+        if problem:
+            return self._lost(dict(kind="protocol", message=f"the grading process sent a malformed message "
+                                   f"during {case.label!r}: {problem}")), {}
         try:
             record["value"] = wire.decode(record.get("value"), out_buffers)
             derived = record.get("derived") if isinstance(record.get("derived"), list) else []
             record["derived"] = [wire.decode(r, out_buffers) for r in derived[:8]]
         except wire.WireError as exc:
             record["value"], record["derived"] = wire.Opaque(f"malformed value ({exc})"), []
-        record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base)
+        inputs = 2 * sum(len(b) for b in buffers)  # the received bytes and the arrays made from them
+        record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base - inputs)
+        record["referenced_bytes"] = None if referenced is None else max(0, referenced - inputs)
+        record["written_bytes"] = None if written1 is None else max(0, written1 - written0 - sum(map(len, out_buffers)))
+        record["unmeasurable"] = False
         record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         return None, record
 
 
 def _where(where) -> str | None:
-    if isinstance(where, (list, tuple)) and len(where) == 3:
-        return f"{Path(str(where[0])).name}:{int(where[1])}: {str(where[2])[:200]}"
+    if isinstance(where, (list, tuple)) and len(where) == 3 and type(where[1]) is int:
+        return f"{Path(str(where[0])).name}:{where[1]}: {str(where[2])[:200]}"
+    return None
+
+
+# The fields of a child's messages and their types: anything else is a malformed message, never a
+# grader error. Every field is still a claim; these only make sure the parent can read it.
+_OPTIONAL_TEXT = (str, type(None))
+_RECORD_TYPES = dict(exception=_OPTIONAL_TEXT, not_implemented=_OPTIONAL_TEXT, launch_problem=_OPTIONAL_TEXT,
+                     traceback=(str,), where=(list, type(None)), forbidden_calls=(list,), digests=(dict,),
+                     launches=(list,), derived=(list,), output=(str,), output_chars=(int,), seconds=(int, float))
+
+
+_RECORD_REQUIRED = ("exception", "not_implemented", "forbidden_calls", "digests", "output", "value")
+
+
+def _record_problem(record: dict) -> str | None:
+    """What is malformed in a result record, None when every field has its type."""
+    missing = [key for key in _RECORD_REQUIRED if key not in record]
+    if missing:
+        return f"field(s) {', '.join(missing)} missing"
+    for key, types in _RECORD_TYPES.items():
+        if key in record and type(record[key]) not in types:
+            return f"field {key!r} is a {type(record[key]).__name__}"
+    if not all(type(c) is str for c in record.get("forbidden_calls") or []):
+        return "field 'forbidden_calls' holds something other than text"
+    if not all(type(k) is str and type(v) in _OPTIONAL_TEXT for k, v in (record.get("digests") or {}).items()):
+        return "field 'digests' holds something other than text"
+    if not all(isinstance(x, dict) for x in record.get("launches") or []):
+        return "field 'launches' holds something other than records"
+    return None
+
+
+def _loaded_problem(header: dict, gpu_driver: bool) -> str | None:
+    """What is wrong with the child's 'loaded' message: malformed fields, or a GPU this machine lacks
+    (the GPU's looser tolerances are for a GPU the parent can see)."""
+    for key in ("names", "callables"):
+        if not isinstance(header.get(key), list) or not all(type(n) is str for n in header[key]):
+            return f"field {key!r} is not a list of names"
+    if not isinstance(header.get("kernels"), dict):
+        return "field 'kernels' is not a record"
+    if header.get("device") not in (None, "cpu", "cuda"):
+        return f"device {str(header.get('device'))[:40]!r} is unknown"
+    if header.get("device") == "cuda" and not gpu_driver:
+        return "it claims a CUDA device, and this machine has no GPU driver"
     return None
 
 
@@ -240,6 +302,9 @@ def _text(value, limit: int) -> str:
 
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
     """The verdict on one call, from the record the child sent (every field is a claim to check)."""
+    if record.get("unmeasurable"):
+        return dict(kind="memory", message="the grader could not measure this check's memory (/proc/<pid>/clear_refs "
+                    "was refused after your module was loaded; e.g. by prctl(PR_SET_DUMPABLE, 0)): no credit")
     if record.get("not_implemented") is not None:
         return dict(kind="not_implemented", message=_text(record["not_implemented"], 300),
                     where=_where(record.get("where")))
@@ -248,7 +313,12 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         return dict(kind="forbidden", message=(f"called {', '.join(calls)} instead of implementing {part.function}: "
                                                "not rewarded; write the computation yourself"))
     if record.get("exception"):
-        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}",
+        refused = any(words in record["exception"] for words in ("[Errno 1] Operation not permitted",
+                                                                  "[Errno 13] Permission denied"))
+        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}" + (
+                    " (while grading, code may not start processes, read flashlab's files or the course's answers, "
+                    "change files outside its working folder, signal other processes or open network connections)"
+                    if refused else ""),
                     traceback=_text(record.get("traceback"), 1500), where=_where(record.get("where")))
     digests = record.get("digests") if isinstance(record.get("digests"), dict) else {}
     changed = [name for name, value in case.kwargs.items()
@@ -276,10 +346,22 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
                     and _compare_array(part, "x", derived.astype(answer.dtype), answer, on_cuda) is None:
                 return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
                             "the result must be computed by the kernel")
-    extra = record.get("extra_bytes")
-    if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
+    extra, referenced = record.get("extra_bytes"), record.get("referenced_bytes")
+    if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]
         full = q.shape[-2] * k.shape[-2] * q.dtype.itemsize
+        written = record.get("written_bytes")
+        if written is not None and written > full / 2:  # scores kept in a file, a memfd or a pipe
+            return dict(kind="memory", message=(
+                f"wrote {written / 2**20:.1f} MiB to files, pipes or memfds during the call; one Nq x Nk array of "
+                f"this case is {full / 2**20:.1f} MiB. A tiled implementation keeps no Nq x Nk array, in memory "
+                "or outside it"))
+        if referenced is not None and referenced > full / 2:  # a pool touched before the call and used in it
+            return dict(kind="memory", message=(
+                f"read or wrote {referenced / 2**20:.1f} MiB of memory during the call (memory held before it "
+                f"included); one Nq x Nk array of this case is {full / 2**20:.1f} MiB. A tiled implementation must "
+                "never build an Nq x Nk array, not even in a buffer allocated beforehand"))
+    if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
         return dict(kind="memory", message=(
             f"used {extra / 2**20:.1f} MiB of extra memory at peak; one Nq x Nk array of this case is "
             f"{full / 2**20:.1f} MiB. A tiled implementation must never build an Nq x Nk array (nor a "
@@ -380,7 +462,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     stopped = True
                     continue
             expected = part.reference(**(case.reference_kwargs or case.kwargs))
-            lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None)
+            answers = expected if isinstance(expected, tuple) else (expected,)
+            lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None,
+                                        expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers))
             if lost is not None:
                 failure = lost
             else:
@@ -450,18 +534,46 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
 
 # ----------------------------------------------------------------------------- integrity of the grader's files
 def _protected_files() -> list[Path]:
+    """Every file of the flashlab package (bytecode in __pycache__ too: Python runs a cached .pyc whose
+    header matches the source), solutions/, and the files every new interpreter runs at start-up
+    (.pth and sitecustomize in the site-packages folders)."""
+    import site
+
     import flashlab
 
     package = Path(flashlab.__file__).resolve().parent
-    files = sorted(package.rglob("*.py"))
+    files = sorted(p for p in package.rglob("*") if p.is_file())
     root = _repo_root()
     if root is not None and (root / "solutions").is_dir():
         files += sorted((root / "solutions").glob("*.py"))
+    for folder in {*site.getsitepackages(), site.getusersitepackages()}:
+        for pattern in ("*.pth", "sitecustomize.py", "usercustomize.py"):
+            files += sorted(Path(folder).glob(pattern))
     return files
 
 
+def hidden_paths() -> list[str]:
+    """What the grading child may not read: flashlab's package (the references), solutions/, the
+    instructor's pack and, in a batch, the other students' folders (flashlab.grading.confine)."""
+    import flashlab
+    from flashlab.grading import classroom
+
+    # the course's folders: the one flashlab was imported from, and any above the current directory
+    # (Gradescope runs an installed flashlab from /autograder/source, whose src/ holds the sources too)
+    above = [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "src" / "flashlab").is_dir()]
+    roots = {r for r in [_repo_root(), *above] if r is not None}
+    paths = [Path(flashlab.__file__).resolve().parent]
+    paths += [Path(p) / "flashlab" for p in sys.path if p and (Path(p) / "flashlab" / "grading").is_dir()]
+    for root in roots:
+        paths += [root / "src" / "flashlab", root / "solutions", root / "instructor"]
+    if classroom.PACK_FOLDER[0] is not None:
+        paths.append(Path(classroom.PACK_FOLDER[0]).resolve())
+    paths += [Path(folder).resolve() for folder in classroom.BATCH_FOLDERS]
+    return sorted({str(p.resolve()) for p in paths if p.exists()})
+
+
 def grader_digest() -> dict:
-    """sha256 of every file of the flashlab package and of solutions/ (checked before and after grading)."""
+    """sha256 of every file in :func:`_protected_files` (checked before and after grading)."""
     digest = {}
     for path in _protected_files():
         try:
@@ -608,6 +720,7 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         raise ValueError(f"jobs={jobs!r} must be an int >= 1 (exercises graded at the same time)")
     _preload_references()
     become_subreaper()
+    sys.dont_write_bytecode = True  # from here on a new .pyc in the package is not ours (see grader_digest)
     before = grader_digest()
     if fn is not None:
         if len(exercises) != 1:
@@ -624,6 +737,11 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         path = folder / f"{exercise.name}.py"
         if not path.is_file():
             return exercise, {p.function: failed_result(exercise, p, "missing", f"no file {path}", seed=seed)
+                              for p in exercise.parts}
+        real = path.resolve()
+        if not real.is_relative_to(folder.resolve()) and any(real.is_relative_to(h) for h in hidden_paths()):
+            message = f"{path.name} is a link to {real}, which the grader does not grade: submit the file itself"
+            return exercise, {p.function: failed_result(exercise, p, "load", message, case="import", seed=seed)
                               for p in exercise.parts}
         return exercise, grade_exercise(exercise, str(path), seed, public_only, time_limit_s=time_limit_s)
 

@@ -14,10 +14,14 @@ Before the learner's module is loaded (so ``from flashlab.tiled import ...`` is 
 - for the Triton exercises, torch and triton are imported, a torch dispatch mode watches every
   aten operator the learner's call runs (attention, softmax and matmul are forbidden there; any
   arithmetic in torch is), and every kernel launch is seen (:class:`LaunchTracker`);
-- resource limits are set and, when running as root, the process drops to an unprivileged uid.
+- resource limits are set and, when running as root, the process drops to an unprivileged uid;
+- the kernel is asked to keep the process from changing files outside its home folder and from
+  starting processes (:mod:`flashlab.grading.confine`): unlike everything above, that cannot be
+  undone by the learner's code.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.abc
 import io
@@ -28,10 +32,11 @@ import time
 import traceback
 import types
 
-from flashlab.grading import wire
+from flashlab.grading import confine, wire
 
 OUTPUT_LIMIT = 2000  # characters of printing kept per call
 EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
+          "flashlab.grading.confine",
           "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
 # aten operators a Triton exercise's Python wrapper may run: allocation, views, copies.
 TORCH_ALLOWED = frozenset("""
@@ -122,12 +127,53 @@ def forbid_module(module) -> None:
                     _forbid_function(meth, f"{name}.{attr}.{meth_name}")
 
 
+class _Hidden:
+    """A name in a flashlab module the grading child may not read (the files are confined): calling
+    it, or launching it as a kernel, is a forbidden call; its attributes are hidden names too."""
+
+    def __init__(self, qualname: str):
+        self.qualname = qualname
+
+    def __call__(self, *args, **kwargs):
+        return _forbidden(self.qualname)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: _forbidden(f"{self.qualname} (a flashlab kernel)")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Hidden(f"{self.qualname}.{name}")
+
+
+class _HiddenModule(importlib.abc.Loader):
+    """Loads a flashlab module that cannot be read as a module of hidden names (see :class:`_Hidden`)."""
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        def hidden(name: str, _prefix=module.__name__):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Hidden(f"{_prefix}.{name}")
+
+        module.__getattr__ = hidden
+
+
+HIDDEN = [False]  # True once the child's files are confined: flashlab modules not yet loaded are hidden
+
+
 class _ForbidOnImport(importlib.abc.MetaPathFinder):
     """Patches a flashlab module right after it is executed (first import and importlib.reload)."""
 
     def find_spec(self, fullname, path, target=None):
         if not fullname.startswith("flashlab.") or fullname in EXEMPT:
             return None
+        if HIDDEN[0]:
+            from importlib.machinery import ModuleSpec
+
+            return ModuleSpec(fullname, _HiddenModule(), is_package=True)
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
@@ -401,7 +447,7 @@ def _tracked_run(run):
 def set_limits(limits: dict) -> None:
     import resource
 
-    for key, name in (("cpu_s", "RLIMIT_CPU"), ("as_bytes", "RLIMIT_AS")):
+    for key, name in (("cpu_s", "RLIMIT_CPU"), ("as_bytes", "RLIMIT_AS"), ("fsize_bytes", "RLIMIT_FSIZE")):
         value = limits.get(key)
         if value:
             try:
@@ -488,6 +534,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
     start = time.perf_counter()
     sys.stdout = sys.stderr = out
     TORCH_POLICY["strict"] = verify_launch is not None
+    gc.freeze()  # a collection during the call walks only its own objects (the grader measures what it touches)
     TORCH_POLICY["active"] = True
     try:
         value = func(**kwargs)
@@ -570,6 +617,11 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
                     pass
         install_forbidden()
         dropped = drop_privileges(job.get("drop_uid"))
+        confined = bool(job.get("home")) and confine.confine_files(job["home"], job.get("hidden") or ())
+        if confined:  # flashlab's modules can no longer be read: those not loaded yet are hidden names,
+            HIDDEN[0] = True  # and the original code of the loaded ones (kept for imports) would only
+            _ORIGINALS.clear()  # serve a learner's tampering
+        no_processes = bool(job.get("no_processes")) and confine.forbid_processes()
         if job.get("exercises_dir") and job["exercises_dir"] not in sys.path:
             sys.path.append(job["exercises_dir"])  # after the standard library and site-packages
         saved = sys.stdout, sys.stderr
@@ -588,7 +640,8 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         return
     kernels = {name: type(value).__name__ for name, value in namespace.items()
                if type(value).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")}
-    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, kernels=kernels,
+    wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, confined=confined,
+                           no_processes=no_processes, kernels=kernels,
                            names=sorted(k for k in namespace if not k.startswith("__"))[:200],
                            callables=sorted(k for k, v in namespace.items() if callable(v))[:200]))
     while True:

@@ -78,10 +78,16 @@ def using_pack(folder):
     changed = load_pack(folder)
     saved = {name: EXERCISES[name] for name in changed}
     EXERCISES.update(changed)
+    PACK_FOLDER[0] = str(Path(folder).expanduser())
     try:
         yield changed
     finally:
         EXERCISES.update(saved)
+        PACK_FOLDER[0] = None
+
+
+PACK_FOLDER: list = [None]  # the pack in use, which the learner's process may not read (checks.hidden_paths)
+BATCH_FOLDERS: list = []  # in --batch, the other students' folders, which the learner's process may not read
 
 
 def students(submissions) -> list[Path]:
@@ -105,7 +111,11 @@ def grade_batch(submissions, names: list[str], seed: int, jobs: int = 2, public_
     folders, out = students(submissions), []
     for i, folder in enumerate(folders, 1):
         start = time.perf_counter()
-        graded = grade(names, exercises_dir=folder, seed=seed, public_only=public_only, jobs=jobs)
+        BATCH_FOLDERS[:] = [str(f) for f in folders if f != folder]  # what this student's code may not read
+        try:
+            graded = grade(names, exercises_dir=folder, seed=seed, public_only=public_only, jobs=jobs)
+        finally:
+            BATCH_FOLDERS.clear()
         report = Report(graded)
         progress(f"[{i}/{len(folders)}] {folder.name}: {report.score:g}/{report.total:g} points "
                  f"({time.perf_counter() - start:.1f} s)")

@@ -9,8 +9,16 @@ shown for failing parts up to the report's hint level; :meth:`Report.next_hint` 
 from __future__ import annotations
 
 import html
+import re
 
 MARKS = {"passed": "PASS", "failed": "FAIL", "not attempted": "TODO", "public passed": "PART"}
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (a terminal's escape sequences, carriage returns) shown as
+    \\xNN: what the learner's code printed or raised cannot redraw the report in a terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _plural(n: int, word: str) -> str:
@@ -132,7 +140,7 @@ class Report:
                 out.append(f"  [{MARKS.get(r['status'], r['status'])}] {r['function']} ({r['earned']}/"
                            f"{r['points']}): {counts_line(r)}")
                 for line in self._failure_lines(r) + r["notes"][:3] + self._hints(r):
-                    out.append("         " + line.replace("\n", "\n         "))
+                    out.append("         " + printable(line).replace("\n", "\n         "))
         out.append(f"score: {self.score}/{self.total} points"
                    + ("" if self.passed else " (not all checks passed)"))
         return "\n".join(out)

@@ -11,8 +11,10 @@ The child
   process that carries the session's token or was reparented to us from it),
 - gets no file descriptor of ours but its two pipes (stdin and stdout are /dev/null, stderr a
   private file),
-- runs under RLIMIT_CPU, and RLIMIT_AS where no GPU driver needs a large address space; its
-  resident memory is also watched from here and the child is killed past ``MEMORY_LIMIT``,
+- runs under RLIMIT_CPU, RLIMIT_FSIZE, and RLIMIT_AS where no GPU driver needs a large address
+  space; its resident memory is also watched from here and the child is killed past ``MEMORY_LIMIT``,
+- may change files only in its own home folder (also its TMPDIR), and may start no process
+  unless it runs Triton on a GPU (:mod:`flashlab.grading.confine`, where the kernel allows),
 - drops to the unprivileged uid ``nobody`` when the grader runs as root (after importing the
   grader's modules, before loading the learner's code), so it cannot change the grader's files.
 
@@ -40,6 +42,8 @@ LOAD_LIMIT_S = 180.0  # importing torch + triton on a busy 2-core laptop can tak
 MEMORY_LIMIT = 6 << 30  # bytes of resident memory before the child is killed
 CPU_LIMIT_S = 900  # RLIMIT_CPU of one child (seconds of CPU, all its cases together)
 ADDRESS_LIMIT = 24 << 30  # RLIMIT_AS where there is no GPU driver (bytes of virtual memory)
+FILE_LIMIT = 256 << 20  # RLIMIT_FSIZE: bytes of one file the child writes (its stderr included)
+DISK_LIMIT = 1 << 30  # bytes on disk of all files in the child's home, checked every second
 TOKEN_VAR = "FLASHLAB_GRADING_SESSION"
 
 
@@ -64,7 +68,23 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _has_gpu_driver() -> bool:
+def _folder_bytes(folder: str, cap: int) -> int:
+    """Bytes on disk under ``folder``, counting no further than ``cap`` (or 100000 entries)."""
+    total, entries = 0, 0
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            entries += 1
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+            if total > cap or entries > 100_000:
+                return cap + 1
+    return total
+
+
+def has_gpu_driver() -> bool:
+    """Whether this machine has an NVIDIA or AMD GPU driver (seen from the grading parent)."""
     return Path("/dev/nvidiactl").exists() or Path("/dev/kfd").exists()
 
 
@@ -109,8 +129,10 @@ class Child:
         self.stderr = tempfile.TemporaryFile()
         self.started = time.time()
         self.info: dict = {}
-        limits = dict(cpu_s=CPU_LIMIT_S, as_bytes=None if (job.get("triton") and _has_gpu_driver()) else ADDRESS_LIMIT)
-        job = dict(job, limits=limits)
+        self.disk_checked = time.monotonic()
+        gpu_triton = bool(job.get("triton")) and has_gpu_driver()
+        limits = dict(cpu_s=CPU_LIMIT_S, fsize_bytes=FILE_LIMIT, as_bytes=None if gpu_triton else ADDRESS_LIMIT)
+        job = dict(job, limits=limits, home=self.home, no_processes=not gpu_triton)  # the GPU compiler is a process
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         with SPAWN_LOCK:  # no cleanup scan sees this child before it is known as ours
@@ -129,6 +151,8 @@ class Child:
         os.close(from_child_w)
         self.fd_out, self.fd_in = to_child_w, from_child_r
         self.job = job if functions is None else None
+        # before any learner code: a refusal of /proc/<pid>/clear_refs later is the learner's doing
+        self.measurable = self.reset_peak() is not None
 
     def send_job(self) -> None:
         """Hand a fresh interpreter its job (a fork has it already)."""
@@ -138,7 +162,8 @@ class Child:
     def _env(self, src: str) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHLAB_GRADER")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        env.update({TOKEN_VAR: self.token, "HOME": self.home, "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
+        env.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home,
+                    "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
                     "XDG_CACHE_HOME": self.home, "MPLCONFIGDIR": self.home, "PYTHONDONTWRITEBYTECODE": "1",
                     "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
         return env
@@ -150,8 +175,9 @@ class Child:
         code = 0
         try:  # the child: a session of its own, no descriptors of the parent but its pipes
             os.setsid()
-            os.environ.update({TOKEN_VAR: self.token, "HOME": self.home, "PYTHONDONTWRITEBYTECODE": "1",
-                               "TRITON_CACHE_DIR": os.path.join(self.home, "triton")})
+            os.environ.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home,
+                               "PYTHONDONTWRITEBYTECODE": "1", "TRITON_CACHE_DIR": os.path.join(self.home, "triton")})
+            tempfile.tempdir = None  # gettempdir() reads TMPDIR again
             for fd in close:
                 os.close(fd)
             null = os.open(os.devnull, os.O_RDWR)
@@ -170,15 +196,16 @@ class Child:
         finally:
             os._exit(code)
 
-    def receive(self, timeout: float) -> tuple[dict, list]:
-        """Next message, watching memory; TimeoutError after ``timeout`` s, EOFError if the child died."""
+    def receive(self, timeout: float, max_bytes: int = wire.MAX_MESSAGE) -> tuple[dict, list]:
+        """Next message, watching memory; TimeoutError after ``timeout`` s, EOFError if the child died,
+        WireError for a message over ``max_bytes``."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
             if self._ready(min(left, 0.25)):
-                return wire.recv(self.fd_in, timeout=max(left, 5.0))
+                return wire.recv(self.fd_in, timeout=max(left, 5.0), max_bytes=max_bytes)
             self._watch()
 
     def _ready(self, wait: float) -> bool:
@@ -192,6 +219,12 @@ class Child:
         if rss is not None and rss > limit:
             self.kill()
             raise MemoryError(f"used more than {limit / 2**30:.1f} GiB of memory")
+        if time.monotonic() - self.disk_checked > 1.0:  # its home is the one folder it may write to
+            self.disk_checked = time.monotonic()
+            disk = int(os.environ.get("FLASHLAB_GRADER_DISK_LIMIT", DISK_LIMIT))
+            if _folder_bytes(self.home, disk) > disk:
+                self.kill()
+                raise MemoryError(f"wrote more than {disk / 2**20:.0f} MiB of files (or 100000 files) in its folder")
         if self.exitcode() is not None:
             raise EOFError("the grading process exited")
 
@@ -220,16 +253,42 @@ class Child:
 
     # -- measurements from outside
     def reset_peak(self) -> int | None:
-        """Reset the child's peak resident size; its current resident size (bytes), None if unsupported."""
+        """Reset the child's peak resident size and the referenced bits of its pages; its current
+        resident size (bytes), None if unsupported."""
         try:
             with open(f"/proc/{self.pid}/clear_refs", "w") as f:
                 f.write("5")
+            with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+                f.write("1")
         except OSError:
             return None
         return _kib(_proc_status(self.pid).get("VmRSS"))
 
     def peak(self) -> int | None:
         return _kib(_proc_status(self.pid).get("VmHWM"))
+
+    def referenced(self) -> int | None:
+        """Bytes of the child's writable memory read or written since :meth:`reset_peak`: memory it
+        held before (a pool touched at import) and used again is in here, not in the peak."""
+        total, writable = 0, False
+        try:
+            with open(f"/proc/{self.pid}/smaps") as f:
+                for line in f:
+                    if line.startswith("Referenced:"):
+                        total += int(line.split()[1]) * 1024 if writable else 0
+                    elif "-" in line.split(" ", 1)[0]:  # a mapping's first line: range, permissions, ...
+                        writable = line.split()[1][1:2] == "w"
+        except (OSError, IndexError, ValueError):
+            return None
+        return total
+
+    def written(self) -> int | None:
+        """Bytes the child has passed to write() and its kin (files, memfds, pipes): /proc/<pid>/io wchar."""
+        try:
+            with open(f"/proc/{self.pid}/io") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+        except (OSError, StopIteration, IndexError, ValueError):
+            return None
 
     def cpu(self) -> float | None:
         return _cpu_seconds(self.pid)

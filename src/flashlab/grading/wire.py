@@ -53,13 +53,17 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(parts)
 
 
-def recv(fd: int, timeout: float | None = None) -> tuple[dict, list[bytes]]:
-    """One message: (header dict, buffers). TimeoutError, EOFError or WireError otherwise."""
+def recv(fd: int, timeout: float | None = None, max_bytes: int = MAX_MESSAGE) -> tuple[dict, list[bytes]]:
+    """One message of at most ``max_bytes``: (header dict, buffers). TimeoutError, EOFError or WireError otherwise."""
     deadline = None if timeout is None else time.monotonic() + timeout
     total, head_len = struct.unpack(">QI", _read_exact(fd, 12, deadline))
-    if total > MAX_MESSAGE or head_len > total - 4 or head_len > 1 << 24:
-        raise WireError(f"frame of {total} bytes (header {head_len}) refused")
-    header = json.loads(_read_exact(fd, head_len, deadline))
+    if total > min(max_bytes, MAX_MESSAGE) or head_len > total - 4 or head_len > 1 << 24:
+        raise WireError(f"a message of {total} bytes (header {head_len}) refused: more than "
+                        f"{min(max_bytes, MAX_MESSAGE)}")
+    try:
+        header = json.loads(_read_exact(fd, head_len, deadline))
+    except RecursionError:  # nested deeper than the parser's stack: not a header of ours
+        raise WireError("a message header nested too deeply") from None
     sizes = header.get("sizes") if isinstance(header, dict) else None
     if (not isinstance(sizes, list) or not all(type(s) is int and s >= 0 for s in sizes)
             or sum(sizes) != total - 4 - head_len):
