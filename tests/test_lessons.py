@@ -174,3 +174,40 @@ def test_notebook08_figures_draw_from_a_results_file():
                        for n in (1024, 2048)]}
     assert viz.plot_memory(memory, "test").axes[0].lines
     assert "2048" in viz.largest_common_memory(memory)
+
+
+def test_the_documents_rule_lets_a_token_see_exactly_the_earlier_tokens_of_its_own_document():
+    n = 96
+    spec = masks.lesson_rules(n)["3 documents"]
+    starts = [0, 5 * n // 16, 11 * n // 16, n]
+    doc = np.searchsorted(starts, np.arange(n), side="right")  # (n,) document number of each token
+    expected = (doc[:, None] == doc[None, :]) & (np.arange(n)[None, :] <= np.arange(n)[:, None])
+    assert np.array_equal(spec.mask(np.arange(n)[:, None], np.arange(n)[None, :], n, n), expected)
+
+
+@pytest.mark.parametrize("rule", ["causal", "window 32", "3 documents"])
+def test_the_rules_table_counts_what_a_traced_forward_reads_and_computes(rule):
+    """show_rules' K+V bytes and tile counts against a traced NumPy forward under the same rule."""
+    from flashlab.tracer import TrafficTracer
+    from flashlab.tiled import tiled_attention
+
+    n, d, block = 128, 16, 16
+    spec = masks.lesson_rules(n)[rule]
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((n, d)).astype(np.float16) for _ in range(3))
+    tracer = TrafficTracer(itemsize=2)
+    tiled_attention(q, k, v, block_q=block, block_k=block, spec=spec, tracer=tracer)
+    table = masks.show_rules(n=n, d=d, block=block)
+    row = next(line for line in table.splitlines() if line.startswith(rule))
+    full, masked, skipped, kib = (float(x) for x in row[len(rule):].split()[:4])
+    traced_kv = sum(nbytes for (tensor, direction), nbytes in tracer.bytes_by_tensor().items()
+                    if tensor in ("K", "V") and direction == "read")
+    assert kib * 2**10 == pytest.approx(traced_kv, abs=2**9)  # the table rounds to whole KiB
+    states = "".join(masks.tile_map(spec, n, block))
+    assert (states.count("#"), states.count("+"), states.count(".")) == (full, masked, skipped)
+    assert skipped > 0
+
+
+def test_the_rules_checked_against_naive_attention_agree_to_rounding():
+    for line in masks.check_rules(n=90, d=8, block=16, seed=5).splitlines()[1:]:
+        assert float(line.split()[-1]) < 1e-12, line

@@ -237,6 +237,41 @@ else:
 # tokens needs; `flash_decode` always uses that alignment. `return_lse=True` also returns the
 # log-sum-exp, the state that `combine_states` merges.
 #
+# ## Beyond causal: one rule decides which tiles run
+#
+# Causal attention is one rule for which keys a query sees. Models use others: a *sliding
+# window* (query $i$ sees only the last $w$ keys up to itself; Mistral 7B, Jiang et al. 2023) or *packed
+# documents* (several sequences share one row of the batch, and a token sees only the earlier
+# tokens of its own document). In flashlab each is a field of one description of the problem,
+# `flashlab.attnspec.AttnSpec` (`causal`, `causal_align`, `window`, or any
+# `mask_mod(q_idx, kv_idx)` in the manner of PyTorch's FlexAttention), and one model,
+# `flashlab.visibility`, turns it into the state of every tile: **full** (no mask needed),
+# **masked** (some entries hidden: computed with the mask) or **skipped** (never loaded). The
+# NumPy loops, the traffic and FLOP counts, the pictures and every Triton kernel read that same
+# model, so a skipped tile is skipped everywhere. The rules side by side, with what each costs a
+# FlashAttention-2 forward:
+
+# %%
+from flashlab import masks
+
+print(masks.show_rules(n=512, d=64, block=64))
+
+# %% [markdown]
+# The bytes and FLOPs fall with the skipped tiles: a window of $w$ keys makes attention linear
+# in $N$ (about $N w$ entries instead of $N^2/2$). The masked tiles on each rule's edges are
+# computed in full and then masked, which is why the documents rule (many short edges) computes
+# more than its visible entries. The NumPy forward under each rule against naive attention with
+# the same rule, on fresh random inputs:
+
+# %%
+print(masks.check_rules(n=200, d=16, block=32))
+
+# %% [markdown]
+# The same options reach the kernels: `flash_attention(q, k, v, causal=True, window=256)`, or a
+# `@triton.jit` `mask_mod` function (the kernels then walk each query block's list of masked and
+# full tiles, so a skipped tile is never loaded), or `seqlens_q=`/`seqlens_k=` for a padded batch
+# of sequences of different lengths.
+#
 # ## Misconception: "FlashAttention drops in everywhere with the same gain"
 #
 # At prefill, FlashAttention removes the $N^2$ traffic (notebook 04). Its measured speed-up over
