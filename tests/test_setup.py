@@ -191,3 +191,15 @@ def test_notebooks_ask_for_the_kernel_that_make_registers():
     for path in notebooks:
         spec = json.loads(path.read_text())["metadata"].get("kernelspec", {})
         assert spec.get("name") == kernel, f"{path.name} asks for kernel {spec.get('name')!r}, make registers {kernel!r}"
+
+
+def test_doctor_says_whether_graded_submissions_are_confined_by_the_kernel(monkeypatch):
+    from flashlab import doctor
+    from flashlab.grading import confine
+
+    monkeypatch.setattr(confine, "landlock_abi", lambda: 0)
+    text = doctor.format_text(doctor.diagnose())
+    assert "grading     submissions checked inside Python only" in text and "Linux 5.13" in text
+    monkeypatch.setattr(confine, "landlock_abi", lambda: 4)
+    monkeypatch.setattr(confine, "available", lambda: True)
+    assert "confined by the kernel (Landlock ABI 4" in doctor.format_text(doctor.diagnose())

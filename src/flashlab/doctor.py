@@ -49,6 +49,7 @@ class Diagnosis:
     gpu: str | None  # device name, or None without a CUDA GPU
     triton_mode: str  # "compiled", "interpreter", or "unavailable"
     torch_requires: str | None = None  # torch's own triton requirement ('==3.7.1'), if its metadata names one
+    grading: str = ""  # how the grader confines a submission here (grading.confine)
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -183,7 +184,8 @@ def diagnose() -> Diagnosis:
         mode = "compiled"
     else:
         mode = "interpreter"
-    d = Diagnosis(_version("flashlab"), sys.version.split()[0], platform.platform(), versions, gpu, mode)
+    d = Diagnosis(_version("flashlab"), sys.version.split()[0], platform.platform(), versions, gpu, mode,
+                  grading=grading_confinement())
     add = d.findings.append
 
     if sys.version_info < (3, 10):
@@ -223,6 +225,20 @@ def diagnose() -> Diagnosis:
     return d
 
 
+def grading_confinement() -> str:
+    """How a graded submission is confined on this machine: by the kernel (Landlock and seccomp,
+    Linux 5.13+) or only by the grader's checks inside Python (docs/ARCHITECTURE.md's threat model)."""
+    from .grading import confine
+
+    abi = confine.landlock_abi()
+    if confine.available():
+        return (f"submissions confined by the kernel (Landlock ABI {abi}: files and TCP; seccomp: "
+                "no processes unless Triton compiles for a GPU)")
+    why = "no Landlock in this kernel" if platform.system() == "Linux" else f"{platform.system()}, not Linux"
+    return (f"submissions checked inside Python only ({why}): fine for your own work; grade a class "
+            "on Linux 5.13 or newer")
+
+
 def _forward_rungs(gpu: str) -> str:
     """Which forward rungs ``flash_attention`` can use on this GPU (``kernels.ladder.best_rung`` decides per call)."""
     if gpu.endswith("(sm_90)"):
@@ -239,6 +255,8 @@ def format_text(d: Diagnosis) -> str:
     lines.append(f"pair        {_pair_text(d.versions.get('torch'), d.versions.get('triton'), d.torch_requires)}")
     lines.append(f"GPU         {d.gpu or 'none (CPU only)'}")
     lines.append(f"Triton      {d.triton_mode}")
+    if d.grading:
+        lines.append(f"grading     {d.grading}")
     for f in d.findings:
         lines.append(f"[{f.level}] {f.text}" + (f"\n       fix: {f.fix}" if f.fix else ""))
     return "\n".join(lines)
