@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from flashlab import decode
+from flashlab import decode, decode_results
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -453,12 +453,12 @@ def test_results_table_shows_ratio_host_and_graph_columns():
     row = {"B": 1, "H": 32, "Hkv": 8, "Nk": 4096, "num_splits": 16, "results": {
         "flash_decode": {"us": 20.0, "tb_s": 0.8, "host_us": 18.0, "graph_us": 14.0},
         "sdpa_default": {"us": 16.0, "host_us": 25.0, "graph_us": 10.0}}}
-    table = decode.results_table({"environment": {"device": "GPU", "date_utc": "2026-11-30"},
+    table = decode_results.results_table({"environment": {"device": "GPU", "date_utc": "2026-11-30"},
                                   "rows": [row, {"B": 64, "H": 32, "Hkv": 32, "Nk": 131072, "skipped": "too big"}]})
     line = table.splitlines()[2]
     assert "1.25x" in line and "18.0/25.0" in line and "14.0/10.0" in line, line
     assert "skipped: too big" in table
-    assert "no benchmarks/results" in decode.results_table({"rows": []})
+    assert "no benchmarks/results" in decode_results.results_table({"rows": []})
 
 
 def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_caches():
@@ -467,7 +467,7 @@ def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_cach
             "flash_decode": {"us": ours, "tb_s": tb_s, "issue_us": 15.0, "host_us": ours},
             "sdpa_default": {"us": sdpa, "issue_us": 30.0, "host_us": sdpa}}}
 
-    text = decode.results_summary({"rows": [row(1, 4096, 20.0, 16.0, 0.9), row(4, 32768, 99.0, 100.0, 4.0),
+    text = decode_results.results_summary({"rows": [row(1, 4096, 20.0, 16.0, 0.9), row(4, 32768, 99.0, 100.0, 4.0),
                                             row(16, 131072, 101.0, 100.0, 3.0)]})
     assert "on 1 of 3 rows, within 1.02x on 2" in text and "B=1 H=32 Hkv=8 Nk=4096 1.25x" in text, text
     assert ">= 3.5 TB/s on 1 of 2 rows" in text and "flash_decode 15-15 us, SDPA default 30-30 us" in text, text

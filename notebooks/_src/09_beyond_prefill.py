@@ -122,9 +122,9 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # the grid fits one, else at least 7 waves of short programs; at least 256 keys per split.
 
 # %%
-from flashlab import decode
+from flashlab import decode, decode_results
 
-print(decode.split_rule_table())
+print(decode_results.split_rule_table())
 
 # %% [markdown]
 # ## Split-KV in Triton: `flashlab.flash_decode`
@@ -165,7 +165,7 @@ else:
 # 1000 back-to-back calls, "graph us" one call's share of a CUDA-graph replay (no host work).
 
 # %%
-print(decode.results_table())
+print(decode_results.results_table())
 
 # %% [markdown]
 # What the table says (`benchmarks/results/bench_decode.json`; `benchmarks/NOTES.md`, decode
@@ -179,14 +179,14 @@ print(decode.results_table())
 # the compiled kernel launched directly) it takes 14-25 us, and no row is host-bound.
 
 # %%
-print(decode.results_summary())
+print(decode_results.results_summary())
 
 # %% [markdown]
 # With a GPU, time the same three on this machine:
 
 # %%
 if env.has_gpu:
-    print(decode.time_live())
+    print(decode_results.time_live())
 else:
     print("No CUDA GPU: no live timing; the table above is the H200's.")
 

@@ -1,0 +1,128 @@
+"""What notebook 09 shows of decode: the split rule as a table, the committed measurements
+(``benchmarks/results/bench_decode.json``) as a table and a summary, and a live timing on a GPU.
+
+The kernel is :mod:`flashlab.kernels.flash_decode`; the public function and the split rule are in
+:mod:`flashlab.decode`. Nothing here computes attention for the library.
+"""
+from __future__ import annotations
+
+from .decode import flash_decode, num_splits, wave_efficiency
+
+
+def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
+                     shapes=((1, 32), (1, 8), (4, 8), (16, 8), (64, 8), (64, 32))) -> str:
+    """The split rule's choice for (batch, kv heads) pairs at one cache length, as a text table:
+    programs without splitting, splits, programs with them, waves and last-wave efficiency.
+    Defaults: an H200 (132 SMs, 2 programs per SM at the bf16 d = 128 config), Nq = 1, GQA groups <= 64 rows."""
+    slots = sms * programs_per_sm
+    lines = [f"{sms} SMs x {programs_per_sm} programs = {slots} slots; cache of {max_len} keys",
+             f"{'batch':>6} {'kv heads':>9} {'programs':>9} {'splits':>7} {'programs':>9} {'waves':>6} {'busy':>6}"]
+    for batch, kv_heads in shapes:
+        splits = num_splits(batch, kv_heads, 1, max_len, slots)
+        programs = batch * kv_heads * splits
+        lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {splits:>7} {programs:>9} "
+                     f"{programs / slots:>6.2f} {wave_efficiency(programs, slots):>6.0%}")
+    return "\n".join(lines)
+
+
+def results_table(payload: dict | None = None) -> str:
+    """``benchmarks/results/bench_decode.json`` as a text table, or a sentence saying it is missing.
+    Per row: us per decode step (do_bench, L2 cleared) of naive, the unsplit rung, flash_decode and
+    SDPA default; flash_decode's TB/s of K and V read and its time over SDPA's; ``host_us`` (wall
+    time per call of back-to-back calls, both) and ``graph_us`` (one call's share of a CUDA-graph
+    replay, both), where the file has them. ``payload``: the parsed file (default: load it)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("bench_decode.json").get("bench_decode")
+    if not payload or not payload.get("rows"):
+        return "no benchmarks/results/bench_decode.json yet (run `python benchmarks/bench_decode.py` on a GPU)"
+    env = payload.get("environment", {})
+    names = ("naive", "unsplit", "flash_decode", "sdpa_default")
+    lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
+             "(median of do_bench, L2 cleared); TB/s = K and V bytes / time; host = wall us per call of "
+             "back-to-back calls; graph = us per call in a CUDA-graph replay (ours / SDPA default)",
+             f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>12}" for n in names)
+             + f" {'TB/s':>5} {'vs SDPA':>7} {'host us':>13} {'graph us':>13}"]
+
+    def pair(a: dict, b: dict, field: str) -> str:
+        return f"{a[field]:>6.1f}/{b[field]:<6.1f}" if field in a and field in b else f"{'-':>13}"
+
+    for r in payload["rows"]:
+        head = f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}"
+        if r.get("skipped"):
+            lines.append(f"{head} skipped: {r['skipped']}")
+            continue
+        res = r["results"]
+        cells = [f"{res[n]['us']:>12.1f}" if "us" in res.get(n, {}) else f"{'-':>12}" for n in names]
+        fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
+        ratio = f"{fd['us'] / sd['us']:>6.2f}x" if "us" in fd and "us" in sd else f"{'-':>7}"
+        tb_s = f"{fd['tb_s']:>5.2f}" if "tb_s" in fd else f"{'-':>5}"
+        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
+                     f"{pair(fd, sd, 'host_us')} {pair(fd, sd, 'graph_us')}")
+    return "\n".join(lines)
+
+
+def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> str:
+    """The decode targets read from ``bench_decode.json`` (``payload``: the parsed file, default:
+    load it), as sentences: rows at or under SDPA default's time, the worst rows, K/V bandwidth at
+    Nk >= 32k against ``target_tb_s``, and the host's time per call (issue and steady state)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("bench_decode.json").get("bench_decode")
+    rows = [r for r in (payload or {}).get("rows", []) if not r.get("skipped")
+            and "us" in r["results"].get("flash_decode", {}) and "us" in r["results"].get("sdpa_default", {})]
+    if not rows:
+        return "no benchmarks/results/bench_decode.json yet (run `python benchmarks/bench_decode.py` on a GPU)"
+
+    def name(r):
+        return f"B={r['B']} H={r['H']} Hkv={r['Hkv']} Nk={r['Nk']}"
+
+    ratio = {name(r): r["results"]["flash_decode"]["us"] / r["results"]["sdpa_default"]["us"] for r in rows}
+    worst = sorted(ratio, key=ratio.get, reverse=True)[:3]
+    long = [r["results"]["flash_decode"]["tb_s"] for r in rows if r["Nk"] >= 32768]
+    lines = [f"flash_decode at or under SDPA default's time on {sum(x <= 1.0 for x in ratio.values())} of "
+             f"{len(rows)} rows, within 1.02x on {sum(x <= 1.02 for x in ratio.values())}; worst: "
+             + ", ".join(f"{n} {ratio[n]:.2f}x" for n in worst),
+             f"K/V read at Nk >= 32k: {min(long):.2f}-{max(long):.2f} TB/s, >= {target_tb_s} TB/s on "
+             f"{sum(x >= target_tb_s for x in long)} of {len(long)} rows"]
+    for field, what in (("issue_us", "host time to issue one call"), ("host_us", "steady-state wall time per call")):
+        ours = [r["results"]["flash_decode"][field] for r in rows if field in r["results"]["flash_decode"]]
+        sdpa = [r["results"]["sdpa_default"][field] for r in rows if field in r["results"]["sdpa_default"]]
+        if ours and sdpa and field == "issue_us":
+            lines.append(f"{what}: flash_decode {min(ours):.0f}-{max(ours):.0f} us, SDPA default "
+                         f"{min(sdpa):.0f}-{max(sdpa):.0f} us")
+        elif ours and sdpa:
+            small = min(rows, key=lambda r: r["kv_bytes"] if "kv_bytes" in r else r["B"] * r["Hkv"] * r["Nk"])
+            lines.append(f"{what} at the smallest row ({name(small)}): flash_decode "
+                         f"{small['results']['flash_decode'][field]:.1f} us, SDPA default "
+                         f"{small['results']['sdpa_default'][field]:.1f} us")
+    return "\n".join(lines)
+
+
+def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = "bfloat16") -> str:
+    """Time, on this machine's GPU, one decode step (Nq = 1, d = 128) of naive attention, the
+    course's unsplit rung and flash_decode at each (B, H, Hkv, Nk); a text table (us, TB/s)."""
+    import torch
+    import triton.testing
+
+    from .kernels import attention
+
+    dtype = getattr(torch, dtype_name)
+    lines = [f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'naive us':>9} {'unsplit us':>10} {'split-KV us':>11} "
+             f"{'split-KV TB/s':>13}"]
+    for B, H, Hkv, n_k in shapes:
+        q = torch.randn(B, H, 1, 128, device="cuda", dtype=dtype)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, n_k, 128, device="cuda", dtype=dtype) for _ in range(2))  # (B, Hkv, Nk, d)
+
+        def naive():
+            kk, vv = k.repeat_interleave(H // Hkv, 1), v.repeat_interleave(H // Hkv, 1)  # (B, H, Nk, d)
+            return torch.softmax(q @ kk.transpose(-1, -2) * 128 ** -0.5, dim=-1) @ vv
+
+        times = [1e3 * triton.testing.do_bench(fn, return_mode="median") for fn in (
+            naive, lambda: attention.best_forward(q, k, v, False, 128 ** -0.5), lambda: flash_decode(q, k, v))]
+        kv_bytes = 2 * k.numel() * k.element_size()
+        lines.append(f"{B:>3} {H:>3} {Hkv:>3} {n_k:>7} {times[0]:>9.1f} {times[1]:>10.1f} {times[2]:>11.1f} "
+                     f"{kv_bytes / times[2] / 1e6:>13.2f}")
+    return "\n".join(lines)
