@@ -30,6 +30,12 @@ TIER = os.environ.get("FLASHLAB_ARCH_TIER", "quick")
 MAX_REGS = 255  # per thread on every target; more would not compile, so a spill shows as local memory
 
 
+def _kernel_device() -> str:
+    """Where the kernels run in this session: the GPU when there is one (compiled Triton refuses
+    CPU tensors), else the CPU (the interpreter)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _compile(name: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop("TRITON_INTERPRET", None)
@@ -169,7 +175,7 @@ def test_flash_attention_checks_bf16_at_its_input_boundary(monkeypatch):
     calls = []
     monkeypatch.setattr(targets, "check_dtype", lambda t, name="q": calls.append(t.dtype))
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 1, 4, 16, generator=g)
+    q = torch.randn(1, 1, 4, 16, generator=g).to(_kernel_device())
     attention.check_inputs(q, q, q)
     assert calls == [torch.float32]
 
@@ -280,7 +286,7 @@ def test_a_backward_that_fits_no_config_on_the_target_is_refused_naming_the_gpu_
     from flashlab.kernels.attention import flash_attention
 
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 16, 256, generator=gen, requires_grad=True) for _ in range(3))
+    q, k, v = (torch.randn(1, 1, 16, 256, generator=gen).to(_kernel_device()).requires_grad_() for _ in range(3))
     with targets.forced("sm75"):
         out = flash_attention(q, k, v)
         with pytest.raises(RuntimeError, match=r"float32 at head_dim=256 needs at least \d+ KiB.*sm75 \(Tesla T4\) allows 64 KiB\. Use float16"):
