@@ -142,6 +142,7 @@ BROKEN_CASES = [
     ("tampers_import_guard", "ex03_tiled_forward", "tiled_attention", "forbidden",
      "called flashlab.tiled.tiled_attention"),
     ("reads_solutions_from_disk", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
+    ("reads_grader_environment", "ex01_naive", "naive_attention", "exception", "leaked: {}"),
     ("loads_library_copy", "ex03_tiled_forward", "tiled_attention", "load", "Permission denied"),
     ("returns_huge_array", "ex01_naive", "naive_attention", "protocol", "bytes (header"),
     ("quiz_huge_number", "ex11_quiz", "Q5", "type", "expected a number"),
@@ -612,3 +613,23 @@ def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):
     failure = report.results[0]["failure"]
     assert failure["kind"] == "exception" and f"ex06_triton_primer.py:{line}:" in failure["where"], failure
     assert "undefined_name" in str(report) and "site-packages" not in failure["traceback"], failure["traceback"]
+
+
+def test_a_graded_file_sees_none_of_the_graders_tokens_and_grading_leaves_bytecode_writing_alone(tmp_path, monkeypatch):
+    """An instructor's environment may hold tokens; a submission's error message reaches its
+    author. The child gets only what Python, CUDA, Triton and torch read, and flashlab's settings."""
+    from flashlab.grading.sandbox import child_environment
+
+    monkeypatch.setenv("INSTRUCTOR_API_TOKEN", "tok-7f3a91")
+    monkeypatch.setenv("FLASHLAB_TARGET_NOTE", "kept")
+    env = child_environment(dict(os.environ, FLASHLAB_GRADER_MEMORY_LIMIT="1"))
+    assert "INSTRUCTOR_API_TOKEN" not in env and "FLASHLAB_GRADER_MEMORY_LIMIT" not in env
+    assert env["FLASHLAB_TARGET_NOTE"] == "kept" and env["PATH"] == os.environ["PATH"]
+    shutil.copy(BROKEN / "reads_grader_environment.py", tmp_path / "ex01_naive.py")
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    result = report.graded[0][1]["naive_attention"]
+    assert result["status"] == "failed" and result["earned"] == 0, result
+    text = str(report)
+    assert "leaked: {}" in text and "tok-7f3a91" not in text, text
+    assert sys.dont_write_bytecode is False  # grading turned it on only while it ran

@@ -710,8 +710,6 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
     time_limit_s: lowers every case's time limit (the registry's limits are 10-60 s per case).
     jobs: how many exercises are graded at the same time (each in its own process).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from flashlab.grading.sandbox import become_subreaper
 
     seed = secrets.randbelow(2**31) if seed is None else int(seed)
@@ -720,11 +718,21 @@ def grade(names, exercises_dir=None, solutions=False, seed=None, public_only=Fal
         raise ValueError(f"jobs={jobs!r} must be an int >= 1 (exercises graded at the same time)")
     _preload_references()
     become_subreaper()
-    sys.dont_write_bytecode = True  # from here on a new .pyc in the package is not ours (see grader_digest)
+    dont_write = sys.dont_write_bytecode  # restored after: the learner's session writes bytecode as before
+    sys.dont_write_bytecode = True  # while grading, a new .pyc in the package is not ours (see grader_digest)
+    try:
+        return _grade(exercises, exercises_dir, solutions, seed, public_only, fn, time_limit_s, jobs)
+    finally:
+        sys.dont_write_bytecode = dont_write
+
+
+def _grade(exercises, exercises_dir, solutions, seed, public_only, fn, time_limit_s, jobs) -> list:
+    from concurrent.futures import ThreadPoolExecutor
+
     before = grader_digest()
     if fn is not None:
         if len(exercises) != 1:
-            raise ValueError(f"fn= grades one exercise; got names={list(names)}")
+            raise ValueError(f"fn= grades one exercise; got names={[e.name for e in exercises]}")
         exercise = exercises[0]
         functions = _functions_for(exercise, fn)
         sub = Exercise(exercise.name, exercise.title,

@@ -117,6 +117,22 @@ def _open_to_others(path: Path) -> bool:
         return False
 
 
+# What a graded file's process inherits from the grader's environment: what Python, the CUDA
+# driver, Triton and torch read, and the course's own settings. Nothing else: an instructor grading
+# a class may hold tokens or keys in the environment, and a submission's error message comes back
+# in the report its author reads.
+CHILD_ENV_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "SYSTEMROOT", "VIRTUAL_ENV",
+                             "CONDA_PREFIX", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUTF8", "PYTHONPATH"})
+CHILD_ENV_PREFIXES = ("LC_", "FLASHLAB_", "TRITON_", "CUDA_", "NVIDIA_", "TORCH_", "PYTORCH_")
+
+
+def child_environment(environ) -> dict:
+    """The variables of ``environ`` a grading child may see (``CHILD_ENV_NAMES`` and
+    ``CHILD_ENV_PREFIXES``), without the grader's own ``FLASHLAB_GRADER*`` settings."""
+    return {k: v for k, v in environ.items()
+            if (k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES)) and not k.startswith("FLASHLAB_GRADER")}
+
+
 class Child:
     """One grading child for one exercise (``functions``: grade function objects in a fork)."""
 
@@ -160,7 +176,7 @@ class Child:
             wire.send(self.fd_out, self.job)
 
     def _env(self, src: str) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHLAB_GRADER")}
+        env = child_environment(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env.update({TOKEN_VAR: self.token, "HOME": self.home, "TMPDIR": self.home,
                     "TRITON_CACHE_DIR": os.path.join(self.home, "triton"),
