@@ -32,6 +32,7 @@ FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
     python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
+    python benchmarks/bench_decode.py --sweep-combine  # split counts x combine kinds (and configs) per row
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -362,6 +363,108 @@ def sweep_misses() -> dict:
     return {"rows": out}
 
 
+# ---------------------------------------------------------------- the combine and the split rule (call 5)
+
+COMBINE_ROWS = ((1, 32, 32, 4096), (4, 32, 32, 4096), (16, 32, 32, 4096), (1, 32, 32, 32768), (4, 32, 32, 32768),
+                (1, 32, 32, 131072), (1, 32, 8, 4096), (4, 32, 8, 4096), (16, 32, 8, 4096), (64, 32, 8, 4096),
+                (1, 32, 8, 32768), (4, 32, 8, 32768), (16, 32, 8, 32768), (1, 32, 8, 131072), (4, 32, 8, 131072))
+COMBINE_SPLITS = {8: (8, 12, 16, 20, 24, 33), 32: (4, 6, 8, 12, 16), 128: (1, 2, 3, 4, 6), 512: (1, 2, 4, 8)}
+COMBINES = {"fused1": (True, 1), "fused4": (True, 4), "fused8": (True, 8), "kernel2": (False, 8)}
+SWEEP_CONFIGS = ((64, 2, 3), (32, 2, 4), (64, 4, 5), (128, 4, 3), (32, 4, 6))  # BLOCK_N, warps, stages
+CONFIG_ROWS = ((4, 32, 32, 4096), (16, 32, 32, 4096), (64, 32, 8, 4096), (1, 32, 8, 4096), (1, 32, 8, 32768),
+               (4, 32, 32, 32768))
+
+
+def sweep_combine() -> dict:
+    """At every row of COMBINE_ROWS (the rows under ~300 us): do_bench (L2 cleared) of the split-KV
+    kernel, through its launch plan, at each split count of COMBINE_SPLITS[programs per split] x
+    each combine of COMBINES (fused, loading 1, 4 or 8 splits per step; or the second kernel),
+    beside SDPA default (timed at the start and the end of the row: the spread is the noise);
+    at CONFIG_ROWS also the configs of SWEEP_CONFIGS. Each variant's output is checked against
+    SDPA default's (relative error) before it is timed."""
+    import dataclasses
+
+    import torch
+
+    from flashlab.kernels import flash_decode as kernels
+
+    out = []
+    base = kernels.default_config(D, torch.bfloat16)
+    for B, H, Hkv, nk in COMBINE_ROWS:
+        g = torch.Generator(device="cuda").manual_seed(13 * nk + B + Hkv)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        entry = {"shape": [B, H, Hkv, nk], "sdpa_default_us": [], "times": {}, "configs": {}, "max_rel_err": 0.0}
+        with torch.no_grad():
+            ref = sdpa(q, k, v).float()
+            entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
+
+            def timed(splits, config):
+                fn = lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]  # noqa: E731
+                entry["max_rel_err"] = max(entry["max_rel_err"], _common.rel_err(fn(), ref))
+                return bench_us(fn, 5, 25)
+
+            for splits in COMBINE_SPLITS[B * Hkv]:
+                for name, (fused, step) in COMBINES.items():
+                    if splits == 1 and name != "fused8" or step == 4 and B * Hkv != 8:
+                        continue
+                    config = dataclasses.replace(base, fused_combine=fused, combine_step=step)
+                    entry["times"][f"{splits}/{name}"] = timed(splits, config)
+            if (B, H, Hkv, nk) in CONFIG_ROWS:
+                best = min(entry["times"], key=entry["times"].get)
+                splits_best = int(best.split("/")[0])
+                for block_n, warps, stages in SWEEP_CONFIGS:
+                    config = kernels.DecodeConfig(block_n, warps, stages, fused_combine=True, combine_step=8)
+                    for splits in sorted({splits_best, max(1, splits_best // 2)}):
+                        try:
+                            entry["configs"][f"{block_n}/{warps}/{stages}@{splits}"] = timed(splits, config)
+                        except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
+                            entry["configs"][f"{block_n}/{warps}/{stages}@{splits}"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+            entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
+        sd = min(entry["sdpa_default_us"])
+        best = sorted(entry["times"], key=entry["times"].get)[:3]
+        print(f"{str((B, H, Hkv, nk)):>20} SDPA {entry['sdpa_default_us'][0]:.1f}/{entry['sdpa_default_us'][1]:.1f} "
+              f"err {entry['max_rel_err']:.4f} | " + " ".join(f"{n}={entry['times'][n]:.1f}({entry['times'][n] / sd:.3f})"
+                                                           for n in best))
+        print("    " + " ".join(f"{n}={t:.1f}" for n, t in entry["times"].items()))
+        if entry["configs"]:
+            print("    configs " + " ".join(f"{n}={t:.1f}" if isinstance(t, float) else f"{n}=ERR"
+                                            for n, t in entry["configs"].items()))
+        out.append(entry)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return {"rows": out, "check_lengths": check_cost()}
+
+
+def check_cost(rows=((1, 32, 8, 4096), (4, 32, 32, 4096), (1, 32, 8, 32768))) -> list:
+    """host_us and issue_us of flash_decode with cache_seqlens, the host check of the lengths on
+    (the default: one sync per call) and off (``check_lengths=False``), beside SDPA default."""
+    import torch
+
+    import flashlab
+
+    out = []
+    for B, H, Hkv, nk in rows:
+        g = torch.Generator(device="cuda").manual_seed(5 * nk + B)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        lens = torch.full((B,), nk, dtype=torch.int32, device="cuda")  # (B,)
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
+        with torch.no_grad():
+            for name, fn in (("check_on", lambda: flashlab.flash_decode(q, k, v, lens)),
+                             ("check_off", lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False)),
+                             ("sdpa_default", lambda: sdpa(q, k, v))):
+                wall, issue = host_us(fn)
+                row[name] = {"host_us": wall, "issue_us": issue, "us": bench_us(fn, 10, 40)}
+        print("check_lengths cost:", {n: (r if not isinstance(r, dict) else {f: round(x, 1) for f, x in r.items()})
+                                      for n, r in row.items()})
+        out.append(row)
+        del q, k, v
+    return out
+
+
 def print_table(rows_out):
     print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v[:14]:>14}" for v in VARIANTS)
           + " | TB/s  vs default | graph: decode sdpa  host: decode sdpa")
@@ -400,6 +503,7 @@ def main(argv=None):
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--sweep-misses", action="store_true", help="split counts and configs at the rows that miss")
+    parser.add_argument("--sweep-combine", action="store_true", help="split counts x combines (and configs) per row")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -411,6 +515,12 @@ def main(argv=None):
         print(refusal)
         return 2
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else _common.REPO / "benchmarks" / "results"
+    if args.sweep_combine:
+        t0 = time.time()
+        payload = {"environment": _common.environment(), "sweep_combine": sweep_combine()}
+        payload["wall_s"] = time.time() - t0
+        _common.write_json(args.out or out_dir / "decode_sweep_combine.json", payload)
+        return 0
     if args.sweep_misses:
         payload = {"environment": _common.environment(), "sweep_misses": sweep_misses()}
         _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)

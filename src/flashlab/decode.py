@@ -9,8 +9,9 @@ the query heads of a kv group packed into one tile, partial states combined exac
 * :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
 * :func:`flash_decode`, the public function, which validates every argument once per kind of
   call (shapes, strides, dtypes, devices, options) and then reuses the checked launch plan;
-  it never synchronises with the GPU (the values inside ``cache_seqlens`` and ``block_table``
-  are checked by the kernel; :func:`check_lengths` checks them on the host, with a sync);
+  the values inside ``cache_seqlens`` and ``block_table`` are checked on the host by default
+  (:func:`check_lengths`, one sync per call) and always by the kernel (NaN outputs), so
+  ``check_lengths=False`` gives a step that never synchronises with the GPU;
 * :func:`decode_reference`, the float64 twin the tests compare against;
 * :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
   ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).
@@ -176,7 +177,7 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
             raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
         if not cache_seqlens.is_contiguous():
             raise ValueError(f"cache_seqlens (stride {cache_seqlens.stride()}) must be contiguous")
-        # the lengths' values are checked by the kernel (NaN outputs), or by check_lengths (a sync)
+        # the lengths' values: check_lengths (a sync, by default) and the kernel (NaN outputs)
     if num_splits_arg is not None and not (type(num_splits_arg) is int and 1 <= num_splits_arg <= MAX_SPLITS):
         raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
     if not isinstance(return_lse, bool):
@@ -210,42 +211,62 @@ def _check_block_table(block_table, q, k_cache) -> int:
 def check_lengths(q, k_cache, cache_seqlens=None, block_table=None) -> None:
     """Raise a ValueError naming the first bad value of ``cache_seqlens`` or ``block_table``, as
     :func:`flash_decode` would see them: every length in Nq..N_max, and every block a sequence
-    uses (its first ceil(L_b / page) table entries) a block of ``k_cache``. Costs one device
-    synchronisation per tensor; :func:`flash_decode` does not call it (there a bad sequence's
-    outputs are NaN). Shapes are assumed to have passed :func:`flash_decode`'s checks."""
-    Nq = q.shape[2]
-    if block_table is not None:
-        n_max, where = block_table.shape[1] * k_cache.shape[2], "(block_table.shape[1] * page size)"
-    else:
-        n_max, where = k_cache.shape[2], "(k_cache.shape[2])"
-    if cache_seqlens is not None:
-        import torch
-
-        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
-        if lo < 1 or hi > n_max:
-            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} {where}")
-        if lo < Nq:
-            raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
-                             "the new queries' own keys, so it must be >= Nq")
-    if block_table is not None:
-        _check_pages_used(block_table, cache_seqlens, k_cache.shape[2], k_cache.shape[0])
-
-
-def _check_pages_used(block_table, cache_seqlens, page: int, num_blocks: int) -> None:
-    """Every block a sequence uses (its first ceil(L_b / page) entries) must exist; one device sync."""
+    uses (its first ceil(L_b / page) table entries) a block of ``k_cache``. Reads both tensors to
+    the host in one copy: one device synchronisation. :func:`flash_decode` calls it by default
+    (``check_lengths=True``). Shapes are assumed to have passed :func:`flash_decode`'s checks."""
     import torch
 
-    max_blocks = block_table.shape[1]
-    if cache_seqlens is None:
-        used = torch.ones_like(block_table, dtype=torch.bool)  # (B, max_blocks)
+    if cache_seqlens is None and block_table is None:
+        return
+    parts = [t.reshape(-1) for t in (cache_seqlens, block_table) if t is not None]
+    host = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu()  # the one device sync
+    lengths = host[: q.shape[0]] if cache_seqlens is not None else None  # (B,)
+    table = host[-block_table.numel():].view(block_table.shape) if block_table is not None else None
+    _check_host_values(q.shape[2], k_cache.shape[2], k_cache.shape[0], lengths, table)
+
+
+def _check_host_values(n_q: int, rows: int, num_blocks: int, lengths, table) -> None:
+    """The checks of :func:`check_lengths` on host (CPU) copies: ``lengths`` (B,) or None,
+    ``table`` (B, max_blocks) or None; ``rows`` = k_cache.shape[2] (the page size with a table)."""
+    import torch
+
+    if table is not None:
+        n_max, where = table.shape[1] * rows, "(block_table.shape[1] * page size)"
     else:
-        pages = (cache_seqlens + page - 1) // page  # (B,)
-        used = torch.arange(max_blocks, device=block_table.device)[None, :] < pages[:, None]  # (B, max_blocks)
-    bad = used & ((block_table < 0) | (block_table >= num_blocks))
-    if bool(bad.any()):
-        b, j = (int(x) for x in bad.nonzero()[0])
-        raise ValueError(f"block_table[{b}, {j}] = {int(block_table[b, j])} names no block of k_cache "
-                         f"(0..{num_blocks - 1}), and sequence {b} uses that page")
+        n_max, where = rows, "(k_cache.shape[2])"
+    if lengths is not None:
+        lo, hi = (int(x) for x in torch.aminmax(lengths))
+        if lo < 1 or hi > n_max:
+            bad = int(((lengths < 1) | (lengths > n_max)).nonzero()[0])
+            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi} (cache_seqlens[{bad}] = "
+                             f"{int(lengths[bad])}); each must be in 1..N_max = {n_max} {where}")
+        if lo < n_q:
+            raise ValueError(f"q has Nq={n_q} new queries but cache_seqlens holds a length of {lo}; each length counts "
+                             "the new queries' own keys, so it must be >= Nq")
+    if table is not None:
+        if lengths is None:
+            used = torch.ones_like(table, dtype=torch.bool)  # (B, max_blocks)
+        else:
+            pages = (lengths + rows - 1) // rows  # (B,)
+            used = torch.arange(table.shape[1])[None, :] < pages[:, None]  # (B, max_blocks)
+        bad = used & ((table < 0) | (table >= num_blocks))
+        if bool(bad.any()):
+            b, j = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(f"block_table[{b}, {j}] = {int(table[b, j])} names no block of k_cache "
+                             f"(0..{num_blocks - 1}), and sequence {b} uses that page")
+
+
+def _check_values(q, k_cache, cache_seqlens, block_table) -> None:
+    """flash_decode's value check: :func:`check_lengths`, except while a CUDA graph is being
+    captured (a synchronisation is not allowed then; the kernel's NaN poisoning still applies)."""
+    if cache_seqlens is None and block_table is None:
+        return
+    if q.is_cuda:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return
+    check_lengths(q, k_cache, cache_seqlens, block_table)
 
 
 def paged_to_contiguous(cache, block_table):
@@ -289,7 +310,8 @@ def _call_key(q, k, v, seqlens, scale, splits, return_lse, block_table):
 
 
 def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None,
-                 num_splits: int | None = None, return_lse: bool = False, *, block_table=None):
+                 num_splits: int | None = None, return_lse: bool = False, *, block_table=None,
+                 check_lengths: bool = True):
     """Attention of a few new queries per sequence over a KV cache, split across the GPU (Flash-Decoding).
 
     q: (B, H, Nq, d), 1 <= Nq <= 16, the new queries. k_cache, v_cache: (B, Hkv, N_max, d), H a
@@ -308,23 +330,31 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     Returns o (B, H, Nq, d) in q's dtype, or (o, lse) with ``return_lse``: lse (B, H, Nq) float32,
     natural log. No gradient.
 
-    Never synchronises with the GPU: the values inside ``cache_seqlens`` and ``block_table`` are
-    checked by the kernel, and a sequence with a length outside Nq..N_max, or a used table entry
-    naming no block, gets NaN in its o and lse (:func:`check_lengths` raises a ValueError naming
-    the value instead, at the cost of a synchronisation). Every other argument is checked on the
-    host, once per distinct (shapes, strides, dtypes, devices, options): later calls of the same
-    kind reuse the checked launch plan (``kernels.flash_decode.DecodePlan``).
+    ``check_lengths`` (default True): a length outside Nq..N_max in ``cache_seqlens``, or a used
+    ``block_table`` entry naming no block, raises a ValueError naming the argument and the value.
+    That reads them to the host: one device synchronisation per call (skipped automatically
+    while a CUDA graph is being captured). ``check_lengths=False``: a sync-free step; the
+    kernel still checks the values and gives NaN in that sequence's o and lse instead of
+    reading memory it must not. Every other argument is checked on the host, once per distinct
+    (shapes, strides, dtypes, devices, options): later calls of the same kind reuse the checked
+    launch plan (``kernels.flash_decode.DecodePlan``).
     """
     try:
         key = _call_key(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
     except (AttributeError, TypeError):  # not tensors: the checks below say which
         key = None
-    hit = _CALLS.get(key) if key is not None else None
+    hit = _CALLS.get(key) if key is not None and (check_lengths is False or check_lengths is True) else None
     if hit is not None:
         plan, scale_value = hit
+        if check_lengths:
+            _check_values(q, k_cache, cache_seqlens, block_table)
         o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
         return (o, lse) if return_lse else o
     scale_value = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
+    if not isinstance(check_lengths, bool):
+        raise TypeError(f"check_lengths must be True or False, got {check_lengths!r}")
+    if check_lengths:
+        _check_values(q, k_cache, cache_seqlens, block_table)
     from .kernels import flash_decode as kernels
     from .kernels.attention import on_device
 
