@@ -22,50 +22,60 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the "interpreter" tes
 
 # ------------------------------------------------------------------------------- the split rule
 
-SLOTS = 2 * 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
+SMS = 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
 
 
-def test_split_rule_fills_one_wave_with_few_programs():
-    assert decode.num_splits(1, 32, 1, 32768, SLOTS) == 8  # 256 programs: one wave of 264
-    assert decode.num_splits(1, 8, 1, 131072, SLOTS) == 33  # 264 programs: exactly one wave
-    assert decode.num_splits(16, 8, 1, 32768, SLOTS) == 2  # 256
+def test_split_rule_splits_a_small_grid_up_to_two_programs_per_sm():
+    assert decode.split_rule(1, 32, 1, 32768, SMS) == (8, False, True)  # 256 programs: two per SM, fused
+    assert decode.split_rule(4, 8, 1, 4096, SMS) == (8, False, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS) == (16, False, True)  # 256
 
 
-def test_split_rule_makes_many_short_waves_of_a_large_grid():
-    assert decode.num_splits(64, 8, 1, 131072, SLOTS) == 4  # 512 programs -> 2048, 7.8 waves
-    assert decode.num_splits(64, 32, 1, 32768, SLOTS) == 1  # 2048 programs already
-    assert decode.num_splits(1, 200, 1, 32768, SLOTS) == math.ceil(decode.MANY_WAVES * SLOTS / 200)  # 76% of a wave
+def test_split_rule_stops_at_one_program_per_sm_where_two_take_too_many_splits():
+    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, False, True)  # 128 programs; two per SM: 33 splits
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, False, False)  # 126 splits: the combine kernel
+    assert decode.split_rule(1, 4, 1, 1 << 20, SMS).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
+
+
+def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
+    assert decode.split_rule(4, 32, 1, 4096, SMS) == (1, True, True)  # 128 programs: wide config
+    assert decode.split_rule(64, 8, 1, 131072, SMS) == (1, True, True)  # 512
+    assert decode.split_rule(64, 32, 1, 32768, SMS) == (1, False, True)  # 2048 >= 7 waves of 264: default config
+    assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
 
 def test_split_rule_keeps_chunks_long_enough_and_bounded():
-    assert decode.num_splits(1, 1, 1, 3 * decode.MIN_KEYS_PER_SPLIT, SLOTS) == 3
-    assert decode.num_splits(1, 1, 1, 10, SLOTS) == 1  # shorter than one chunk: no split
+    assert decode.num_splits(1, 1, 1, 3 * decode.MIN_KEYS_PER_SPLIT, SMS) == 3
+    assert decode.num_splits(1, 1, 1, 10, SMS) == 1  # shorter than one chunk: no split
     assert decode.num_splits(1, 1, 1, 1 << 30, 100000) == decode.MAX_SPLITS
 
 
-def test_split_rule_fills_its_waves():
+def test_split_rule_fills_the_sms_and_counts_the_combine():
     import random
 
     rng = random.Random(0)
     for _ in range(300):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
-        max_len, slots = rng.randint(1, 1 << 18), rng.randint(1, 600)
-        s = decode.num_splits(batch, kv_heads, rows, max_len, slots)
+        max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
+        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
-        case = (batch, kv_heads, rows, max_len, slots, s)
-        assert 1 <= s <= cap, case
-        if s < cap:  # not capped: one wave filled to ONE_WAVE_FILL, or at least MANY_WAVES waves
-            one_wave = programs * s <= slots and programs * s >= decode.ONE_WAVE_FILL * slots
-            assert one_wave or programs * s >= decode.MANY_WAVES * slots, case
-            assert one_wave or s == 1 or programs * (s - 1) < decode.MANY_WAVES * slots, "more splits than needed"
-            assert decode.wave_efficiency(programs * s, slots) >= 0.85, f"a mostly idle last wave: {case}"
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, choice)
+        assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
+        assert not wide or splits == 1, f"the wide config runs unsplit: {case}"
+        if programs >= decode.ONE_WAVE_FILL * sms:
+            assert splits == 1, f"a grid that fills every SM is not split: {case}"
+        elif splits < cap:  # not capped: every SM gets a program; more only for a full second one
+            assert programs * splits >= decode.ONE_WAVE_FILL * sms, case
+            fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)
+            assert splits == fewest or (programs * splits <= sms * per_sm
+                                        and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
 def test_split_rule_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="batch"):
-        decode.num_splits(bad, 8, 1, 1024, 132)
+        decode.split_rule(bad, 8, 1, 1024, 132)
 
 
 # --------------------------------------------------------------------------- interpreter checks

@@ -84,6 +84,18 @@ def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
+def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
+    """The config the split rule asks for (``flashlab.decode.split_rule``): the default, or with
+    ``wide`` twice its K/V tile: at 16-bit, d = 128, BLOCK_N = 128 with 3 stages, 192 KB of shared
+    memory, one program per SM with as many bytes in flight as two default ones (measured on an
+    H200, benchmarks/NOTES.md, call 5). Only there: other head dims and fp32 keep the default
+    (not measured; fp32 would not fit), and so does the interpreter."""
+    config = default_config(head_dim, dtype)
+    if wide and head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter():
+        config = dataclasses.replace(config, block_n=2 * config.block_n)
+    return config if fused_combine else dataclasses.replace(config, fused_combine=False)
+
+
 def programs_per_sm(config: DecodeConfig, head_dim: int, itemsize: int) -> int:
     """How many split-KV programs fit on one SM at once, from the K/V pipeline's shared memory
     (num_stages x (K tile + V tile)) and the 64-warp limit. The split rule counts waves with it."""
