@@ -6,7 +6,8 @@ of speculative decoding) and attends to the sequence's KV cache. The kernel is
 the query heads of a kv group packed into one tile, partial states combined exactly as
 ``flashlab.softmax.combine_states``). This module holds what is not a kernel:
 
-* :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
+* :func:`split_rule`, the rule that picks how many chunks the cache is cut into, the tile
+  config and who merges the chunks' partial states (pure, no torch);
 * :func:`flash_decode`, the public function, which validates every argument once per kind of
   call (shapes, strides, dtypes, devices, options) and then reuses the checked launch plan;
   the values inside ``cache_seqlens`` and ``block_table`` are checked on the host by default
@@ -368,7 +369,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     int32 valid lengths L_b in Nq..N_max, counting the new queries' own keys (None: N_max for every
     sequence); cache entries at or past L_b are never read. Query i of Nq sees keys
     ``j <= L_b - Nq + i`` (bottom-right causal). scale: default 1/sqrt(d). num_splits: chunks of
-    the key range (None: :func:`num_splits` of the shape and the SM count). fp16, bf16 or fp32.
+    the key range (None: :func:`split_rule` of the shape and the SM count). fp16, bf16 or fp32.
 
     Paged cache (as vLLM's PagedAttention): ``block_table`` (B, max_blocks) int32 maps sequence b's
     logical block i to a physical block of k_cache, v_cache (num_blocks, Hkv, page_size, d), with

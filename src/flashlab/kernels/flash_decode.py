@@ -14,11 +14,12 @@ Two changes fill the GPU and read each K/V byte once:
   online softmax (FlashAttention-2 Algorithm 1, inner loop) over its chunk and writes a partial
   ``(o_s, lse_s)`` in fp32, merged exactly as ``flashlab.softmax.combine_states`` does with the
   state ``(m, l, acc) = (lse_s, 1, o_s)``: ``lse = logsumexp_s(lse_s)``,
-  ``o = sum_s exp(lse_s - lse) o_s``. Who merges: by default (``fused_combine``) the last program
-  of a tile to finish, which it learns from an atomic count of finished splits (one launch: at
-  small sizes a second launch costs more host time than the GPU work, benchmarks/NOTES.md);
-  otherwise a second kernel, ``_combine_splits``, one program per query row. With one split the
-  first kernel writes ``o`` and ``lse`` itself and nothing is combined.
+  ``o = sum_s exp(lse_s - lse) o_s``. Who merges (``DecodeConfig.fused_combine``, chosen by the
+  split rule): the last program of a tile to finish, which it learns from an atomic count of
+  finished splits (one launch), loading ``combine_step`` splits' partials at a time so that
+  their latencies overlap; or a second kernel, ``_combine_splits``, one program per query row
+  (above 16 splits, where one program per tile merging them all became the step's tail,
+  benchmarks/NOTES.md). With one split the first kernel writes ``o`` and ``lse`` itself.
 
 Masks: keys at or past ``L_b`` (``cache_seqlens[b]``) are never loaded (masked loads, so a cache
 poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment is bottom-right:
@@ -29,13 +30,15 @@ Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv,
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
 BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
 
-Checked in the kernel, not on the host (a host check would synchronise with the GPU every
-call): a length outside ``Nq..N_max``, or a used table entry outside ``0..num_blocks - 1``, is
-never used to address memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in
-its partial ``lse_s``, and the combine passes any NaN on).
+Checked in the kernel too (``flashlab.decode.flash_decode`` raises on them by default, at the
+cost of a host sync; with ``check_lengths=False`` only this check remains): a length outside
+``Nq..N_max``, or a used table entry outside ``0..num_blocks - 1``, is never used to address
+memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in its partial
+``lse_s``, and the combine passes any NaN on).
 
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
-assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
+assumed validated (``flashlab.decode``); the number of splits and the config (default or wide,
+``config_for``) come from ``flashlab.decode.split_rule``.
 The launch plans at the end of the file keep what repeats between calls of one shape.
 """
 from __future__ import annotations
