@@ -5,9 +5,12 @@ Rows: bf16, d = 128, Nq = 1, (H, Hkv) in {(32, 32), (32, 8)}, Nk in {4k, 32k, 12
 as skipped. Variants, each checked against SDPA FLASH's output on the row's inputs before it is
 timed (relative error recorded):
 
-* ``flash_decode``      flashlab.flash_decode: split-KV + GQA packing, splits by ``decode.num_splits``
-* ``flash_decode_lens`` the same with ``cache_seqlens`` (every length Nk): what a serving loop calls
-* ``decode_2kernels``   the same kernel with the combine as a second kernel (``fused_combine=False``)
+* ``flash_decode``      flashlab.flash_decode: split-KV + GQA packing; splits, tile config and
+                        combine by ``decode.split_rule``
+* ``flash_decode_lens`` the same with ``cache_seqlens`` (every length Nk) and ``check_lengths=False``
+                        (no host check of the lengths, no sync): what a serving loop calls
+* ``decode_2kernels``   the same choice with the combine as a second kernel (``fused_combine=False``;
+                        the same as flash_decode where the rule chose 1 split)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
 * ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
@@ -16,7 +19,8 @@ timed (relative error recorded):
                         only where the repeated K and V stay under ``NAIVE_MAX_GIB``
 
 Time: median of ``triton.testing.do_bench`` (it clears the L2 cache before every run, so every run
-reads K and V from HBM). For flash_decode, flash_decode_lens and SDPA default also: ``graph_us``,
+reads K and V from HBM); for flash_decode, flash_decode_lens and SDPA default the smaller of two
+such medians, one before and one after the row's other variants (``us_runs``: both). For flash_decode, flash_decode_lens and SDPA default also: ``graph_us``,
 one call's share of a CUDA graph of 10 calls (GPU time with the host's launch work taken out;
 consecutive calls may then find part of K and V in L2 at the smallest rows); ``host_us``, the wall
 time of ``host_calls`` back-to-back calls / host_calls, the GPU synchronised before and after
@@ -24,7 +28,8 @@ time of ``host_calls`` back-to-back calls / host_calls, the GPU synchronised bef
 call, the larger of the host's and the GPU's; and ``issue_us``, the host's time to issue them
 (clock read before the final synchronisation). Bandwidth: bytes of K and V read (2 * B * Hkv * Nk
 * d * 2 B) / time. ``launch_path``: host_us of flash_decode at the small rows with the plan's
-direct launch of the compiled kernel and with every launch through Triton's JITFunction.
+direct launch of the compiled kernel and with every launch through Triton's JITFunction, and
+with the default host check of the lengths (``checked``: one sync per call).
 Also: a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
 ``flash_attention(causal=True, causal_align="bottom_right")`` beside a non-causal run of equal
 FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
@@ -32,6 +37,7 @@ FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
     python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
+    python benchmarks/bench_decode.py --sweep-combine  # split counts x combine kinds (and configs) per row
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -139,9 +145,8 @@ def make_variants(H, Hkv, scale):
     from flashlab.kernels import flash_decode as kernels
 
     def decode_2kernels(q, k, v):
-        base = kernels.default_config(D, q.dtype)
-        config = kernels.DecodeConfig(base.block_n, base.num_warps, base.num_stages, fused_combine=False)
-        return kernels.forward(q, k, v, None, scale, True, decode.splits_for(q, k), config)[0]
+        choice = decode.choice_for(q, k)._replace(fused=False)
+        return kernels.forward(q, k, v, None, scale, True, choice.splits, decode.config_of(q, choice))[0]
 
     lens = {}  # cache_seqlens per batch size: every length Nk
 
@@ -149,7 +154,7 @@ def make_variants(H, Hkv, scale):
         key = (q.shape[0], k.shape[2])
         if key not in lens:
             lens[key] = torch.full((q.shape[0],), k.shape[2], dtype=torch.int32, device=q.device)
-        return flashlab.flash_decode(q, k, v, lens[key], scale=scale)
+        return flashlab.flash_decode(q, k, v, lens[key], scale=scale, check_lengths=False)
 
     return {
         "flash_decode": lambda q, k, v: flashlab.flash_decode(q, k, v, scale=scale),
@@ -174,8 +179,9 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
     k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=dtype, generator=g)  # (B, Hkv, Nk, d)
     v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=dtype, generator=g)  # (B, Hkv, Nk, d)
     kv_bytes = 2 * k.numel() * k.element_size()
+    choice = decode.choice_for(q, k)
     row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "Nq": 1, "d": D, "dtype": dtype_name, "kv_bytes": kv_bytes,
-           "num_splits": decode.splits_for(q, k), "results": {}}
+           "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused, "results": {}}
     variants = make_variants(H, Hkv, scale)
     with torch.no_grad():
         ref = variants["sdpa_flash"](q, k, v).float()
@@ -188,6 +194,7 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
                 us = bench_us(lambda: fn(q, k, v))
                 row["results"][name] = {"us": us, "tb_s": kv_bytes / us / 1e6, "rel_err_vs_sdpa_flash": err}
                 if name in GRAPH_VARIANTS:
+                    row["results"][name]["us_runs"] = [us]
                     row["results"][name]["graph_us"] = graph_us(lambda: fn(q, k, v))
                     calls = host_calls(us)
                     wall, issue = host_us(lambda: fn(q, k, v), calls)
@@ -195,6 +202,12 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
             except Exception as exc:  # a backend that refuses the shape is recorded, not fatal
                 row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             torch.cuda.empty_cache()
+        for name in GRAPH_VARIANTS:  # the second median, after the row's other variants
+            res = row["results"].get(name, {})
+            if "us" in res:
+                res["us_runs"].append(bench_us(lambda: variants[name](q, k, v)))
+                res["us"] = min(res["us_runs"])
+                res["tb_s"] = kv_bytes / res["us"] / 1e6
     del q, k, v
     torch.cuda.empty_cache()
     return row
@@ -221,9 +234,11 @@ def launch_path() -> dict:
         with torch.no_grad():
             for direct in (True, False):
                 kernels.DIRECT_LAUNCH = direct
-                wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens))
+                wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False))
                 row["direct" if direct else "jit"] = {"host_us": wall, "issue_us": issue}
             kernels.DIRECT_LAUNCH = True
+            wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens))  # the default: one sync per call
+            row["checked"] = {"host_us": wall, "issue_us": issue}
             wall, issue = host_us(lambda: sdpa(q, k, v))
             row["sdpa_default"] = {"host_us": wall, "issue_us": issue}
         out["rows"].append(row)
@@ -362,6 +377,145 @@ def sweep_misses() -> dict:
     return {"rows": out}
 
 
+# ---------------------------------------------------------------- the combine and the split rule (call 5)
+
+COMBINE_ROWS = ((1, 32, 32, 4096), (4, 32, 32, 4096), (16, 32, 32, 4096), (1, 32, 32, 32768), (4, 32, 32, 32768),
+                (1, 32, 32, 131072), (1, 32, 8, 4096), (4, 32, 8, 4096), (16, 32, 8, 4096), (64, 32, 8, 4096),
+                (1, 32, 8, 32768), (4, 32, 8, 32768), (16, 32, 8, 32768), (1, 32, 8, 131072), (4, 32, 8, 131072))
+COMBINE_SPLITS = {8: (8, 12, 16, 20, 24, 33), 32: (4, 6, 8, 12, 16), 128: (1, 2, 3, 4, 6), 512: (1, 2, 4, 8)}
+COMBINES = {"fused1": (True, 1), "fused4": (True, 4), "fused8": (True, 8), "kernel2": (False, 8)}
+SWEEP_CONFIGS = ((64, 2, 3), (32, 2, 4), (64, 4, 5), (128, 4, 3), (32, 4, 6))  # BLOCK_N, warps, stages
+CONFIG_ROWS = ((4, 32, 32, 4096), (16, 32, 32, 4096), (64, 32, 8, 4096), (1, 32, 8, 4096), (1, 32, 8, 32768),
+               (4, 32, 32, 32768))
+
+
+def sweep_combine() -> dict:
+    """At every row of COMBINE_ROWS (the rows under ~300 us): do_bench (L2 cleared) of the split-KV
+    kernel, through its launch plan, at each split count of COMBINE_SPLITS[programs per split] x
+    each combine of COMBINES (fused, loading 1, 4 or 8 splits per step; or the second kernel),
+    beside SDPA default (timed at the start and the end of the row: the spread is the noise);
+    at CONFIG_ROWS also the configs of SWEEP_CONFIGS. Each variant's output is checked against
+    SDPA default's (relative error) before it is timed."""
+    import dataclasses
+
+    import torch
+
+    from flashlab.kernels import flash_decode as kernels
+
+    out = []
+    base = kernels.default_config(D, torch.bfloat16)
+    for B, H, Hkv, nk in COMBINE_ROWS:
+        g = torch.Generator(device="cuda").manual_seed(13 * nk + B + Hkv)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        entry = {"shape": [B, H, Hkv, nk], "sdpa_default_us": [], "times": {}, "configs": {}, "max_rel_err": 0.0}
+        with torch.no_grad():
+            ref = sdpa(q, k, v).float()
+            entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
+
+            def timed(splits, config):
+                fn = lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]  # noqa: E731
+                entry["max_rel_err"] = max(entry["max_rel_err"], _common.rel_err(fn(), ref))
+                return bench_us(fn, 5, 25)
+
+            for splits in COMBINE_SPLITS[B * Hkv]:
+                for name, (fused, step) in COMBINES.items():
+                    if splits == 1 and name != "fused8" or step == 4 and B * Hkv != 8:
+                        continue
+                    config = dataclasses.replace(base, fused_combine=fused, combine_step=step)
+                    entry["times"][f"{splits}/{name}"] = timed(splits, config)
+            if (B, H, Hkv, nk) in CONFIG_ROWS:
+                best = min(entry["times"], key=entry["times"].get)
+                splits_best = int(best.split("/")[0])
+                for block_n, warps, stages in SWEEP_CONFIGS:
+                    config = kernels.DecodeConfig(block_n, warps, stages, fused_combine=True, combine_step=8)
+                    for splits in sorted({splits_best, max(1, splits_best // 2)}):
+                        try:
+                            entry["configs"][f"{block_n}/{warps}/{stages}@{splits}"] = timed(splits, config)
+                        except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
+                            entry["configs"][f"{block_n}/{warps}/{stages}@{splits}"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+            entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
+        sd = min(entry["sdpa_default_us"])
+        best = sorted(entry["times"], key=entry["times"].get)[:3]
+        print(f"{str((B, H, Hkv, nk)):>20} SDPA {entry['sdpa_default_us'][0]:.1f}/{entry['sdpa_default_us'][1]:.1f} "
+              f"err {entry['max_rel_err']:.4f} | " + " ".join(f"{n}={entry['times'][n]:.1f}({entry['times'][n] / sd:.3f})"
+                                                           for n in best))
+        print("    " + " ".join(f"{n}={t:.1f}" for n, t in entry["times"].items()))
+        if entry["configs"]:
+            print("    configs " + " ".join(f"{n}={t:.1f}" if isinstance(t, float) else f"{n}=ERR"
+                                            for n, t in entry["configs"].items()))
+        out.append(entry)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return {"rows": out, "check_lengths": check_cost()}
+
+
+WIDE_ROWS = ((1, 32, 32, 4096), (1, 32, 32, 32768), (1, 32, 32, 131072), (4, 32, 8, 4096), (4, 32, 8, 32768),
+             (4, 32, 8, 131072), (1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072))
+
+
+def sweep_wide() -> dict:
+    """At the small grids (8 and 32 programs per split), the rule's choice beside the wide config
+    at the splits that put one program on every SM (128 programs), do_bench (L2 cleared), beside
+    SDPA default: whether the wide config also pays where the rule splits (not adopted: a lead)."""
+    import torch
+
+    from flashlab import decode
+    from flashlab.kernels import flash_decode as kernels
+
+    out = []
+    for B, H, Hkv, nk in WIDE_ROWS:
+        g = torch.Generator(device="cuda").manual_seed(17 * nk + B + Hkv)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        choice = decode.choice_for(q, k)
+        wide_splits = max(1, 128 // (B * Hkv))
+        wide = kernels.config_for(D, torch.bfloat16, True, wide_splits <= decode.FUSED_MAX_SPLITS)
+        with torch.no_grad():
+            ref = sdpa(q, k, v).float()
+            fns = {"sdpa_default": lambda: sdpa(q, k, v),
+                   "rule": lambda: kernels.forward(q, k, v, None, D ** -0.5, False, choice.splits,
+                                                   decode.config_of(q, choice))[0],
+                   f"wide@{wide_splits}": lambda: kernels.forward(q, k, v, None, D ** -0.5, False, wide_splits, wide)[0]}
+            row = {"shape": [B, H, Hkv, nk], "rule_splits": choice.splits}
+            for name, fn in fns.items():
+                row[name] = {"us": bench_us(fn, 10, 40), "rel_err": _common.rel_err(fn(), ref)}
+        print("wide sweep:", row["shape"], " ".join(f"{n}={r['us']:.1f}" for n, r in row.items() if isinstance(r, dict)))
+        out.append(row)
+        del q, k, v
+    return {"rows": out}
+
+
+def check_cost(rows=((1, 32, 8, 4096), (4, 32, 32, 4096), (1, 32, 8, 32768))) -> list:
+    """host_us and issue_us of flash_decode with cache_seqlens, the host check of the lengths on
+    (the default: one sync per call) and off (``check_lengths=False``), beside SDPA default."""
+    import torch
+
+    import flashlab
+
+    out = []
+    for B, H, Hkv, nk in rows:
+        g = torch.Generator(device="cuda").manual_seed(5 * nk + B)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        lens = torch.full((B,), nk, dtype=torch.int32, device="cuda")  # (B,)
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
+        with torch.no_grad():
+            for name, fn in (("check_on", lambda: flashlab.flash_decode(q, k, v, lens)),
+                             ("check_off", lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False)),
+                             ("sdpa_default", lambda: sdpa(q, k, v))):
+                wall, issue = host_us(fn)
+                row[name] = {"host_us": wall, "issue_us": issue, "us": bench_us(fn, 10, 40)}
+        print("check_lengths cost:", {n: (r if not isinstance(r, dict) else {f: round(x, 1) for f, x in r.items()})
+                                      for n, r in row.items()})
+        out.append(row)
+        del q, k, v
+    return out
+
+
 def print_table(rows_out):
     print(f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'spl':>4} | " + " ".join(f"{v[:14]:>14}" for v in VARIANTS)
           + " | TB/s  vs default | graph: decode sdpa  host: decode sdpa")
@@ -382,14 +536,15 @@ def print_table(rows_out):
 
 def print_summary(rows_out):
     """The target table: flash_decode vs SDPA default per row (us, ratio, TB/s, host_us, graph_us)."""
-    print(f"{'row (B,H,Hkv,Nk)':>20} {'spl':>4} {'ours us':>9} {'SDPA us':>9} {'ratio':>6} {'TB/s':>5} "
+    print(f"{'row (B,H,Hkv,Nk)':>20} {'spl':>5} {'ours us':>9} {'SDPA us':>9} {'ratio':>6} {'TB/s':>5} "
           f"{'host ours':>9} {'host SDPA':>9} {'graph ours':>10} {'graph SDPA':>10} {'lens us':>8}")
     for r in rows_out:
         if r.get("skipped"):
             continue
         fd, sd, fl = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default", "flash_decode_lens"))
         nan = float("nan")
-        print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {r['num_splits']:>4} {fd.get('us', nan):>9.1f} "
+        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
+        print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {kind:>5} {fd.get('us', nan):>9.1f} "
               f"{sd.get('us', nan):>9.1f} {fd.get('us', nan) / sd.get('us', nan):>6.2f} {fd.get('tb_s', nan):>5.2f} "
               f"{fd.get('host_us', nan):>9.1f} {sd.get('host_us', nan):>9.1f} {fd.get('graph_us', nan):>10.1f} "
               f"{sd.get('graph_us', nan):>10.1f} {fl.get('us', nan):>8.1f}")
@@ -400,6 +555,8 @@ def main(argv=None):
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--sweep-misses", action="store_true", help="split counts and configs at the rows that miss")
+    parser.add_argument("--sweep-combine", action="store_true", help="split counts x combines (and configs) per row")
+    parser.add_argument("--with-wide-sweep", action="store_true", help="full run: also the wide config at small grids")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -411,6 +568,12 @@ def main(argv=None):
         print(refusal)
         return 2
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else _common.REPO / "benchmarks" / "results"
+    if args.sweep_combine:
+        t0 = time.time()
+        payload = {"environment": _common.environment(), "sweep_combine": sweep_combine()}
+        payload["wall_s"] = time.time() - t0
+        _common.write_json(args.out or out_dir / "decode_sweep_combine.json", payload)
+        return 0
     if args.sweep_misses:
         payload = {"environment": _common.environment(), "sweep_misses": sweep_misses()}
         _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
@@ -429,7 +592,10 @@ def main(argv=None):
         "bandwidth": "bytes of K and V read (2*B*Hkv*Nk*d*2 B) / time",
         "check": "each variant's output vs SDPA FLASH's on the same inputs (relative Frobenius error)",
         "inputs": "torch.randn, bf16, d = 128, Nq = 1, cache_seqlens None (every key valid); "
-                  "flash_decode_lens: cache_seqlens = Nk for every sequence",
+                  "flash_decode_lens: cache_seqlens = Nk for every sequence, check_lengths=False (the "
+                  "sync-free step: no host check of the lengths; launch_path.checked times the default check)",
+        "repeats": "flash_decode, flash_decode_lens, sdpa_default: us = the smaller of two do_bench medians "
+                   "(us_runs), one before and one after the row's other variants",
         "host_us": "wall time of host_calls back-to-back calls / host_calls, torch.cuda.synchronize before "
                    "and after (10 calls of warm-up first); issue_us: the host's time to issue them"}}
     payload["copy_ceiling"] = copy_ceiling()
@@ -442,6 +608,8 @@ def main(argv=None):
         payload["rows"] = rows_out
         _common.write_json(args.out or out_dir / "bench_decode.json", payload)
     payload["launch_path"] = launch_path()
+    if args.with_wide_sweep:
+        payload["sweep_wide"] = sweep_wide()
     payload["bottom_right_chunk"] = [bottom_right_chunk(Hkv=8), bottom_right_chunk(Hkv=32)]
     payload["wall_s"] = time.time() - t0
     _common.write_json(args.out or out_dir / "bench_decode.json", payload)

@@ -5,6 +5,7 @@ interpreter); the ``gpu`` tests add bf16 and real sizes on a CUDA GPU. Every cac
 NaN past each sequence's length, and every output buffer with NaN before the kernel runs
 (``FLASHLAB_POISON=1``), so an entry read that should not be, or an output never written, fails.
 """
+import dataclasses
 import math
 
 import pytest
@@ -21,50 +22,60 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the "interpreter" tes
 
 # ------------------------------------------------------------------------------- the split rule
 
-SLOTS = 2 * 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
+SMS = 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
 
 
-def test_split_rule_fills_one_wave_with_few_programs():
-    assert decode.num_splits(1, 32, 1, 32768, SLOTS) == 8  # 256 programs: one wave of 264
-    assert decode.num_splits(1, 8, 1, 131072, SLOTS) == 33  # 264 programs: exactly one wave
-    assert decode.num_splits(16, 8, 1, 32768, SLOTS) == 2  # 256
+def test_split_rule_splits_a_small_grid_up_to_two_programs_per_sm():
+    assert decode.split_rule(1, 32, 1, 32768, SMS) == (8, False, True)  # 256 programs: two per SM, fused
+    assert decode.split_rule(4, 8, 1, 4096, SMS) == (8, False, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS) == (16, False, True)  # 256
 
 
-def test_split_rule_makes_many_short_waves_of_a_large_grid():
-    assert decode.num_splits(64, 8, 1, 131072, SLOTS) == 4  # 512 programs -> 2048, 7.8 waves
-    assert decode.num_splits(64, 32, 1, 32768, SLOTS) == 1  # 2048 programs already
-    assert decode.num_splits(1, 200, 1, 32768, SLOTS) == math.ceil(decode.MANY_WAVES * SLOTS / 200)  # 76% of a wave
+def test_split_rule_stops_at_one_program_per_sm_where_two_take_too_many_splits():
+    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, False, True)  # 128 programs; two per SM: 33 splits
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, False, False)  # 126 splits: the combine kernel
+    assert decode.split_rule(1, 4, 1, 1 << 20, SMS).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
+
+
+def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
+    assert decode.split_rule(4, 32, 1, 4096, SMS) == (1, True, True)  # 128 programs: wide config
+    assert decode.split_rule(64, 8, 1, 131072, SMS) == (1, True, True)  # 512
+    assert decode.split_rule(64, 32, 1, 32768, SMS) == (1, False, True)  # 2048 >= 7 waves of 264: default config
+    assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
 
 def test_split_rule_keeps_chunks_long_enough_and_bounded():
-    assert decode.num_splits(1, 1, 1, 3 * decode.MIN_KEYS_PER_SPLIT, SLOTS) == 3
-    assert decode.num_splits(1, 1, 1, 10, SLOTS) == 1  # shorter than one chunk: no split
+    assert decode.num_splits(1, 1, 1, 3 * decode.MIN_KEYS_PER_SPLIT, SMS) == 3
+    assert decode.num_splits(1, 1, 1, 10, SMS) == 1  # shorter than one chunk: no split
     assert decode.num_splits(1, 1, 1, 1 << 30, 100000) == decode.MAX_SPLITS
 
 
-def test_split_rule_fills_its_waves():
+def test_split_rule_fills_the_sms_and_counts_the_combine():
     import random
 
     rng = random.Random(0)
     for _ in range(300):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
-        max_len, slots = rng.randint(1, 1 << 18), rng.randint(1, 600)
-        s = decode.num_splits(batch, kv_heads, rows, max_len, slots)
+        max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
+        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
-        case = (batch, kv_heads, rows, max_len, slots, s)
-        assert 1 <= s <= cap, case
-        if s < cap:  # not capped: one wave filled to ONE_WAVE_FILL, or at least MANY_WAVES waves
-            one_wave = programs * s <= slots and programs * s >= decode.ONE_WAVE_FILL * slots
-            assert one_wave or programs * s >= decode.MANY_WAVES * slots, case
-            assert one_wave or s == 1 or programs * (s - 1) < decode.MANY_WAVES * slots, "more splits than needed"
-            assert decode.wave_efficiency(programs * s, slots) >= 0.85, f"a mostly idle last wave: {case}"
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, choice)
+        assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
+        assert not wide or splits == 1, f"the wide config runs unsplit: {case}"
+        if programs >= decode.ONE_WAVE_FILL * sms:
+            assert splits == 1, f"a grid that fills every SM is not split: {case}"
+        elif splits < cap:  # not capped: every SM gets a program; more only for a full second one
+            assert programs * splits >= decode.ONE_WAVE_FILL * sms, case
+            fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)
+            assert splits == fewest or (programs * splits <= sms * per_sm
+                                        and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
 def test_split_rule_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="batch"):
-        decode.num_splits(bad, 8, 1, 1024, 132)
+        decode.split_rule(bad, 8, 1, 1024, 132)
 
 
 # --------------------------------------------------------------------------- interpreter checks
@@ -124,13 +135,15 @@ def test_flash_decode_gives_one_answer_whatever_the_number_of_splits():
 
 
 @pytest.mark.interpreter
-def test_fused_combine_matches_the_combine_kernel(poison):
+@pytest.mark.parametrize("step", [1, 4])
+def test_fused_combine_matches_the_combine_kernel(step, poison):
+    """5 splits merged 1 or 4 at a time (the last step part empty), and by the second kernel."""
     from flashlab.kernels import flash_decode as kernels
 
     q, k, v, seqlens = _inputs(2, 8, 1, 3, 80, 16, torch.float32, [80, 30], seed=9)
     base = kernels.default_config(16, torch.float32)
-    fused, separate = (kernels.forward(q, k, v, seqlens, 0.25, True, 5, kernels.DecodeConfig(
-        base.block_n, base.num_warps, base.num_stages, fused_combine=f)) for f in (True, False))
+    fused, separate = (kernels.forward(q, k, v, seqlens, 0.25, True, 5, dataclasses.replace(
+        base, fused_combine=f, combine_step=step)) for f in (True, False))
     ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens, scale=0.25)
     for name, (o, lse) in (("fused", fused), ("combine kernel", separate)):
         assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, name
@@ -236,7 +249,10 @@ def test_paged_cache_entry_naming_no_block_gives_nan_for_its_sequence_only(split
     bad = torch.where(table == table[0, 1], 99, table)  # sequence 0's second page: no such block
     with pytest.raises(ValueError, match=r"block_table\[0, 1\] = 99"):
         decode.check_lengths(q, k, seqlens, block_table=bad)
-    o, lse = decode.flash_decode(q, k, v, seqlens, num_splits=splits, return_lse=True, block_table=bad)
+    with pytest.raises(ValueError, match=r"block_table\[0, 1\] = 99"):
+        decode.flash_decode(q, k, v, seqlens, num_splits=splits, block_table=bad)
+    o, lse = decode.flash_decode(q, k, v, seqlens, num_splits=splits, return_lse=True, block_table=bad,
+                                 check_lengths=False)
     assert o[0].isnan().all() and lse[0].isnan().all(), "sequence 0 reads a page that is no block: NaN expected"
     ref_o, _ = decode.decode_reference(q, decode.paged_to_contiguous(k, table), decode.paged_to_contiguous(v, table),
                                        seqlens)
@@ -286,12 +302,16 @@ def test_flash_decode_rejects_bad_input_naming_the_argument(change, match):
     (lambda s: s + torch.tensor([1, 0], dtype=torch.int32, device=s.device), "cache_seqlens.*N_max = 20"),
     (lambda s: s - 4, "Nq=2 .* cache_seqlens"),  # [16, 1]
 ])
-def test_bad_lengths_give_nan_for_their_sequences_and_check_lengths_names_them(change, match):
+def test_bad_lengths_raise_naming_cache_seqlens_or_give_nan_with_the_check_off(change, match):
     q, k, v, s = _good()  # lengths [20, 5], N_max = 20, Nq = 2
     bad = change(s)
     with pytest.raises(ValueError, match=match):
         decode.check_lengths(q, k, bad)
-    o, lse = decode.flash_decode(q, k, v, bad, return_lse=True)
+    decode.flash_decode(q, k, v, s)  # a good call of this kind first: the next ones take the fast path
+    for _ in range(2):  # the first checked call, then the fast path
+        with pytest.raises(ValueError, match=match):
+            decode.flash_decode(q, k, v, bad)
+    o, lse = decode.flash_decode(q, k, v, bad, return_lse=True, check_lengths=False)
     ok = (bad >= 2) & (bad <= 20)  # (B,) lengths the kernel accepts
     assert ok.any() and not ok.all()
     assert o[~ok].isnan().all() and lse[~ok].isnan().all(), "a bad length must give NaN, not a silent answer"
@@ -324,7 +344,7 @@ def test_steady_state_call_skips_the_host_checks_and_reuses_the_plan(monkeypatch
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"num_splits": 0}, "num_splits"), ({"num_splits": 1000}, "num_splits"), ({"scale": -1.0}, "scale"),
-    ({"return_lse": 1}, "return_lse"),
+    ({"return_lse": 1}, "return_lse"), ({"check_lengths": 0}, "check_lengths"),
 ])
 def test_flash_decode_rejects_bad_options(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):
@@ -409,10 +429,13 @@ def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")  # a .item(), a host copy or a sync raises
     try:
-        first = decode.flash_decode(q, k, v, s, return_lse=True)  # checked, planned, launched through the JIT
+        # check_lengths=False: the sync-free step (the default reads the lengths: one sync)
+        first = decode.flash_decode(q, k, v, s, return_lse=True, check_lengths=False)  # planned, JIT launch
         (plan, _), = decode._CALLS.values()
         assert plan.args is not None, "the plan kept no compiled kernel: every call would go through the JIT"
-        direct = decode.flash_decode(q, k, v, s, return_lse=True)  # the fast path
+        direct = decode.flash_decode(q, k, v, s, return_lse=True, check_lengths=False)  # the fast path
+        with pytest.raises(RuntimeError, match="synchroniz"):  # the default check syncs, once
+            decode.flash_decode(q, k, v, s)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
@@ -422,6 +445,26 @@ def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     ref_o, _ = decode.decode_reference(q, k, v, s)
     same_o, _ = decode.decode_reference(q, k, v, s, upcast=False)
     assert max_error(direct[0].cpu(), ref_o) <= allowed_error(ref_o, same_o.cpu())
+
+
+@pytest.mark.gpu
+def test_combine_kernel_direct_launch_matches_triton_launch(monkeypatch):
+    """The two-kernel path: after the first call the plan launches both compiled kernels itself."""
+    from flashlab.kernels import flash_decode as kernels
+
+    decode.clear_plans()
+    q, k, v, s = _inputs(2, 32, 8, 1, 9000, 128, torch.bfloat16, [9000, 333], seed=45, device="cuda")
+    config = dataclasses.replace(kernels.default_config(128, torch.bfloat16), fused_combine=False)
+    first = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    plan = kernels.plan_for(q, k, v, s, None, True, 24, config)
+    assert plan.args is not None and plan.combine_args is not None, "the plan kept no compiled combine"
+    direct = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
+    jit = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    for name, got in (("first", first), ("direct", direct)):
+        assert torch.equal(got[0], jit[0]) and torch.equal(got[1], jit[1]), f"{name} launch differs from the JIT's"
+    ref_o, ref_lse = decode.decode_reference(q, k, v, s)
+    assert (direct[1].cpu().double() - ref_lse).abs().max().item() < 1e-3
 
 
 @pytest.mark.gpu

@@ -111,15 +111,17 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # %% [markdown]
 # ## How many splits? The rule
 #
-# `flashlab.flash_decode` picks the number of splits from the shape and the GPU
-# (`flashlab.decode.num_splits`). Every program streams the same number of keys, so a decode
-# step lasts as many *waves* as its grid needs to pass through the GPU's slots (SMs x programs
-# resident per SM: 132 x 2 on an H200 at bf16, d = 128), and the programs of a late wave finish
-# alone. On the H200, one sequence with 32 kv heads cut into 17 splits (544 programs, 2.06 waves)
-# read its cache at 3.5 TB/s, cut into 8 (256 programs, one wave) at 3.9 TB/s
-# (`benchmarks/results/decode_tune_call1.json`); a grid of 512 programs read 4.0 TB/s unsplit and
-# 4.6 TB/s cut into 4 (2048 short programs, `decode_tune_call2.json`). The rule: one full wave when
-# the grid fits one, else at least 7 waves of short programs; at least 256 keys per split.
+# `flashlab.flash_decode` decides from the shape and the GPU how many splits to cut the cache
+# into, which tile config to run and who merges the partial states (`flashlab.decode.split_rule`).
+# Every program streams the same number of keys, so what costs time is an idle tail (a partly
+# filled last wave of programs, late programs finishing alone) and, for every split, merging its
+# partial state. On the H200 (`benchmarks/results/decode_sweep_combine_call5.json`): a grid that
+# already gives each of the 132 SMs a program runs unsplit, with a *wide* tile (128 keys, one
+# program per SM): 128 programs took 75.6 us against 78.4 us cut into 2 splits of the default
+# config (64 keys, two programs per SM). A smaller grid is split until every SM holds two
+# programs, unless that takes more than 16 splits: one sequence with 8 kv heads (4k keys) took
+# 15.3 us cut into 16 splits and 19.0 us into 33. Up to 16 splits the last program to finish
+# merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
 
 # %%
 from flashlab import decode, decode_results
@@ -136,7 +138,8 @@ print(decode_results.split_rule_table())
 #   the rows of one query tile, so each K/V tile loaded from HBM serves the whole group.
 # - **The combine in the same launch.** Each program writes its partial $(o_s, \mathrm{lse}_s)$
 #   in fp32; the last program of a tile to finish (an atomic counter tells it) merges them with
-#   `combine_states`' arithmetic.
+#   `combine_states`' arithmetic, loading 8 splits' partials at a time so their latencies overlap
+#   (above 16 splits a second kernel merges them, one program per query row).
 #
 # `cache_seqlens` gives each sequence's valid length, counting the new queries' own keys; the
 # cache past it is never read. Query $i$ of $N_q$ sees keys $j \le L - N_q + i$: the causal
@@ -169,14 +172,16 @@ print(decode_results.results_table())
 
 # %% [markdown]
 # What the table says (`benchmarks/results/bench_decode.json`; `benchmarks/NOTES.md`, decode
-# section, calls 3-4): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.7-4.7 TB/s on 14 of
-# 15 rows, near the 4.25 TB/s the device copy reached. It matches or beats SDPA's time on 8 of
-# 23 rows and is within 1.02x on 8 more; the worst rows are one sequence with 8 kv heads
-# (1.07-1.15x), where the same kernel with its combine as a second kernel was 1-7 us faster:
-# the fused combine merges 16-33 splits in one program, after the last split ends. Python
-# matters at decode: each call once took 82-195 us of host time (Triton's generic launch plus
-# checks) for 10-50 us of GPU work; with a launch plan per shape (checks once, scratch reused,
-# the compiled kernel launched directly) it takes 14-25 us, and no row is host-bound.
+# section, calls 5-6): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.7 TB/s on 14 of
+# 15 rows, near the 4.25 TB/s the device copy reached; the exception is the smallest, one
+# sequence with 8 kv heads (134 MB, 2.7 TB/s; SDPA 2.7 too), where a launch's fixed costs are
+# a fifth of a 50-us step. It matches or beats SDPA's time on 12 of 23 rows and is within 1.013x
+# on the others. Python matters at decode: each call once took 82-195 us of host time (Triton's
+# generic launch plus checks) for 10-50 us of GPU work; with a launch plan per shape (checks
+# once, scratch reused, the compiled kernel launched directly) it takes 15-25 us, and no row is
+# host-bound. Checking the values in `cache_seqlens` on the host, which `flash_decode` does by
+# default, costs a synchronisation: 24-37 us per call on that machine; `check_lengths=False`
+# skips it (a bad length then gives NaN for its sequence instead of an error).
 
 # %%
 print(decode_results.results_summary())

@@ -6,11 +6,13 @@ of speculative decoding) and attends to the sequence's KV cache. The kernel is
 the query heads of a kv group packed into one tile, partial states combined exactly as
 ``flashlab.softmax.combine_states``). This module holds what is not a kernel:
 
-* :func:`num_splits`, the rule that picks how many chunks the cache is cut into (pure, no torch);
+* :func:`split_rule`, the rule that picks how many chunks the cache is cut into, the tile
+  config and who merges the chunks' partial states (pure, no torch);
 * :func:`flash_decode`, the public function, which validates every argument once per kind of
   call (shapes, strides, dtypes, devices, options) and then reuses the checked launch plan;
-  it never synchronises with the GPU (the values inside ``cache_seqlens`` and ``block_table``
-  are checked by the kernel; :func:`check_lengths` checks them on the host, with a sync);
+  the values inside ``cache_seqlens`` and ``block_table`` are checked on the host by default
+  (:func:`check_lengths`, one sync per call) and always by the kernel (NaN outputs), so
+  ``check_lengths=False`` gives a step that never synchronises with the GPU;
 * :func:`decode_reference`, the float64 twin the tests compare against;
 * :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
   ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).
@@ -23,14 +25,25 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from typing import NamedTuple
 
 MAX_NQ = 16  # new queries per sequence that flash_decode takes
 MAX_SPLITS = 128  # most chunks the cache is cut into
 MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
-ONE_WAVE_FILL = 0.95  # a grid that can fill one wave to this fraction runs as one wave
-MANY_WAVES = 7  # otherwise: at least this many waves of programs, each short
+ONE_WAVE_FILL = 0.95  # a grid that fills the SMs (or the slots) to this fraction counts as full
+MANY_WAVES = 7  # a grid of at least this many waves of the default config runs unsplit, as it is
+SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
+FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
+
+
+class SplitChoice(NamedTuple):
+    """What the split rule decides for one shape of decode step."""
+
+    splits: int  # chunks each sequence's key range is cut into
+    wide: bool  # the wide config: twice the K/V tile, one program per SM (``kernels.flash_decode.config_for``)
+    fused: bool  # the last split of a tile merges the partials (one launch); False: the combine kernel
 
 
 def wave_efficiency(programs: int, slots: int) -> float:
@@ -38,37 +51,59 @@ def wave_efficiency(programs: int, slots: int) -> float:
     return programs / (slots * -(-programs // slots))
 
 
-def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, slots: int) -> int:
-    """How many chunks to cut each sequence's key range into: the split rule.
+def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
+               programs_per_sm: int = 2) -> SplitChoice:
+    """How to cut a decode step across the GPU: splits, tile config and combine (the split rule).
 
     The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
-    query tiles per kv group, 1 unless GROUP * Nq > 64), and ``slots`` programs run at once (SMs x
-    programs per SM, ``kernels.flash_decode.programs_per_sm``). Decode is memory-bound and every
-    program streams the same number of keys, so what costs time is an idle tail: the last,
-    partly filled wave, and programs of a later wave that start late and finish alone. Measured
-    on an H200 (benchmarks/NOTES.md, calls 1-2), two shapes of grid stream at full speed:
+    query tiles per kv group, 1 unless GROUP * Nq > 64); ``sms`` SMs hold ``programs_per_sm`` of
+    the default config's programs each (``kernels.flash_decode.programs_per_sm``): ``slots``.
+    Decode is memory-bound and every program streams the same number of keys; what costs time is
+    an idle tail (a partly filled last wave, late programs finishing alone) and, per split, the
+    merge of the partial states. Measured on an H200 (benchmarks/NOTES.md, decode, calls 1-5):
 
-    * **one full wave**: if ``programs`` fits ``slots``, the most splits that still fit one wave,
-      provided they fill it to ``ONE_WAVE_FILL`` (all programs start and end together);
-    * **many short waves**: otherwise ``ceil(MANY_WAVES * slots / programs)`` splits (1 when the
-      grid is that large already), so that a late program is a small fraction of the step.
+    * **large grid** (``programs >= MANY_WAVES * slots``): no split, default config.
+    * **the grid fills every SM once** (``programs >= ONE_WAVE_FILL * sms``): no split, and the
+      *wide* config (128-key tiles, 3 stages: one program per SM with as many bytes in flight as
+      two default ones). Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at
+      4k keys, 486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255). Where no wide config
+      exists (fp32, head dims other than 128) the default config runs unsplit.
+    * **small grid**: split. Two programs per SM (the most splits that fill ``slots`` to
+      ``ONE_WAVE_FILL``) if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else the
+      fewest splits that fill every SM once: each split adds partials to merge, and past ~16 the
+      merge costs more than the second program per SM gains (call 5, 8 programs: 16 splits 15.3 /
+      49.2 us vs 33 splits 19.0 / 51.5 us at 4k / 32k keys; 32 programs: 8 splits best).
 
-    Then capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len`` and
-    at most ``MAX_SPLITS``; at least 1. Examples on an H200 (132 SMs x 2 = 264 slots): 32
-    programs -> 8 splits (256 programs, one wave); 8 -> 33; 128 -> 2; 512 -> 4 (2048, 7.8 waves);
-    2048 -> 1.
+    Splits are capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len``
+    and at most ``MAX_SPLITS``. The combine: fused (the last split to finish merges, one launch)
+    up to ``FUSED_MAX_SPLITS`` splits, else the second kernel (one program per query row, which
+    spreads a long merge; call 5 at 33 splits: 17.2 vs 19.0 us). Examples on an H200 (132 SMs,
+    2 programs each): 8 programs -> 16 splits; 32 -> 8; 128 -> 1, wide; 512 -> 1, wide; 2048 -> 1.
     """
     for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
-                        ("max_len", max_len), ("slots", slots)):
+                        ("max_len", max_len), ("sms", sms), ("programs_per_sm", programs_per_sm)):
         if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
                 or value < 1:
             raise ValueError(f"{name}={value!r} must be an int >= 1")
     programs = batch * kv_heads * row_blocks
+    slots = sms * programs_per_sm
+    if programs >= MANY_WAVES * slots:
+        return SplitChoice(1, False, True)
+    if programs >= ONE_WAVE_FILL * sms:
+        return SplitChoice(1, True, True)
     cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
-    one_wave = slots // programs
-    if one_wave >= 1 and programs * one_wave >= ONE_WAVE_FILL * slots:
-        return min(one_wave, cap)
-    return max(1, min(-(-MANY_WAVES * slots // programs), cap))
+    two_per_sm = slots // programs
+    if programs * two_per_sm >= ONE_WAVE_FILL * slots and two_per_sm <= SECOND_PER_SM_MAX_SPLITS:
+        splits = two_per_sm
+    else:
+        splits = -(-int(math.ceil(ONE_WAVE_FILL * sms)) // programs)
+    splits = max(1, min(splits, cap))
+    return SplitChoice(splits, False, splits <= FUSED_MAX_SPLITS)
+
+
+def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int, programs_per_sm: int = 2) -> int:
+    """The number of splits of :func:`split_rule`."""
+    return split_rule(batch, kv_heads, row_blocks, max_len, sms, programs_per_sm).splits
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,7 +124,8 @@ def sm_count_of(tensor) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool, sms: int) -> int:
+def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool,
+              sms: int) -> SplitChoice:
     import torch
 
     from .kernels.flash_decode import block_m_for, default_config, head_dim_padded, programs_per_sm
@@ -98,17 +134,31 @@ def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: i
     row_blocks = -(-rows // block_m_for(rows))
     head_dim = head_dim_padded(d)
     config = default_config(head_dim, torch.float32 if is_fp32 else torch.float16)
-    return num_splits(B, Hkv, row_blocks, n_max, sms * programs_per_sm(config, head_dim, itemsize))
+    return split_rule(B, Hkv, row_blocks, n_max, sms, programs_per_sm(config, head_dim, itemsize))
+
+
+def choice_for(q, k, num_splits_arg=None, n_max: int | None = None) -> SplitChoice:
+    """The :class:`SplitChoice` for q (B, H, Nq, d) against a cache of kv heads k.shape[1] and
+    ``n_max`` keys (default k.shape[2]): :func:`split_rule` of the shape, the device's SM count
+    and the default config's programs per SM (cached per shape); with ``num_splits_arg`` given,
+    that many splits, the default config, and the combine as the rule would pick it."""
+    if num_splits_arg is not None:
+        return SplitChoice(num_splits_arg, False, num_splits_arg <= FUSED_MAX_SPLITS)
+    B, H, Nq, d = q.shape
+    return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2] if n_max is None else n_max, q.element_size(),
+                     q.element_size() == 4, sm_count_of(q))
 
 
 def splits_for(q, k, num_splits_arg=None) -> int:
-    """The number of splits for q (B, H, Nq, d) against k (B, Hkv, N_max, d): ``num_splits_arg``
-    when given, else :func:`num_splits` of the shape, the device's SM count and the default
-    config's programs per SM (cached per shape)."""
-    if num_splits_arg is not None:
-        return num_splits_arg
-    B, H, Nq, d = q.shape
-    return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2], q.element_size(), q.element_size() == 4, sm_count_of(q))
+    """The number of splits of :func:`choice_for`."""
+    return choice_for(q, k, num_splits_arg).splits
+
+
+def config_of(q, choice: SplitChoice):
+    """The kernel config (``kernels.flash_decode.DecodeConfig``) a :class:`SplitChoice` asks for."""
+    from .kernels.flash_decode import config_for, head_dim_padded
+
+    return config_for(head_dim_padded(q.shape[-1]), q.dtype, choice.wide, choice.fused)
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,7 +226,7 @@ def _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits_a
             raise ValueError(f"cache_seqlens is on {cache_seqlens.device} but q is on {q.device}")
         if not cache_seqlens.is_contiguous():
             raise ValueError(f"cache_seqlens (stride {cache_seqlens.stride()}) must be contiguous")
-        # the lengths' values are checked by the kernel (NaN outputs), or by check_lengths (a sync)
+        # the lengths' values: check_lengths (a sync, by default) and the kernel (NaN outputs)
     if num_splits_arg is not None and not (type(num_splits_arg) is int and 1 <= num_splits_arg <= MAX_SPLITS):
         raise ValueError(f"num_splits={num_splits_arg!r} must be None (the split rule) or an int in 1..{MAX_SPLITS}")
     if not isinstance(return_lse, bool):
@@ -210,42 +260,63 @@ def _check_block_table(block_table, q, k_cache) -> int:
 def check_lengths(q, k_cache, cache_seqlens=None, block_table=None) -> None:
     """Raise a ValueError naming the first bad value of ``cache_seqlens`` or ``block_table``, as
     :func:`flash_decode` would see them: every length in Nq..N_max, and every block a sequence
-    uses (its first ceil(L_b / page) table entries) a block of ``k_cache``. Costs one device
-    synchronisation per tensor; :func:`flash_decode` does not call it (there a bad sequence's
-    outputs are NaN). Shapes are assumed to have passed :func:`flash_decode`'s checks."""
-    Nq = q.shape[2]
-    if block_table is not None:
-        n_max, where = block_table.shape[1] * k_cache.shape[2], "(block_table.shape[1] * page size)"
-    else:
-        n_max, where = k_cache.shape[2], "(k_cache.shape[2])"
-    if cache_seqlens is not None:
-        import torch
-
-        lo, hi = (int(x) for x in torch.aminmax(cache_seqlens))  # one device sync
-        if lo < 1 or hi > n_max:
-            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi}; each must be in 1..N_max = {n_max} {where}")
-        if lo < Nq:
-            raise ValueError(f"q has Nq={Nq} new queries but cache_seqlens holds a length of {lo}; each length counts "
-                             "the new queries' own keys, so it must be >= Nq")
-    if block_table is not None:
-        _check_pages_used(block_table, cache_seqlens, k_cache.shape[2], k_cache.shape[0])
-
-
-def _check_pages_used(block_table, cache_seqlens, page: int, num_blocks: int) -> None:
-    """Every block a sequence uses (its first ceil(L_b / page) entries) must exist; one device sync."""
+    uses (its first ceil(L_b / page) table entries) a block of ``k_cache``. Reads both tensors to
+    the host in one copy: one device synchronisation. :func:`flash_decode` calls it by default
+    (``check_lengths=True``). Shapes are assumed to have passed :func:`flash_decode`'s checks."""
     import torch
 
-    max_blocks = block_table.shape[1]
-    if cache_seqlens is None:
-        used = torch.ones_like(block_table, dtype=torch.bool)  # (B, max_blocks)
+    if cache_seqlens is None and block_table is None:
+        return
+    parts = [t.reshape(-1) for t in (cache_seqlens, block_table) if t is not None]
+    host = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu()  # the one device sync
+    lengths = host[: q.shape[0]] if cache_seqlens is not None else None  # (B,)
+    table = host[-block_table.numel():].view(block_table.shape) if block_table is not None else None
+    _check_host_values(q.shape[2], k_cache.shape[2], k_cache.shape[0], lengths, table)
+
+
+def _check_host_values(n_q: int, rows: int, num_blocks: int, lengths, table) -> None:
+    """The checks of :func:`check_lengths` on host (CPU) copies: ``lengths`` (B,) or None,
+    ``table`` (B, max_blocks) or None; ``rows`` = k_cache.shape[2] (the page size with a table)."""
+    import torch
+
+    if table is not None:
+        n_max, where = table.shape[1] * rows, "(block_table.shape[1] * page size)"
     else:
-        pages = (cache_seqlens + page - 1) // page  # (B,)
-        used = torch.arange(max_blocks, device=block_table.device)[None, :] < pages[:, None]  # (B, max_blocks)
-    bad = used & ((block_table < 0) | (block_table >= num_blocks))
-    if bool(bad.any()):
-        b, j = (int(x) for x in bad.nonzero()[0])
-        raise ValueError(f"block_table[{b}, {j}] = {int(block_table[b, j])} names no block of k_cache "
-                         f"(0..{num_blocks - 1}), and sequence {b} uses that page")
+        n_max, where = rows, "(k_cache.shape[2])"
+    if lengths is not None:
+        values = lengths.tolist()  # a few to a few hundred ints: Python is quicker than torch ops here
+        lo, hi = min(values), max(values)
+        if lo < 1 or hi > n_max:
+            bad = next(b for b, x in enumerate(values) if not 1 <= x <= n_max)
+            raise ValueError(f"cache_seqlens holds lengths from {lo} to {hi} (cache_seqlens[{bad}] = "
+                             f"{values[bad]}); each must be in 1..N_max = {n_max} {where}")
+        if lo < n_q:
+            raise ValueError(f"q has Nq={n_q} new queries but cache_seqlens holds a length of {lo}; each length counts "
+                             "the new queries' own keys, so it must be >= Nq")
+    if table is not None:
+        if lengths is None:
+            used = torch.ones_like(table, dtype=torch.bool)  # (B, max_blocks)
+        else:
+            pages = (lengths + rows - 1) // rows  # (B,)
+            used = torch.arange(table.shape[1])[None, :] < pages[:, None]  # (B, max_blocks)
+        bad = used & ((table < 0) | (table >= num_blocks))
+        if bool(bad.any()):
+            b, j = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(f"block_table[{b}, {j}] = {int(table[b, j])} names no block of k_cache "
+                             f"(0..{num_blocks - 1}), and sequence {b} uses that page")
+
+
+def _check_values(q, k_cache, cache_seqlens, block_table) -> None:
+    """flash_decode's value check: :func:`check_lengths`, except while a CUDA graph is being
+    captured (a synchronisation is not allowed then; the kernel's NaN poisoning still applies)."""
+    if cache_seqlens is None and block_table is None:
+        return
+    if q.is_cuda:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return
+    check_lengths(q, k_cache, cache_seqlens, block_table)
 
 
 def paged_to_contiguous(cache, block_table):
@@ -289,7 +360,8 @@ def _call_key(q, k, v, seqlens, scale, splits, return_lse, block_table):
 
 
 def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None,
-                 num_splits: int | None = None, return_lse: bool = False, *, block_table=None):
+                 num_splits: int | None = None, return_lse: bool = False, *, block_table=None,
+                 check_lengths: bool = True):
     """Attention of a few new queries per sequence over a KV cache, split across the GPU (Flash-Decoding).
 
     q: (B, H, Nq, d), 1 <= Nq <= 16, the new queries. k_cache, v_cache: (B, Hkv, N_max, d), H a
@@ -297,7 +369,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     int32 valid lengths L_b in Nq..N_max, counting the new queries' own keys (None: N_max for every
     sequence); cache entries at or past L_b are never read. Query i of Nq sees keys
     ``j <= L_b - Nq + i`` (bottom-right causal). scale: default 1/sqrt(d). num_splits: chunks of
-    the key range (None: :func:`num_splits` of the shape and the SM count). fp16, bf16 or fp32.
+    the key range (None: :func:`split_rule` of the shape and the SM count). fp16, bf16 or fp32.
 
     Paged cache (as vLLM's PagedAttention): ``block_table`` (B, max_blocks) int32 maps sequence b's
     logical block i to a physical block of k_cache, v_cache (num_blocks, Hkv, page_size, d), with
@@ -308,34 +380,40 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     Returns o (B, H, Nq, d) in q's dtype, or (o, lse) with ``return_lse``: lse (B, H, Nq) float32,
     natural log. No gradient.
 
-    Never synchronises with the GPU: the values inside ``cache_seqlens`` and ``block_table`` are
-    checked by the kernel, and a sequence with a length outside Nq..N_max, or a used table entry
-    naming no block, gets NaN in its o and lse (:func:`check_lengths` raises a ValueError naming
-    the value instead, at the cost of a synchronisation). Every other argument is checked on the
-    host, once per distinct (shapes, strides, dtypes, devices, options): later calls of the same
-    kind reuse the checked launch plan (``kernels.flash_decode.DecodePlan``).
+    ``check_lengths`` (default True): a length outside Nq..N_max in ``cache_seqlens``, or a used
+    ``block_table`` entry naming no block, raises a ValueError naming the argument and the value.
+    That reads them to the host: one device synchronisation per call (skipped automatically
+    while a CUDA graph is being captured). ``check_lengths=False``: a sync-free step; the
+    kernel still checks the values and gives NaN in that sequence's o and lse instead of
+    reading memory it must not. Every other argument is checked on the host, once per distinct
+    (shapes, strides, dtypes, devices, options): later calls of the same kind reuse the checked
+    launch plan (``kernels.flash_decode.DecodePlan``).
     """
     try:
         key = _call_key(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
     except (AttributeError, TypeError):  # not tensors: the checks below say which
         key = None
-    hit = _CALLS.get(key) if key is not None else None
+    hit = _CALLS.get(key) if key is not None and (check_lengths is False or check_lengths is True) else None
     if hit is not None:
         plan, scale_value = hit
+        if check_lengths:
+            _check_values(q, k_cache, cache_seqlens, block_table)
         o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
         return (o, lse) if return_lse else o
     scale_value = _check_decode_inputs(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
+    if not isinstance(check_lengths, bool):
+        raise TypeError(f"check_lengths must be True or False, got {check_lengths!r}")
+    if check_lengths:
+        _check_values(q, k_cache, cache_seqlens, block_table)
     from .kernels import flash_decode as kernels
     from .kernels.attention import on_device
 
-    if num_splits is None and block_table is not None:  # the rule sees the logical length
-        B, H, Nq, d = q.shape
-        splits = _rule_for(B, H, Nq, d, k_cache.shape[1], block_table.shape[1] * k_cache.shape[2],
-                           q.element_size(), q.element_size() == 4, sm_count_of(q))
-    else:
-        splits = splits_for(q, k_cache, num_splits)
+    # the rule sees the logical length (a paged cache: max_blocks * page size)
+    n_max = block_table.shape[1] * k_cache.shape[2] if block_table is not None else None
+    choice = choice_for(q, k_cache, num_splits, n_max)
     with on_device(q):
-        plan = kernels.plan_for(q, k_cache, v_cache, cache_seqlens, block_table, True, splits)
+        plan = kernels.plan_for(q, k_cache, v_cache, cache_seqlens, block_table, True, choice.splits,
+                                config_of(q, choice))
         o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
         if _FAST_PATH is None:
             _bind_fast_path()
@@ -499,9 +577,10 @@ def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_a
         from .kernels import attention
         from .kernels import flash_decode as kernels
 
+        choice = choice_for(q, k)
         with attention.on_device(q):
             o, lse = kernels.forward(q, k, v, None, scale, bottom_right_mask(q, k, causal, causal_align),
-                                     splits_for(q, k))
+                                     choice.splits, config_of(q, choice))
     elif bottom_right and not grad:
         o, lse = _bottom_right(q, k, v, scale)
     elif bottom_right:

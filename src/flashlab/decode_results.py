@@ -6,22 +6,25 @@ The kernel is :mod:`flashlab.kernels.flash_decode`; the public function and the 
 """
 from __future__ import annotations
 
-from .decode import flash_decode, num_splits, wave_efficiency
+from .decode import flash_decode, split_rule
 
 
 def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
                      shapes=((1, 32), (1, 8), (4, 8), (16, 8), (64, 8), (64, 32))) -> str:
-    """The split rule's choice for (batch, kv heads) pairs at one cache length, as a text table:
-    programs without splitting, splits, programs with them, waves and last-wave efficiency.
-    Defaults: an H200 (132 SMs, 2 programs per SM at the bf16 d = 128 config), Nq = 1, GQA groups <= 64 rows."""
-    slots = sms * programs_per_sm
-    lines = [f"{sms} SMs x {programs_per_sm} programs = {slots} slots; cache of {max_len} keys",
-             f"{'batch':>6} {'kv heads':>9} {'programs':>9} {'splits':>7} {'programs':>9} {'waves':>6} {'busy':>6}"]
+    """The split rule's choice (``decode.split_rule``) for (batch, kv heads) pairs at one cache
+    length, as a text table: programs without splitting, splits, programs with them, programs per
+    SM, the tile config (default, or wide: one program per SM) and the combine (fused in the last
+    split, or the second kernel). Defaults: an H200 (132 SMs, 2 programs per SM at the bf16
+    d = 128 config), Nq = 1, GQA groups <= 64 rows."""
+    lines = [f"{sms} SMs x {programs_per_sm} programs of the default config; cache of {max_len} keys",
+             f"{'batch':>6} {'kv heads':>9} {'programs':>9} {'splits':>7} {'programs':>9} {'per SM':>7} "
+             f"{'config':>8} {'combine':>8}"]
     for batch, kv_heads in shapes:
-        splits = num_splits(batch, kv_heads, 1, max_len, slots)
-        programs = batch * kv_heads * splits
-        lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {splits:>7} {programs:>9} "
-                     f"{programs / slots:>6.2f} {wave_efficiency(programs, slots):>6.0%}")
+        choice = split_rule(batch, kv_heads, 1, max_len, sms, programs_per_sm)
+        programs = batch * kv_heads * choice.splits
+        combine = "-" if choice.splits == 1 else "fused" if choice.fused else "kernel"
+        lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {choice.splits:>7} {programs:>9} "
+                     f"{programs / sms:>7.2f} {'wide' if choice.wide else 'default':>8} {combine:>8}")
     return "\n".join(lines)
 
 
@@ -58,7 +61,8 @@ def results_table(payload: dict | None = None) -> str:
         fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
         ratio = f"{fd['us'] / sd['us']:>6.2f}x" if "us" in fd and "us" in sd else f"{'-':>7}"
         tb_s = f"{fd['tb_s']:>5.2f}" if "tb_s" in fd else f"{'-':>5}"
-        lines.append(f"{head} {r['num_splits']:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
+        splits = f"{r['num_splits']}{' w' if r.get('wide_config') else ''}"  # w: the wide config
+        lines.append(f"{head} {splits:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
                      f"{pair(fd, sd, 'host_us')} {pair(fd, sd, 'graph_us')}")
     return "\n".join(lines)
 

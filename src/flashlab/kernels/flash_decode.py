@@ -14,11 +14,12 @@ Two changes fill the GPU and read each K/V byte once:
   online softmax (FlashAttention-2 Algorithm 1, inner loop) over its chunk and writes a partial
   ``(o_s, lse_s)`` in fp32, merged exactly as ``flashlab.softmax.combine_states`` does with the
   state ``(m, l, acc) = (lse_s, 1, o_s)``: ``lse = logsumexp_s(lse_s)``,
-  ``o = sum_s exp(lse_s - lse) o_s``. Who merges: by default (``fused_combine``) the last program
-  of a tile to finish, which it learns from an atomic count of finished splits (one launch: at
-  small sizes a second launch costs more host time than the GPU work, benchmarks/NOTES.md);
-  otherwise a second kernel, ``_combine_splits``, one program per query row. With one split the
-  first kernel writes ``o`` and ``lse`` itself and nothing is combined.
+  ``o = sum_s exp(lse_s - lse) o_s``. Who merges (``DecodeConfig.fused_combine``, chosen by the
+  split rule): the last program of a tile to finish, which it learns from an atomic count of
+  finished splits (one launch), loading ``combine_step`` splits' partials at a time so that
+  their latencies overlap; or a second kernel, ``_combine_splits``, one program per query row
+  (above 16 splits, where one program per tile merging them all became the step's tail,
+  benchmarks/NOTES.md). With one split the first kernel writes ``o`` and ``lse`` itself.
 
 Masks: keys at or past ``L_b`` (``cache_seqlens[b]``) are never loaded (masked loads, so a cache
 poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment is bottom-right:
@@ -29,17 +30,20 @@ Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv,
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
 BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
 
-Checked in the kernel, not on the host (a host check would synchronise with the GPU every
-call): a length outside ``Nq..N_max``, or a used table entry outside ``0..num_blocks - 1``, is
-never used to address memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in
-its partial ``lse_s``, and the combine passes any NaN on).
+Checked in the kernel too (``flashlab.decode.flash_decode`` raises on them by default, at the
+cost of a host sync; with ``check_lengths=False`` only this check remains): a length outside
+``Nq..N_max``, or a used table entry outside ``0..num_blocks - 1``, is never used to address
+memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in its partial
+``lse_s``, and the combine passes any NaN on).
 
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
-assumed validated (``flashlab.decode``); the number of splits comes from ``flashlab.decode.num_splits``.
+assumed validated (``flashlab.decode``); the number of splits and the config (default or wide,
+``config_for``) come from ``flashlab.decode.split_rule``.
 The launch plans at the end of the file keep what repeats between calls of one shape.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 from dataclasses import dataclass
@@ -64,9 +68,10 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     fused_combine: bool = True  # the last split of a group combines (one launch); False: a second kernel
+    combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
 
 
-INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1)
+INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
 SMEM_PER_SM = 228 * 1024  # shared memory of one H100/H200 SM, shared by the programs resident on it
 
 
@@ -82,6 +87,18 @@ def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
+def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
+    """The config the split rule asks for (``flashlab.decode.split_rule``): the default, or with
+    ``wide`` twice its K/V tile: at 16-bit, d = 128, BLOCK_N = 128 with 3 stages, 192 KB of shared
+    memory, one program per SM with as many bytes in flight as two default ones (measured on an
+    H200, benchmarks/NOTES.md, call 5). Only there: other head dims and fp32 keep the default
+    (not measured; fp32 would not fit), and so does the interpreter."""
+    config = default_config(head_dim, dtype)
+    if wide and head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter():
+        config = dataclasses.replace(config, block_n=2 * config.block_n)
+    return config if fused_combine else dataclasses.replace(config, fused_combine=False)
+
+
 def programs_per_sm(config: DecodeConfig, head_dim: int, itemsize: int) -> int:
     """How many split-KV programs fit on one SM at once, from the K/V pipeline's shared memory
     (num_stages x (K tile + V tile)) and the 64-warp limit. The split rule counts waves with it."""
@@ -93,6 +110,15 @@ def block_m_for(rows: int) -> int:
     """BLOCK_M for a group of ``rows = GROUP * Nq`` query rows: a power of two in [16, MAX_BLOCK_M]
     (16: the smallest tile ``tl.dot`` takes)."""
     return min(MAX_BLOCK_M, max(16, triton.next_power_of_2(rows)))
+
+
+def combine_step_for(config: DecodeConfig, block_m: int, head_dim: int) -> int:
+    """Splits the fused combine loads per step: ``config.combine_step``, lowered (by powers of two)
+    until its (BLOCK_M, step, HEAD_DIM) fp32 tile takes at most 128 registers per thread."""
+    step = max(1, config.combine_step)
+    while step > 1 and block_m * step * head_dim > 128 * 32 * config.num_warps:
+        step //= 2
+    return step
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,6 +135,7 @@ def _decode_split_kv(
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which chunk of the cache, which (batch, kv head), which rows of the group
@@ -208,23 +235,32 @@ def _decode_split_kv(
             tile = off_zh * tl.num_programs(2) + tl.program_id(2)
             done = tl.atomic_add(Counters + tile, 1, sem="acq_rel", scope="gpu")
             if done == NUM_SPLITS - 1:
-                # -- combine_states over the splits, state (m, l, acc) = (lse_s, 1, o_s), read from L2 (.cg)
+                # -- combine_states over the splits, state (m, l, acc) = (lse_s, 1, o_s), read from L2
+                #    (.cg), COMBINE_STEP splits per step: their loads are independent, so their
+                #    latencies overlap instead of adding up split after split
                 m_c = tl.full([BLOCK_M], float("-inf"), tl.float32)
                 l_c = tl.zeros([BLOCK_M], tl.float32)
                 acc_c = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
                 nan_c = tl.zeros([BLOCK_M], tl.int32)  # splits that flagged a bad length or page
-                for s in range(0, NUM_SPLITS):
-                    lse_s = tl.load(LSEPart + row * NUM_SPLITS + s, mask=row_ok, other=float("-inf"),
-                                    cache_modifier=".cg")  # (BLOCK_M,)
-                    o_s = tl.load(OPart + (row * NUM_SPLITS + s)[:, None] * D_HEAD + offs_d[None, :],
-                                  mask=row_ok[:, None] & d_ok, other=0.0, cache_modifier=".cg")  # (BLOCK_M, HEAD_DIM)
-                    nan_c += (lse_s != lse_s).to(tl.int32)
-                    m_new = tl.maximum(m_c, lse_s)
+                offs_t = tl.arange(0, COMBINE_STEP)
+                for s0 in range(0, NUM_SPLITS, COMBINE_STEP):
+                    offs_s = s0 + offs_t  # (COMBINE_STEP,)
+                    ok = row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS)  # (BLOCK_M, COMBINE_STEP)
+                    part = row[:, None] * NUM_SPLITS + offs_s[None, :]  # (BLOCK_M, COMBINE_STEP)
+                    lse_s = tl.load(LSEPart + part, mask=ok, other=float("-inf"),
+                                    cache_modifier=".cg")  # (BLOCK_M, COMBINE_STEP)
+                    o_s = tl.load(OPart + part[:, :, None] * D_HEAD + offs_d[None, None, :],
+                                  mask=ok[:, :, None] & (offs_d[None, None, :] < D_HEAD), other=0.0,
+                                  cache_modifier=".cg")  # (BLOCK_M, COMBINE_STEP, HEAD_DIM)
+                    flagged = lse_s != lse_s  # (BLOCK_M, COMBINE_STEP) NaN: a bad length or page
+                    nan_c += tl.sum(flagged.to(tl.int32), 1)
+                    lse_s = tl.where(flagged, float("-inf"), lse_s)  # weighed 0 here; NaN set at the end
+                    m_new = tl.maximum(m_c, tl.max(lse_s, 1))  # (BLOCK_M,)
                     m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
                     alpha = tl.exp(m_c - m_new_safe)  # rescale of the state so far
-                    w = tl.exp(lse_s - m_new_safe)  # weight of split s (0 when it saw no key)
-                    l_c = l_c * alpha + w
-                    acc_c = acc_c * alpha[:, None] + w[:, None] * o_s
+                    w = tl.exp(lse_s - m_new_safe[:, None])  # (BLOCK_M, COMBINE_STEP) weights; 0 for empty splits
+                    l_c = l_c * alpha + tl.sum(w, 1)
+                    acc_c = acc_c * alpha[:, None] + tl.sum(w[:, :, None] * o_s, 1)
                     m_c = m_new
                 l_c = tl.where(row_ok, l_c, 1.0)  # padding rows (never stored) saw nothing
                 lse_c = tl.where(nan_c > 0, float("nan"), m_c + tl.log(l_c))
@@ -281,6 +317,8 @@ def _combine_splits(
 SPLIT_KV_PARAMS = tuple(inspect.signature(_decode_split_kv.fn).parameters)  # the kernel's arguments, in order
 assert SPLIT_KV_PARAMS[:11] == ("Q", "K", "V", "SeqLens", "BlockTable", "Out", "LSE", "OPart", "LSEPart",
                                 "Counters", "sm_scale"), SPLIT_KV_PARAMS[:11]
+COMBINE_PARAMS = tuple(inspect.signature(_combine_splits.fn).parameters)
+assert COMBINE_PARAMS[:4] == ("OPart", "LSEPart", "Out", "LSE"), COMBINE_PARAMS[:4]
 MAX_PLANS = 64  # plans kept (each holds its scratch); the cache is emptied when full
 DIRECT_LAUNCH = True  # False: every launch goes through JITFunction (to compare the two paths)
 _PLANS: dict = {}
@@ -333,7 +371,7 @@ class DecodePlan:
         group = H // Hkv
         config = config or default_config(head_dim_padded(d), q.dtype)
         if paged and k.shape[2] < config.block_n:  # a tile must lie within one page
-            config = DecodeConfig(k.shape[2], config.num_warps, config.num_stages, config.fused_combine)
+            config = dataclasses.replace(config, block_n=k.shape[2])
         block_m = block_m_for(group * Nq)
         row_blocks = triton.cdiv(group * Nq, block_m)
         split = num_splits > 1
@@ -360,13 +398,19 @@ class DecodePlan:
                       HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
                       PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1,
                       HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
+                      COMBINE_STEP=combine_step_for(config, block_m, head_dim_padded(d)),
                       DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
         self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors
         self.options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
         self.combine = None if not split or fused else (
-            (B * H * Nq,), dict(H=H, N_Q=Nq, NUM_SPLITS=num_splits, HEAD_DIM=head_dim_padded(d), D_HEAD=d,
-                                BLOCK_S=max(2, triton.next_power_of_2(num_splits)), num_warps=4 if d >= 128 else 2))
+            (B * H * Nq,), dict(OPart=self.o_part, LSEPart=self.lse_part, Out=None, LSE=None,
+                                stride_oz=o_strides[0], stride_oh=o_strides[1], stride_om=o_strides[2],
+                                stride_ok=o_strides[3], H=H, N_Q=Nq, NUM_SPLITS=num_splits,
+                                HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits))),
+            dict(num_warps=4 if d >= 128 else 2))
+        self.combine_kernel = None  # the combine's CompiledKernel and arguments (direct launch), as above
+        self.combine_args = None
         self.direct = q.is_cuda  # the interpreter has no compiled kernel
         self.stream = current_stream(q.get_device())
         self.kernel = None  # the CompiledKernel, after the first launch
@@ -405,9 +449,25 @@ class DecodePlan:
                 self.args = [values[n].data_ptr() if isinstance(values[n], torch.Tensor) else values[n]
                              for n in SPLIT_KV_PARAMS]
         if self.combine is not None:
-            grid, consts = self.combine
-            _combine_splits[grid](self.o_part, self.lse_part, o, lse, *o.stride(), **consts)
+            self._combine(o, lse, ptrs[3], ptrs[4])
         return o, lse
+
+    def _combine(self, o, lse, o_ptr: int, lse_ptr: int) -> None:
+        """The second kernel: merge the splits' partial states into o and lse (directly launched
+        after its first launch, as the split kernel)."""
+        grid, values, options = self.combine
+        if self.combine_args is not None and DIRECT_LAUNCH and _hooks_idle():
+            args = self.combine_args.copy()
+            args[2], args[3] = o_ptr, lse_ptr
+            kernel = self.combine_kernel
+            kernel.run(grid[0], 1, 1, self.stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+            return
+        kernel = _combine_splits[grid](**dict(values, Out=o, LSE=lse), **options)
+        if self.direct and self.combine_args is None and all(
+                hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
+            self.combine_kernel = kernel
+            self.combine_args = [values[n].data_ptr() if isinstance(values[n], torch.Tensor) else
+                                 (o_ptr if n == "Out" else lse_ptr if n == "LSE" else values[n]) for n in COMBINE_PARAMS]
 
 
 def plan_key(q, k, v, seqlens, block_table, causal: bool, num_splits: int, config):
