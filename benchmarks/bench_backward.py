@@ -11,11 +11,12 @@ median of each, then the median over rounds).
 
 Contenders (``--fwd`` / ``--bwd``, ';'-separated):
   forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES`` (the
-            Hopper rung with that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
+            Hopper rung with that config), ``gl`` / ``gl:BN,NBUF`` (the Gluon rung, GQA in the kernel,
+            default or that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
   fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
-            stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
-            atomic dQ; ``tma``: the copy engine's tile reduction)
+            stream), ``fu`` / ``fu:BM,BN,W,S[,tma|tmat]`` (forward rung + the one-pass backward with
+            atomic dQ; ``tma``: the copy engine's tile reduction; ``tmat``: of dQ^T)
 
     python benchmarks/bench_backward.py --rows protocol --head-dims 128 --seq-lens 4096 16384
     python benchmarks/bench_backward.py --rows gqa --seq-lens 2048 8192
@@ -88,7 +89,7 @@ def fwd_flops(row) -> float:
 # ---------------------------------------------------------------- contenders
 
 def _ints(text):
-    return [int(x) for x in text.split(",") if x.strip() and x.strip() != "tma"]
+    return [int(x) for x in text.split(",") if x.strip() and x.strip() not in ("tma", "tmat")]
 
 
 def forward_fn(name: str):
@@ -108,10 +109,15 @@ def forward_fn(name: str):
             return gluon.forward(q, k, v, spec.replace(group=1), spec.scale, checked=True)[0]
 
         return expanded
+    if name == "gl" or name.startswith("gl:"):  # the Gluon rung, kv head indexed in the kernel
+        from flashlab.kernels import flash_fwd_gluon as gluon
+
+        gcfg = gluon.GluonConfig(*_ints(name[3:])) if name.startswith("gl:") else None
+        return lambda q, k, v, spec: gluon.forward(q, k, v, spec, spec.scale, gcfg, checked=True)[0]
     if name.startswith("hf:"):
         cfg = hopper.HopperConfig(*_ints(name[3:]))
         return lambda q, k, v, spec: hopper.forward(q, k, v, spec, None, cfg, checked=True)[0]
-    raise SystemExit(f"--fwd: unknown contender {name!r}; expected cudnn, flashlab or hf:BQ,BK,W,S")
+    raise SystemExit(f"--fwd: unknown contender {name!r}; expected cudnn, flashlab, gl[:BN,NBUF], gx or hf:BQ,BK,W,S")
 
 
 def backward_fn(name: str):
@@ -130,7 +136,8 @@ def backward_fn(name: str):
 
         return two_pass
     if name == "fu" or name.startswith("fu:"):
-        cfg = None if name == "fu" else flash_bwd_hopper.FusedBwdConfig(*_ints(name[3:]), tma_reduce="tma" in name)
+        cfg = None if name == "fu" else flash_bwd_hopper.FusedBwdConfig(
+            *_ints(name[3:]), tma_reduce="tma" in name, transposed_dq="tmat" in name)
         return lambda q, k, v, o, lse, do, spec: flash_bwd_hopper.backward(q, k, v, o, lse, do, spec, config=cfg)
     raise SystemExit(f"--bwd: unknown contender {name!r}")
 
