@@ -15,8 +15,8 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
             default or that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
   fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
-            stream), ``fu`` / ``fu:BM,BN,W,S[,tma|tmat]`` (forward rung + the one-pass backward with
-            atomic dQ; ``tma``: the copy engine's tile reduction; ``tmat``: of dQ^T)
+            stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
+            atomic dQ; ``tma``: the copy engine's tile reduction)
 
     python benchmarks/bench_backward.py --rows protocol --head-dims 128 --seq-lens 4096 16384
     python benchmarks/bench_backward.py --rows gqa --seq-lens 2048 8192
@@ -89,7 +89,7 @@ def fwd_flops(row) -> float:
 # ---------------------------------------------------------------- contenders
 
 def _ints(text):
-    return [int(x) for x in text.split(",") if x.strip() and x.strip() not in ("tma", "tmat")]
+    return [int(x) for x in text.split(",") if x.strip() and x.strip() != "tma"]
 
 
 def forward_fn(name: str):
@@ -136,8 +136,7 @@ def backward_fn(name: str):
 
         return two_pass
     if name == "fu" or name.startswith("fu:"):
-        cfg = None if name == "fu" else flash_bwd_hopper.FusedBwdConfig(
-            *_ints(name[3:]), tma_reduce="tma" in name, transposed_dq="tmat" in name)
+        cfg = None if name == "fu" else flash_bwd_hopper.FusedBwdConfig(*_ints(name[3:]), tma_reduce="tma" in name)
         return lambda q, k, v, o, lse, do, spec: flash_bwd_hopper.backward(q, k, v, o, lse, do, spec, config=cfg)
     raise SystemExit(f"--bwd: unknown contender {name!r}")
 

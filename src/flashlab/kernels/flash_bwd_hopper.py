@@ -49,10 +49,6 @@ class FusedBwdConfig:
     num_warps: int = 8
     num_stages: int = 2
     tma_reduce: bool = False  # dQ partial sums through the copy engine instead of per-element atomics
-    # with tma_reduce: compute dQ_i^T = K_j^T dS_ij^T (d, BLOCK_M) and add it into a transposed
-    # (B*H, d, Nq) buffer, so dS^T stays in the layout the dK product uses (no register transpose);
-    # needs Nq % 4 == 0 (16-byte rows for the copy engine), else the untransposed reduce runs
-    transposed_dq: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n"):
@@ -83,8 +79,7 @@ def _bwd_fused_inner(
     dk, dv, k, v, desc_q, desc_do, desc_dq, DQ, lse_base, delta_base, off_q, offs_n, lo, hi,
     sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, TMA_REDUCE: tl.constexpr, DQ_T: tl.constexpr,
-    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, TMA_REDUCE: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     offs_d = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):  # line 7: for each query block i
@@ -110,14 +105,10 @@ def _bwd_fused_inner(
         # -- dK_j += dS_ij^T Q_i (line 16; the scale is applied once at the end)
         dk = _dot_acc(dsT, q, dk, DOT_F32, DOT_PRECISION)
         # -- dQ_i += scale * dS_ij K_j (line 15): this key block's share, added into fp32
-        if DQ_T:  # its transpose, K_j^T dS_ij^T, into the (B*H, d, Nq) buffer
-            dqT = _dot(tl.trans(k), dsT, DOT_F32, DOT_PRECISION) * sm_scale  # (HEAD_DIM, BLOCK_M)
-            desc_dq.atomic_add([off_q, 0, start_m], dqT.reshape([1, HEAD_DIM, BLOCK_M]))
-        elif TMA_REDUCE:
-            dq = _dot(tl.trans(dsT), k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, HEAD_DIM)
+        dq = _dot(tl.trans(dsT), k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, HEAD_DIM)
+        if TMA_REDUCE:
             desc_dq.atomic_add([off_q, start_m, 0], dq.reshape([1, BLOCK_M, HEAD_DIM]))
         else:
-            dq = _dot(tl.trans(dsT), k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, HEAD_DIM)
             rows = (off_q * N_Q + offs_m).to(tl.int64)
             tl.atomic_add(DQ + rows[:, None] * HEAD_DIM + offs_d[None, :], dq, mask=row_ok[:, None], sem="relaxed")
     return dk, dv
@@ -128,7 +119,7 @@ def _bwd_fused(
     desc_q, desc_k, desc_v, desc_do, desc_dq, DQ, LSE, Delta, DK, DV, sm_scale,
     H, GROUP, N_Q, N_K, DIAG, WINDOW,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA_REDUCE: tl.constexpr, DQ_T: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, TMA_REDUCE: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- key/value block j and (batch, kv head) of this program (line 5)
@@ -153,7 +144,7 @@ def _bwd_fused(
             stage_lo, stage_hi = stage_range(stage, lo, full_lo, full_hi, hi)
             dk, dv = _bwd_fused_inner(dk, dv, k, v, desc_q, desc_do, desc_dq, DQ, lse_base, delta_base, off_q,
                                       offs_n, stage_lo, stage_hi, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
-                                      HEAD_DIM, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, TMA_REDUCE, DQ_T,
+                                      HEAD_DIM, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, TMA_REDUCE,
                                       DOT_F32, DOT_PRECISION)
     # -- write dK_j, dV_j (line 20)
     dk = dk * sm_scale
@@ -203,20 +194,17 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Fu
     do3 = do.contiguous().view(B * H, n_q, d)  # (B*H, Nq, d)
     k3 = k.contiguous().view(B * h_kv, n_k, d)  # (B*Hkv, Nk, d)
     v3 = v.contiguous().view(B * h_kv, n_k, d)  # (B*Hkv, Nk, d)
-    tma_reduce = cfg.tma_reduce and not _mode.is_interpreter()  # the interpreter has no tile reduction
-    dq_t = tma_reduce and cfg.transposed_dq and n_q % 4 == 0
-    dq_shape = (B * H, d, n_q) if dq_t else (B * H, n_q, d)
-    dq_acc = torch.zeros(dq_shape, dtype=torch.float32, device=q.device)  # (B*H, Nq, d) or (B*H, d, Nq): sums
+    dq_acc = torch.zeros((B * H, n_q, d), dtype=torch.float32, device=q.device)  # (B*H, Nq, d), atomics add here
     dk = new_output((B, h_kv, n_k, d), k.dtype, k.device)  # (B, Hkv, Nk, d)
     dv = new_output((B, h_kv, n_k, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
     box_m, box_n = [1, cfg.block_m, d], [1, cfg.block_n, d]
+    tma_reduce = cfg.tma_reduce and not _mode.is_interpreter()  # the interpreter has no tile reduction
     _bwd_fused[(triton.cdiv(n_k, cfg.block_n), B * h_kv)](
         TensorDescriptor.from_tensor(q3, box_m), TensorDescriptor.from_tensor(k3, box_n),
         TensorDescriptor.from_tensor(v3, box_n), TensorDescriptor.from_tensor(do3, box_m),
-        TensorDescriptor.from_tensor(dq_acc, [1, d, cfg.block_m] if dq_t else box_m), dq_acc, lse.contiguous(), delta, dk, dv, scale,
+        TensorDescriptor.from_tensor(dq_acc, box_m), dq_acc, lse.contiguous(), delta, dk, dv, scale,
         H, H // h_kv, n_q, n_k, **spec.kernel_args(n_q, n_k), HEAD_DIM=d, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n, TMA_REDUCE=tma_reduce, DQ_T=dq_t, DOT_F32=_mode.dot_upcast(q.dtype),
+        BLOCK_N=cfg.block_n, TMA_REDUCE=tma_reduce, DOT_F32=_mode.dot_upcast(q.dtype),
         DOT_PRECISION=dot_precision(q.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    dq = new_output((B, H, n_q, d), q.dtype, q.device)  # (B, H, Nq, d)
-    dq.view(B * H, n_q, d).copy_(dq_acc.transpose(1, 2) if dq_t else dq_acc)  # one cast (and transpose)
+    dq = dq_acc.view(B, H, n_q, d).to(q.dtype)  # (B, H, Nq, d)
     return dq, dk, dv
