@@ -13,7 +13,8 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
   forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES`` (the
             Hopper rung with that config), ``gl`` / ``gl:BN,NBUF`` (the Gluon rung, GQA in the kernel,
             default or that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
-  fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
+  fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd; ``flashlab:1s`` with its dQ kernel on
+            the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
             stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
             atomic dQ; ``tma``: the copy engine's tile reduction)
@@ -26,6 +27,7 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from dataclasses import replace
 import os
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 TOKENS, MODEL_DIM = 16384, 2048
+PROFILE_HOST = False  # --profile-host: cProfile each contender's host path (results: host_profile)
 PROTOCOL = {
     "rows": "protocol: B = 16384 // N, H = 2048 // d, Hkv = H; gqa: B = 1, H = 32, Hkv = 8, d = 128",
     "flops_forward": "4*B*H*N^2*d, halved when causal", "flops_forward_backward": "3.5 x forward",
@@ -62,6 +65,7 @@ def parse(argv):
     p.add_argument("--cancellation", action="store_true", help="only the one-visible-key gradient check")
     p.add_argument("--precompile", type=int, default=0, help="compile every contender first in N processes")
     p.add_argument("--precompile-only", action="store_true", help="with --precompile: compile, time nothing")
+    p.add_argument("--profile-host", action="store_true", help="record each contender's top host functions")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--out", type=Path, default=_common.REPO / "benchmarks" / "results" / "bench_backward.json")
     return p.parse_args(argv)
@@ -154,13 +158,20 @@ def step_fn(name: str):
     """(q, k, v, do, spec) -> grads: one forward+backward of contender ``name``."""
     import torch
 
-    if name in ("cudnn", "flashlab"):
+    if name in ("cudnn", "flashlab", "flashlab:1s"):
+        from flashlab.kernels import flash_bwd
         from flashlab.kernels.attention import flash_attention
 
         fwd = _cudnn if name == "cudnn" else (lambda q, k, v, spec: flash_attention(q, k, v, spec.causal, spec.scale))
+        rule = flash_bwd.concurrent_dq
 
         def step(q, k, v, do, spec):
-            return torch.autograd.grad(fwd(q, k, v, spec), (q, k, v), do)
+            if name == "flashlab:1s":  # the library path with its dQ kernel on the one stream
+                flash_bwd.concurrent_dq = lambda *args: False
+            try:
+                return torch.autograd.grad(fwd(q, k, v, spec), (q, k, v), do)
+            finally:
+                flash_bwd.concurrent_dq = rule
 
         return step
     from flashlab.kernels.attention import best_forward
@@ -232,6 +243,49 @@ def bench_ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=20, rep=60, return_mode="median"))
 
 
+def host_time(f, key, tensors, spec, calls: int = 30) -> tuple[float, float]:
+    """(host, wall) microseconds per call over ``calls`` back-to-back calls: host until the last
+    call returns (nothing waits for the GPU), wall until the GPU is done. host >= the GPU's time:
+    the row measures the launch path, not the kernels."""
+    import torch
+
+    q, k, v, do = tensors
+    run = (lambda: f(q, k, v, spec)) if key == "fwd" else (lambda: f(q, k, v, do, spec))
+    with torch.no_grad() if key == "fwd" else contextlib.nullcontext():
+        for _ in range(3):
+            run()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+    return round((t1 - t0) / calls * 1e6, 1), round((t2 - t0) / calls * 1e6, 1)
+
+
+def host_profile(f, key, tensors, spec, calls: int = 30, top: int = 25) -> list[str]:
+    """The ``top`` functions by own host time over ``calls`` calls (cProfile), one line each."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    q, k, v, do = tensors
+    run = (lambda: f(q, k, v, spec)) if key == "fwd" else (lambda: f(q, k, v, do, spec))
+    prof = cProfile.Profile()
+    with torch.no_grad() if key == "fwd" else contextlib.nullcontext():
+        prof.enable()
+        for _ in range(calls):
+            run()
+        prof.disable()
+        torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return [line for line in text.getvalue().splitlines() if line.strip()][-top - 1:]
+
+
 def run_row(row, fwd_names, bwd_names, rounds) -> dict:
     import torch
 
@@ -273,6 +327,16 @@ def run_row(row, fwd_names, bwd_names, rounds) -> dict:
                     res["ms_rounds"].append(bench_ms(lambda: f(q, k, v, do, spec)))
             except Exception as exc:  # noqa: BLE001
                 res["status"], res["error"] = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
+    for key, name, res in timers:  # the host's time per call, to tell launch-bound rows apart
+        if res["status"] == "ok":
+            try:
+                res["host_us"], res["wall_us"] = host_time(forward_fn(name) if key == "fwd" else step_fn(name),
+                                                           key, (q, k, v, do), spec)
+                if PROFILE_HOST and name != "cudnn":
+                    res["host_profile"] = host_profile(forward_fn(name) if key == "fwd" else step_fn(name),
+                                                       key, (q, k, v, do), spec)
+            except Exception as exc:  # noqa: BLE001
+                res["host_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     for key, name, res in timers:
         if res["ms_rounds"]:
             res["ms"] = statistics.median(res["ms_rounds"])
@@ -292,6 +356,8 @@ def fmt(row) -> str:
     for key in ("fwd", "fwdbwd"):
         for name, res in row[key].items():
             val = f"{res['tflops']:.0f} ({res.get('ratio_cudnn', 0):.2f})" if res.get("tflops") else res["status"]
+            if "host_us" in res:
+                val += f" [{res.get('ms', 0) * 1e3:.0f} us GPU, host {res['host_us']:.0f} us/call]"
             parts.append(f"{key}:{name}={val}")
     return head + "\n    " + "\n    ".join(parts)
 
@@ -363,7 +429,9 @@ def precompile(rows, fwd_names, bwd_names, workers) -> list[str]:
 
 
 def main(argv=None) -> int:
+    global PROFILE_HOST
     args = parse(argv)
+    PROFILE_HOST = args.profile_host
     rows = rows_for(args)
     fwd_names = [x.strip() for x in args.fwd.split(";") if x.strip()]
     bwd_names = [x.strip() for x in args.bwd.split(";") if x.strip()]
