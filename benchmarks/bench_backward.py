@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 TOKENS, MODEL_DIM = 16384, 2048
+AUTOGRAD = ("cudnn", "flashlab", "flashlab:1s")  # fwd+bwd contenders that run through autograd (inputs need grad)
 PROFILE_HOST = False  # --profile-host: cProfile each contender's host path (results: host_profile)
 PROTOCOL = {
     "rows": "protocol: B = 16384 // N, H = 2048 // d, Hkv = H; gqa: B = 1, H = 32, Hkv = 8, d = 128",
@@ -158,7 +159,7 @@ def step_fn(name: str):
     """(q, k, v, do, spec) -> grads: one forward+backward of contender ``name``."""
     import torch
 
-    if name in ("cudnn", "flashlab", "flashlab:1s"):
+    if name in AUTOGRAD:
         from flashlab.kernels import flash_bwd
         from flashlab.kernels.attention import flash_attention
 
@@ -209,7 +210,7 @@ def check(row, kind, name, seed) -> dict:
     """Fresh inputs; output (and gradients) of batch 0, kv head 0's query heads vs float32."""
     import torch
 
-    q, k, v, do = make_inputs(row, seed, grad=(kind == "bwd" and name in ("cudnn", "flashlab")))
+    q, k, v, do = make_inputs(row, seed, grad=(kind == "bwd" and name in AUTOGRAD))
     spec, group = spec_of(row), row["h"] // row["hkv"]
     sl_q, sl_kv = (slice(0, 1), slice(0, group)), (slice(0, 1), slice(0, 1))
     leaves = [q.detach()[sl_q].float(), k.detach()[sl_kv].float(), v.detach()[sl_kv].float()]
@@ -405,7 +406,7 @@ def _precompile_one(job):
     row, kind, name = job
     t0 = time.time()
     try:
-        q, k, v, do = make_inputs(row, seed=3, grad=(kind == "bwd" and name in ("cudnn", "flashlab")))
+        q, k, v, do = make_inputs(row, seed=3, grad=(kind == "bwd" and name in AUTOGRAD))
         if kind == "fwd":
             with torch.no_grad():
                 forward_fn(name)(q, k, v, spec_of(row))

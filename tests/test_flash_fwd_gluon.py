@@ -150,9 +150,12 @@ def test_gluon_rung_matches_reference_on_gpu(dtype, causal, d, Nq, Nk, block_n, 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("_poison")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal):
+def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal, monkeypatch):
     from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
 
+    # a small batch, so that the float64 reference stays small: the work rule set aside here
+    # (PREFERRED_MIN_FLOPS is about launch overhead, not about what the rung computes)
+    monkeypatch.setattr(fg, "PREFERRED_MIN_FLOPS", 0)
     seed = 2048 + int(causal)
     g = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(1, 2, 2048, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
@@ -262,19 +265,22 @@ def test_gluon_compiles_the_shared_loop_bounds_to_the_numpy_models_numbers():
 
 def test_dispatch_prefers_the_gluon_rung_for_ragged_keys_and_grouped_heads(monkeypatch):
     """Per-head descriptors zero-fill a short last key tile and GQA is indexed in the kernel, so
-    flash_attention's choice depends on the shape rule only (d, Nq, Nk), not on Nk % block_n or Hkv."""
+    flash_attention's choice depends on the shape and the work (d, Nq, Nk, FLOPs), not on
+    Nk % block_n or Hkv."""
     import torch
 
     from flashlab.kernels import flash_fwd_gluon
 
     monkeypatch.setattr(flash_fwd_gluon, "_runs_here", lambda q: True)
-    q = torch.empty(1, 8, 4096, 128, dtype=torch.float16)
+    q = torch.empty(1, 32, 4096, 128, dtype=torch.float16)  # the GQA rows: B = 1, H = 32, Hkv = 8
     block_n = flash_fwd_gluon.default_config(128, False).block_n
     ragged = torch.empty(1, 8, 32 * block_n + 1, 128, dtype=torch.float16)
-    grouped = torch.empty(1, 2, 4096, 128, dtype=torch.float16)
+    grouped = torch.empty(1, 8, 4096, 128, dtype=torch.float16)
     assert flash_fwd_gluon.preferred(q, ragged, False) and flash_fwd_gluon.preferred(q, grouped, True)
     assert not flash_fwd_gluon.preferred(q[:, :, :1024], grouped, True)  # causal below PREFERRED_MIN_N
     assert not flash_fwd_gluon.preferred(q[..., :64], grouped[..., :64], False)  # d = 64: v4 is faster
+    # N = 2048 causal: 3.4e10 FLOP, a ~0.1 ms kernel, where v5's longer launch path made v4 faster
+    assert not flash_fwd_gluon.preferred(q[:, :, :2048], grouped[:, :, :2048], True)
 
 
 @gpu

@@ -92,6 +92,13 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], GluonConfig] = {}
 # (non-causal) and N = 2048 (causal); at N = 512, and at d = 64, the Hopper rung is as fast or faster.
 PREFERRED_HEAD_DIMS = (128,)
 PREFERRED_MIN_N = {False: 1024, True: 2048}
+# ... and at least this many forward FLOPs (4*B*H*Nq*Nk*d, halved when causal). This rung's host
+# launch path (Gluon descriptors, ~120 us per call on the H200's host) is ~50 us longer than
+# v4's (~70 us): on GQA (B = 1, H = 32, Hkv = 8) causal rows v4 was faster in the median at
+# N = 2048 (3.4e10 FLOP, a ~0.1 ms kernel, launch-bound: 0.112 vs 0.200 ms) and v5 from N = 4096
+# (1.4e11 FLOP: 0.272 vs 0.319 ms); every MHA row of the protocol where the shape rule picks v5
+# has >= 1.4e11 (benchmarks/results/bench_backward_call4_gqa.json, NOTES.md "Backward and GQA")
+PREFERRED_MIN_FLOPS = 1e11
 
 
 def default_config(head_dim: int, causal: bool) -> GluonConfig:
@@ -379,13 +386,15 @@ def supports(q, k, v, causal: bool = False) -> bool:
 
 def preferred(q, k, causal: bool) -> bool:
     """True where ``flash_attention`` uses this rung: it is supported and measured faster there
-    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N). Inputs must have passed
+    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N, PREFERRED_MIN_FLOPS). Inputs must have passed
     ``attention.check_inputs``; only what that leaves open is tested (this runs on every call)."""
     import torch
 
     # any Nk: a short last key tile is zero-filled by the copy engine (per-head descriptors), and
     # grouped-query attention (Hkv < H) is indexed in the kernel, so neither needs a check here
-    return (prefers_shape(q.shape[3], q.shape[2], k.shape[2], causal)
+    B, H, n_q, d = q.shape
+    flops = 4.0 * B * H * n_q * k.shape[2] * d / (2 if causal else 1)
+    return (prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS
             and q.dtype in (torch.float16, torch.bfloat16) and _runs_here(q))
 
 
