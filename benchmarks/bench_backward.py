@@ -11,8 +11,10 @@ median of each, then the median over rounds).
 
 Contenders (``--fwd`` / ``--bwd``, ';'-separated):
   forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES`` (the
-            Hopper rung with that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
-  fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
+            Hopper rung with that config), ``gl`` / ``gl:BN,NBUF`` (the Gluon rung, GQA in the kernel,
+            default or that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
+  fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd; ``flashlab:1s`` with its dQ kernel on
+            the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
             stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
             atomic dQ; ``tma``: the copy engine's tile reduction)
@@ -25,6 +27,7 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from dataclasses import replace
 import os
@@ -38,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 TOKENS, MODEL_DIM = 16384, 2048
+AUTOGRAD = ("cudnn", "flashlab", "flashlab:1s")  # fwd+bwd contenders that run through autograd (inputs need grad)
+PROFILE_HOST = False  # --profile-host: cProfile each contender's host path (results: host_profile)
 PROTOCOL = {
     "rows": "protocol: B = 16384 // N, H = 2048 // d, Hkv = H; gqa: B = 1, H = 32, Hkv = 8, d = 128",
     "flops_forward": "4*B*H*N^2*d, halved when causal", "flops_forward_backward": "3.5 x forward",
@@ -61,6 +66,7 @@ def parse(argv):
     p.add_argument("--cancellation", action="store_true", help="only the one-visible-key gradient check")
     p.add_argument("--precompile", type=int, default=0, help="compile every contender first in N processes")
     p.add_argument("--precompile-only", action="store_true", help="with --precompile: compile, time nothing")
+    p.add_argument("--profile-host", action="store_true", help="record each contender's top host functions")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--out", type=Path, default=_common.REPO / "benchmarks" / "results" / "bench_backward.json")
     return p.parse_args(argv)
@@ -108,10 +114,15 @@ def forward_fn(name: str):
             return gluon.forward(q, k, v, spec.replace(group=1), spec.scale, checked=True)[0]
 
         return expanded
+    if name == "gl" or name.startswith("gl:"):  # the Gluon rung, kv head indexed in the kernel
+        from flashlab.kernels import flash_fwd_gluon as gluon
+
+        gcfg = gluon.GluonConfig(*_ints(name[3:])) if name.startswith("gl:") else None
+        return lambda q, k, v, spec: gluon.forward(q, k, v, spec, spec.scale, gcfg, checked=True)[0]
     if name.startswith("hf:"):
         cfg = hopper.HopperConfig(*_ints(name[3:]))
         return lambda q, k, v, spec: hopper.forward(q, k, v, spec, None, cfg, checked=True)[0]
-    raise SystemExit(f"--fwd: unknown contender {name!r}; expected cudnn, flashlab or hf:BQ,BK,W,S")
+    raise SystemExit(f"--fwd: unknown contender {name!r}; expected cudnn, flashlab, gl[:BN,NBUF], gx or hf:BQ,BK,W,S")
 
 
 def backward_fn(name: str):
@@ -148,13 +159,20 @@ def step_fn(name: str):
     """(q, k, v, do, spec) -> grads: one forward+backward of contender ``name``."""
     import torch
 
-    if name in ("cudnn", "flashlab"):
+    if name in AUTOGRAD:
+        from flashlab.kernels import flash_bwd
         from flashlab.kernels.attention import flash_attention
 
         fwd = _cudnn if name == "cudnn" else (lambda q, k, v, spec: flash_attention(q, k, v, spec.causal, spec.scale))
+        rule = flash_bwd.concurrent_dq
 
         def step(q, k, v, do, spec):
-            return torch.autograd.grad(fwd(q, k, v, spec), (q, k, v), do)
+            if name == "flashlab:1s":  # the library path with its dQ kernel on the one stream
+                flash_bwd.concurrent_dq = lambda *args: False
+            try:
+                return torch.autograd.grad(fwd(q, k, v, spec), (q, k, v), do)
+            finally:
+                flash_bwd.concurrent_dq = rule
 
         return step
     from flashlab.kernels.attention import best_forward
@@ -192,7 +210,7 @@ def check(row, kind, name, seed) -> dict:
     """Fresh inputs; output (and gradients) of batch 0, kv head 0's query heads vs float32."""
     import torch
 
-    q, k, v, do = make_inputs(row, seed, grad=(kind == "bwd" and name in ("cudnn", "flashlab")))
+    q, k, v, do = make_inputs(row, seed, grad=(kind == "bwd" and name in AUTOGRAD))
     spec, group = spec_of(row), row["h"] // row["hkv"]
     sl_q, sl_kv = (slice(0, 1), slice(0, group)), (slice(0, 1), slice(0, 1))
     leaves = [q.detach()[sl_q].float(), k.detach()[sl_kv].float(), v.detach()[sl_kv].float()]
@@ -224,6 +242,49 @@ def bench_ms(fn) -> float:
     import triton
 
     return float(triton.testing.do_bench(fn, warmup=20, rep=60, return_mode="median"))
+
+
+def host_time(f, key, tensors, spec, calls: int = 30) -> tuple[float, float]:
+    """(host, wall) microseconds per call over ``calls`` back-to-back calls: host until the last
+    call returns (nothing waits for the GPU), wall until the GPU is done. host >= the GPU's time:
+    the row measures the launch path, not the kernels."""
+    import torch
+
+    q, k, v, do = tensors
+    run = (lambda: f(q, k, v, spec)) if key == "fwd" else (lambda: f(q, k, v, do, spec))
+    with torch.no_grad() if key == "fwd" else contextlib.nullcontext():
+        for _ in range(3):
+            run()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+    return round((t1 - t0) / calls * 1e6, 1), round((t2 - t0) / calls * 1e6, 1)
+
+
+def host_profile(f, key, tensors, spec, calls: int = 30, top: int = 25) -> list[str]:
+    """The ``top`` functions by own host time over ``calls`` calls (cProfile), one line each."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    q, k, v, do = tensors
+    run = (lambda: f(q, k, v, spec)) if key == "fwd" else (lambda: f(q, k, v, do, spec))
+    prof = cProfile.Profile()
+    with torch.no_grad() if key == "fwd" else contextlib.nullcontext():
+        prof.enable()
+        for _ in range(calls):
+            run()
+        prof.disable()
+        torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return [line for line in text.getvalue().splitlines() if line.strip()][-top - 1:]
 
 
 def run_row(row, fwd_names, bwd_names, rounds) -> dict:
@@ -267,6 +328,16 @@ def run_row(row, fwd_names, bwd_names, rounds) -> dict:
                     res["ms_rounds"].append(bench_ms(lambda: f(q, k, v, do, spec)))
             except Exception as exc:  # noqa: BLE001
                 res["status"], res["error"] = "error", f"{type(exc).__name__}: {str(exc)[:300]}"
+    for key, name, res in timers:  # the host's time per call, to tell launch-bound rows apart
+        if res["status"] == "ok":
+            try:
+                res["host_us"], res["wall_us"] = host_time(forward_fn(name) if key == "fwd" else step_fn(name),
+                                                           key, (q, k, v, do), spec)
+                if PROFILE_HOST and name != "cudnn":
+                    res["host_profile"] = host_profile(forward_fn(name) if key == "fwd" else step_fn(name),
+                                                       key, (q, k, v, do), spec)
+            except Exception as exc:  # noqa: BLE001
+                res["host_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     for key, name, res in timers:
         if res["ms_rounds"]:
             res["ms"] = statistics.median(res["ms_rounds"])
@@ -286,6 +357,8 @@ def fmt(row) -> str:
     for key in ("fwd", "fwdbwd"):
         for name, res in row[key].items():
             val = f"{res['tflops']:.0f} ({res.get('ratio_cudnn', 0):.2f})" if res.get("tflops") else res["status"]
+            if "host_us" in res:
+                val += f" [{res.get('ms', 0) * 1e3:.0f} us GPU, host {res['host_us']:.0f} us/call]"
             parts.append(f"{key}:{name}={val}")
     return head + "\n    " + "\n    ".join(parts)
 
@@ -333,7 +406,7 @@ def _precompile_one(job):
     row, kind, name = job
     t0 = time.time()
     try:
-        q, k, v, do = make_inputs(row, seed=3, grad=(kind == "bwd" and name in ("cudnn", "flashlab")))
+        q, k, v, do = make_inputs(row, seed=3, grad=(kind == "bwd" and name in AUTOGRAD))
         if kind == "fwd":
             with torch.no_grad():
                 forward_fn(name)(q, k, v, spec_of(row))
@@ -357,7 +430,9 @@ def precompile(rows, fwd_names, bwd_names, workers) -> list[str]:
 
 
 def main(argv=None) -> int:
+    global PROFILE_HOST
     args = parse(argv)
+    PROFILE_HOST = args.profile_host
     rows = rows_for(args)
     fwd_names = [x.strip() for x in args.fwd.split(";") if x.strip()]
     bwd_names = [x.strip() for x in args.bwd.split(";") if x.strip()]

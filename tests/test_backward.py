@@ -184,3 +184,29 @@ def test_concurrent_dq_stream_gives_the_same_gradients_as_one_stream():
     two = flash_bwd.backward(q, k, v, o, lse, do, True, config=replace(cfg, concurrent=True))
     for name, a, b in zip(("dq", "dk", "dv"), one, two):
         assert torch.equal(a, b), f"{name} differs with the dQ kernel on a second stream"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the copy engine's tile reduction needs a CUDA GPU")
+@pytest.mark.parametrize("reduce", ["atomics", "tma"])
+@pytest.mark.parametrize("nq, nk, causal", [(1000, 1000, True), (333, 517, False), (130, 64, True)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_one_pass_backward_dq_reductions_match_float64_on_gpu(reduce, nq, nk, causal, d):
+    # the two ways bwd_fused adds dQ's per-key-block shares (relaxed atomics, the copy engine's
+    # tile reduce) on GQA inputs, ragged Nq and Nk included
+    from flashlab.kernels import flash_bwd_hopper, flash_fwd_hopper
+    from flashlab.kernels.attention import allowed_error, attention_reference, max_error
+
+    cfg = flash_bwd_hopper.FusedBwdConfig(64, 128, 8, 2, tma_reduce=reduce != "atomics")
+    g = torch.Generator(device="cuda").manual_seed(nq + nk + d)
+    q, do = (torch.randn(2, 4, nq, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 2, nk, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
+    o, lse = flash_fwd_hopper.forward(q, k, v, causal)
+    grads = flash_bwd_hopper.backward(q, k, v, o, lse, do, causal, config=cfg)
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    same = [t.clone().requires_grad_() for t in (q, k, v)]
+    attention_reference(*ref, causal=causal).backward(do.double())
+    attention_reference(*same, causal=causal, upcast=False).backward(do)
+    for name, got, r, p in zip("qkv", grads, ref, same):
+        err, allowed = max_error(got, r.grad), allowed_error(r.grad, p.grad, ref[2].grad if name == "k" else None)
+        assert err <= allowed, f"d{name} error {err:.3g} > allowed {allowed:.3g} ({reduce}, Nq={nq}, Nk={nk})"

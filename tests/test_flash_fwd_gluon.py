@@ -71,7 +71,7 @@ def test_smem_model_counts_q_and_both_rings():
 
 @pytest.mark.parametrize("change, match", [
     (lambda q, k, v: (q.float(), k.float(), v.float()), "float16 or bfloat16"),
-    (lambda q, k, v: (q, k[:, :1], v[:, :1]), r"\(B, H\) must match"),
+    (lambda q, k, v: (torch.cat([q, q[:, :1]], 1), k, v), "divides q's H"),  # H = 3, Hkv = 2
     (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), "head dim d=32"),
     (lambda q, k, v: (q[0], k, v), "q.shape"),
 ])
@@ -150,9 +150,12 @@ def test_gluon_rung_matches_reference_on_gpu(dtype, causal, d, Nq, Nk, block_n, 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("_poison")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal):
+def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal, monkeypatch):
     from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
 
+    # a small batch, so that the float64 reference stays small: the work rule set aside here
+    # (PREFERRED_MIN_FLOPS is about launch overhead, not about what the rung computes)
+    monkeypatch.setattr(fg, "PREFERRED_MIN_FLOPS", 0)
     seed = 2048 + int(causal)
     g = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(1, 2, 2048, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(3))
@@ -166,8 +169,8 @@ def test_flash_attention_uses_gluon_rung_where_preferred_and_trains(causal):
     assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in leaves), f"seed={seed}"
 
 
-# Nk is a multiple of every block_n: a ragged key tail would be read from the next head's rows
-# (masked, but a NaN planted there would leak in through P V), as in tests/test_visibility.py
+# Nk is a multiple of every block_n here (ragged key lengths: the GQA test at the end), so each case
+# plants NaN only in key blocks no query block visits, as in tests/test_visibility.py
 SPEC_CASES = [  # Nq, Nk, spec
     (128, 1024, "bottom_right", 100),  # one query block: key blocks below the window never loaded
     (300, 1024, "bottom_right", None),  # causal bottom-right: the first 724 keys seen by every row
@@ -260,17 +263,53 @@ def test_gluon_compiles_the_shared_loop_bounds_to_the_numpy_models_numbers():
     assert checked > 40
 
 
-def test_dispatch_keeps_a_ragged_key_length_off_the_gluon_rung(monkeypatch):
-    """The Gluon rung reads K and V through (B*H*N, d) views: a short last key tile would read the
-    next head's rows, so flash_attention chooses it only when Nk fills whole key blocks."""
+def test_dispatch_prefers_the_gluon_rung_for_ragged_keys_and_grouped_heads(monkeypatch):
+    """Per-head descriptors zero-fill a short last key tile and GQA is indexed in the kernel, so
+    flash_attention's choice depends on the shape and the work (d, Nq, Nk, FLOPs), not on
+    Nk % block_n or Hkv."""
     import torch
 
     from flashlab.kernels import flash_fwd_gluon
 
     monkeypatch.setattr(flash_fwd_gluon, "_runs_here", lambda q: True)
-    q = torch.empty(1, 2, 4096, 128, dtype=torch.float16)
+    q = torch.empty(1, 32, 4096, 128, dtype=torch.float16)  # the GQA rows: B = 1, H = 32, Hkv = 8
     block_n = flash_fwd_gluon.default_config(128, False).block_n
-    whole = torch.empty(1, 2, 32 * block_n, 128, dtype=torch.float16)
-    ragged = torch.empty(1, 2, 32 * block_n + 1, 128, dtype=torch.float16)
-    assert flash_fwd_gluon.preferred(q, whole, False)
-    assert not flash_fwd_gluon.preferred(q, ragged, False)
+    ragged = torch.empty(1, 8, 32 * block_n + 1, 128, dtype=torch.float16)
+    grouped = torch.empty(1, 8, 4096, 128, dtype=torch.float16)
+    assert flash_fwd_gluon.preferred(q, ragged, False) and flash_fwd_gluon.preferred(q, grouped, True)
+    assert not flash_fwd_gluon.preferred(q[:, :, :1024], grouped, True)  # causal below PREFERRED_MIN_N
+    assert not flash_fwd_gluon.preferred(q[..., :64], grouped[..., :64], False)  # d = 64: v4 is faster
+    # N = 2048 causal: 3.4e10 FLOP, a ~0.1 ms kernel, where v5's longer launch path made v4 faster
+    assert not flash_fwd_gluon.preferred(q[:, :, :2048], grouped[:, :, :2048], True)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("Nq, Nk", [(300, 300), (129, 1000), (1024, 1024)])
+@pytest.mark.parametrize("block_n, nbuf", [(128, 2), (64, 3)])
+def test_gluon_rung_reads_each_query_heads_kv_head_and_no_other(dtype, causal, d, Nq, Nk, block_n, nbuf):
+    """GQA (H = 8, Hkv = 2) with a ragged Nk: kv head 1 is all NaN, so the query heads of kv
+    head 0 are right only if no tile of theirs reads past their kv head's last key row."""
+    from flashlab.kernels.attention import allowed_error, attention_reference, max_error
+
+    seed = 3 * Nq + 5 * Nk + d + block_n + int(causal)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(2, 8, Nq, d, device="cuda", generator=g).to(dtype)  # (B, H, Nq, d)
+    k, v = (torch.randn(2, 2, Nk, d, device="cuda", generator=g).to(dtype) for _ in range(2))  # (B, Hkv, Nk, d)
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[:, 1], v_nan[:, 1] = float("nan"), float("nan")
+    o, lse = fg.forward(q, k_nan, v_nan, causal, config=fg.GluonConfig(block_n, nbuf))
+    # query heads 0..3 read kv head 0: against attention on k, v expanded to 8 heads
+    k8, v8 = (t.repeat_interleave(4, dim=1)[:, :4] for t in (k, v))  # (B, 4, Nk, d)
+    ref = attention_reference(q[:, :4].double(), k8.double(), v8.double(), causal=causal)
+    pt = attention_reference(q[:, :4], k8, v8, causal=causal, upcast=False)
+    assert max_error(o[:, :4], ref) <= allowed_error(ref, pt), f"seed={seed}: error {max_error(o[:, :4], ref):.3g}"
+    assert torch.isnan(o[:, 4:]).all(), f"seed={seed}: query heads of the NaN kv head should be NaN"
+    s = q[:, :4].double() @ k8.double().transpose(-2, -1) / d**0.5  # (2, 4, Nq, Nk)
+    if causal:
+        s = s.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+    assert max_error(lse[:, :4], torch.logsumexp(s, -1)) < 1e-3, f"seed={seed}: lse"

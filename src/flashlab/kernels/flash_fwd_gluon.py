@@ -23,9 +23,12 @@ partitions of warps at once (``gl.warp_specialize``):
   its softmax the other's products can use the tensor cores. Measured on an H200: 1.16x to 1.25x
   the v4_hopper rung at d = 128, N >= 4096 (benchmarks/NOTES.md, call 12).
 
-Layout and masking as the ``v4_hopper`` rung (``flash_fwd_hopper.py``): q, k, v are viewed as
-(B*H*N, d) rows; a tile past the end of one head reads rows of the next head (or zeros past the
-end of the tensor), masked to a large negative score; query rows past Nq are never stored.
+Layout and masking as the ``v4_hopper`` rung (``flash_fwd_hopper.py``): q is viewed as
+(B*H, Nq, d) and k, v as (B*Hkv, Nk, d), one 3-D tensor descriptor each with a (1, rows, d) box;
+the copy engine zero-fills a tile past the end of a head (never the next head's rows), those key
+columns are masked to a large negative score and those query rows are never stored, so any Nq, Nk
+works. Grouped-query attention (Hkv < H): query head h reads kv head h // (H // Hkv), indexed in
+the kernel; k and v are never expanded.
 Which keys a query sees is an :class:`flashlab.attnspec.AttnSpec`: dense, causal with either
 alignment (``causal_align``), a sliding ``window`` (``SUPPORTED_OPTIONS``). The loop bounds and
 the mask are those of every other rung: the kernel calls the Triton functions
@@ -89,6 +92,13 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], GluonConfig] = {}
 # (non-causal) and N = 2048 (causal); at N = 512, and at d = 64, the Hopper rung is as fast or faster.
 PREFERRED_HEAD_DIMS = (128,)
 PREFERRED_MIN_N = {False: 1024, True: 2048}
+# ... and at least this many forward FLOPs (4*B*H*Nq*Nk*d, halved when causal). This rung's host
+# launch path (Gluon descriptors, ~120 us per call on the H200's host) is ~50 us longer than
+# v4's (~70 us): on GQA (B = 1, H = 32, Hkv = 8) causal rows v4 was faster in the median at
+# N = 2048 (3.4e10 FLOP, a ~0.1 ms kernel, launch-bound: 0.112 vs 0.200 ms) and v5 from N = 4096
+# (1.4e11 FLOP: 0.272 vs 0.319 ms); every MHA row of the protocol where the shape rule picks v5
+# has >= 1.4e11 (benchmarks/results/bench_backward_call4_gqa.json, NOTES.md "Backward and GQA")
+PREFERRED_MIN_FLOPS = 1e11
 
 
 def default_config(head_dim: int, causal: bool) -> GluonConfig:
@@ -108,12 +118,16 @@ def _kernels():
 
     @gluon.jit
     def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
-                  v_empty, q_row0, kv_row0, n_blocks,
-                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, NBUF: gl.constexpr):
-        # kv_row0: the first key row of the first visited block; t counts visited blocks (ring slots)
+                  v_empty, off_hz, off_kv, first_row, kv_lo, n_blocks,
+                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, NBUF: gl.constexpr, HEAD_DIM: gl.constexpr):
+        # 3-D descriptors (head, row, column) with a (1, rows, d) box: a copy past the end of a
+        # head is zero-filled, never read from the next head. The shared-memory tiles are 2-D
+        # (rows, d) for the tensor cores; the copy writes them through a (1, rows, d) view.
+        # kv_lo: the first key row of the first visited block; t counts visited blocks (ring slots)
         for c in gl.static_range(2):  # the two consumers' halves of Q_i
             mbarrier.expect(q_bar.index(c), desc_q.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_q, [q_row0 + c * HALF_M, 0], q_bar.index(c), q_smem.index(c))
+            tma.async_copy_global_to_shared(desc_q, [off_hz, first_row + c * HALF_M, 0], q_bar.index(c),
+                                            q_smem.index(c).reshape([1, HALF_M, HEAD_DIM]))
         for t in range(n_blocks):
             slot = t % NBUF
             phase = (t // NBUF) & 1
@@ -121,12 +135,12 @@ def _kernels():
             # waits on the phase before the barrier's first one, which counts as completed
             mbarrier.wait(k_empty.index(slot), phase ^ 1)
             mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_k, [kv_row0 + t * BLOCK_N, 0], k_ready.index(slot),
-                                            k_smem.index(slot))
+            tma.async_copy_global_to_shared(desc_k, [off_kv, kv_lo + t * BLOCK_N, 0], k_ready.index(slot),
+                                            k_smem.index(slot).reshape([1, BLOCK_N, HEAD_DIM]))
             mbarrier.wait(v_empty.index(slot), phase ^ 1)
             mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_v, [kv_row0 + t * BLOCK_N, 0], v_ready.index(slot),
-                                            v_smem.index(slot))
+            tma.async_copy_global_to_shared(desc_v, [off_kv, kv_lo + t * BLOCK_N, 0], v_ready.index(slot),
+                                            v_smem.index(slot).reshape([1, BLOCK_N, HEAD_DIM]))
 
     @gluon.jit
     def _softmax(s, m_i, l_i, offs_m, col0, qk_scale, N_KV, DIAG, WINDOW,
@@ -239,7 +253,7 @@ def _kernels():
         gl.store(ptrs, acc.to(dtype), mask=(rows_o < N_Q)[:, None])
 
     @gluon.jit
-    def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, DIAG, WINDOW,
+    def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW,
                             HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             NBUF: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
@@ -250,7 +264,10 @@ def _kernels():
         else:
             start_m = gl.program_id(0)
         first_row = start_m * BLOCK
-        row0 = off_hz * N_Q  # this head's first row in the (B*H*Nq, d) view of Q and O
+        row0 = off_hz * N_Q  # this head's first row of O (B*H*Nq, d rows) and lse
+        # grouped-query attention: query head h of batch z reads kv head h // GROUP, and
+        # (z * H + h) // GROUP = z * Hkv + h // GROUP is that head's index in the (B*Hkv, Nk, d) view
+        off_kv = off_hz // GROUP
         # -- the key range of this query block from the shared rule (kernels.visible.kv_bounds, the
         #    same Triton function every other rung calls, compiled here by Gluon's front end):
         #    masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi); keys outside
@@ -260,11 +277,13 @@ def _kernels():
         n_masked_lo = (full_lo - lo) // BLOCK_N
         n_unmasked_hi = (full_hi - lo) // BLOCK_N
         n_blocks = (hi - lo + BLOCK_N - 1) // BLOCK_N
-        kv_row0 = off_hz * N_KV + lo
 
-        q_smem = gl.allocate_shared_memory(desc_q.dtype, [2] + desc_q.block_type.shape, desc_q.layout)
-        k_smem = gl.allocate_shared_memory(desc_k.dtype, [NBUF] + desc_k.block_type.shape, desc_k.layout)
-        v_smem = gl.allocate_shared_memory(desc_v.dtype, [NBUF] + desc_v.block_type.shape, desc_v.layout)
+        # 2-D tiles for the tensor cores, swizzled as the descriptors' (1, rows, d) boxes are
+        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_DIM], desc_q.dtype)
+        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], desc_k.dtype)
+        q_smem = gl.allocate_shared_memory(desc_q.dtype, [2, HALF_M, HEAD_DIM], q_layout)
+        k_smem = gl.allocate_shared_memory(desc_k.dtype, [NBUF, BLOCK_N, HEAD_DIM], kv_layout)
+        v_smem = gl.allocate_shared_memory(desc_v.dtype, [NBUF, BLOCK_N, HEAD_DIM], kv_layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
@@ -287,24 +306,25 @@ def _kernels():
                          qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, lo, n_masked_lo, n_unmasked_hi, n_blocks,
                          first_row, 1, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
             (_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
-                         v_empty, row0 + first_row, kv_row0, n_blocks, HALF_M, BLOCK_N, NBUF)),
+                         v_empty, off_hz, off_kv, first_row, lo, n_blocks, HALF_M, BLOCK_N, NBUF, HEAD_DIM)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
     return flash_fwd_ws_kernel
 
 
-def _descriptors(q2, k2, v2, block_n: int):
-    """Gluon tensor descriptors over the (rows, d) views: Q in halves of 64 rows, K and V in key blocks."""
+def _descriptors(q3, k3, v3, block_n: int):
+    """Gluon tensor descriptors over the per-head views q3 (B*H, Nq, d) and k3, v3 (B*Hkv, Nk, d):
+    Q in (1, 64, d) halves of a query block, K and V in (1, block_n, d) key blocks."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    d = q2.shape[1]
-    gl_dtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q2.dtype)]
-    half = [BLOCK_M // 2, d]
-    kv = [block_n, d]
-    return (TensorDescriptor.from_tensor(q2, half, gl.NVMMASharedLayout.get_default_for(half, gl_dtype)),
-            TensorDescriptor.from_tensor(k2, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)),
-            TensorDescriptor.from_tensor(v2, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)))
+    d = q3.shape[2]
+    gl_dtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q3.dtype)]
+    half = [1, BLOCK_M // 2, d]
+    kv = [1, block_n, d]
+    return (TensorDescriptor.from_tensor(q3, half, gl.NVMMASharedLayout.get_default_for(half, gl_dtype)),
+            TensorDescriptor.from_tensor(k3, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)),
+            TensorDescriptor.from_tensor(v3, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)))
 
 
 def launch(q, k, v, causal: bool = False, scale: float | None = None,
@@ -316,7 +336,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     """
     import triton
 
-    from .flash_fwd_hopper import row_views
+    from .flash_fwd_hopper import head_views
 
     from .visible import as_spec
 
@@ -329,10 +349,10 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     rule = spec.kernel_args(n_q, n_kv)  # DIAG, WINDOW, CAUSAL, HAS_WINDOW (flashlab.attnspec)
     cfg = config or default_config(d, causal)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    q2, k2, v2, o, lse = row_views(q, k, v)  # (rows, d) views; o (B, H, Nq, d), lse (B, H, Nq)
-    desc_q, desc_k, desc_v = _descriptors(q2, k2, v2, cfg.block_n)
+    q3, k3, v3, o, lse = head_views(q, k, v)  # q3 (B*H, Nq, d), k3, v3 (B*Hkv, Nk, d); o, lse to fill
+    desc_q, desc_k, desc_v = _descriptors(q3, k3, v3, cfg.block_n)
     kernel = _kernels()
-    args = (desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, rule["DIAG"], rule["WINDOW"])
+    args = (desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, H // k.shape[1], rule["DIAG"], rule["WINDOW"])
     meta = dict(HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n, NBUF=cfg.num_buffers, CAUSAL=causal,
                 HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
@@ -346,7 +366,8 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None,
             config: GluonConfig | None = None, checked: bool = False):
     """Warp-specialised FlashAttention forward on Hopper.
 
-    q (B, H, Nq, d), k and v (B, H, Nk, d): CUDA float16/bfloat16 tensors, d in (64, 128).
+    q (B, H, Nq, d), k and v (B, Hkv, Nk, d) with Hkv dividing H (query head h reads kv head
+    h // (H // Hkv)): CUDA float16/bfloat16 tensors, d in (64, 128).
     Returns ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32 (natural log).
     """
     o, lse, _ = launch(q, k, v, causal, scale, config, checked)
@@ -355,7 +376,7 @@ def forward(q, k, v, causal: bool = False, scale: float | None = None,
 
 def supports(q, k, v, causal: bool = False) -> bool:
     """True where this rung runs and has been verified: CUDA sm90, fp16/bf16, d in (64, 128),
-    as many kv heads as query heads, and Triton with Gluon. Never in the CPU interpreter."""
+    a number of kv heads Hkv that divides H, and Triton with Gluon. Never in the CPU interpreter."""
     try:
         _check_inputs(q, k, v, causal, None)
     except (TypeError, ValueError):
@@ -365,15 +386,16 @@ def supports(q, k, v, causal: bool = False) -> bool:
 
 def preferred(q, k, causal: bool) -> bool:
     """True where ``flash_attention`` uses this rung: it is supported and measured faster there
-    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N). Inputs must have passed
+    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N, PREFERRED_MIN_FLOPS). Inputs must have passed
     ``attention.check_inputs``; only what that leaves open is tested (this runs on every call)."""
     import torch
 
-    # Nk a multiple of the key block: K and V are read through (B*H*N, d) views, so a short last key
-    # tile would read the next head's rows (P = 0 there, but 0 * a NaN in that head's V is NaN)
-    return (prefers_shape(q.shape[3], q.shape[2], k.shape[2], causal)
-            and k.shape[2] % default_config(q.shape[3], causal).block_n == 0
-            and q.dtype in (torch.float16, torch.bfloat16) and k.shape[1] == q.shape[1] and _runs_here(q))
+    # any Nk: a short last key tile is zero-filled by the copy engine (per-head descriptors), and
+    # grouped-query attention (Hkv < H) is indexed in the kernel, so neither needs a check here
+    B, H, n_q, d = q.shape
+    flops = 4.0 * B * H * n_q * k.shape[2] * d / (2 if causal else 1)
+    return (prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS
+            and q.dtype in (torch.float16, torch.bfloat16) and _runs_here(q))
 
 
 def prefers_shape(head_dim: int, n_q: int, n_k: int, causal: bool) -> bool:
@@ -405,7 +427,8 @@ def _gluon_available() -> bool:
 def _check_inputs(q, k, v, causal, scale, compile_only: bool = False):
     from .flash_fwd_hopper import check_rung_inputs
 
-    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS, SUPPORTED_OPTIONS)
+    check_rung_inputs(q, k, v, causal, scale, "the Gluon rung", SUPPORTED_HEAD_DIMS, SUPPORTED_OPTIONS,
+                      grouped=True)
     if q.device.type != "cuda" and not compile_only:
         raise ValueError(f"q is on {q.device}; the Gluon rung runs on a CUDA sm90 (Hopper) GPU only "
                          "(flashlab.flash_attention picks a rung that runs here)")

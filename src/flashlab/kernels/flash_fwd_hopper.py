@@ -257,23 +257,6 @@ def check_rung_inputs(q, k, v, causal, scale, rung: str, head_dims, options=(), 
     spec.check_lengths(q.shape[2], k.shape[2])
 
 
-def row_views(q, k, v):
-    """``(q2, k2, v2, o, lse)``: q, k, v as (B*H*N, d) row views, and the outputs to fill,
-    o (B, H, Nq, d) in q's dtype and lse (B, H, Nq) float32 (NaN-filled with FLASHLAB_POISON=1)."""
-    import torch
-
-    from .flash_fwd import new_output
-
-    B, H, n_q, d = q.shape  # (B, H, Nq, d)
-    n_kv = k.shape[2]
-    q2 = q.contiguous().view(B * H * n_q, d)  # (B*H*Nq, d)
-    k2 = k.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
-    v2 = v.contiguous().view(B * H * n_kv, d)  # (B*H*Nk, d)
-    o = new_output((B, H, n_q, d), q.dtype, q.device)  # (B, H, Nq, d)
-    lse = new_output((B, H, n_q), torch.float32, q.device)  # (B, H, Nq)
-    return q2, k2, v2, o, lse
-
-
 def head_views(q, k, v):
     """``(q3, k3, v3, o, lse)``: q as (B*H, Nq, d) and k, v as (B*Hkv, Nk, d) views (copied only
     when not contiguous), and the outputs to fill, o (B, H, Nq, d) in q's dtype and lse (B, H, Nq)
