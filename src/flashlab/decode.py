@@ -6,8 +6,8 @@ of speculative decoding) and attends to the sequence's KV cache. The kernel is
 the query heads of a kv group packed into one tile, partial states combined exactly as
 ``flashlab.softmax.combine_states``). This module holds what is not a kernel:
 
-* :func:`split_rule`, the rule that picks how many chunks the cache is cut into, the tile
-  config and who merges the chunks' partial states (pure, no torch);
+* the split rule (how many chunks the cache is cut into, the tile config and who merges the
+  chunks' partial states) lives in :mod:`flashlab.split_rule`; its names are re-exported here;
 * :func:`flash_decode`, the public function, which validates every argument once per kind of
   call (shapes, strides, dtypes, devices, options) and then reuses the checked launch plan;
   the values inside ``cache_seqlens`` and ``block_table`` are checked on the host by default
@@ -25,140 +25,13 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import NamedTuple
+
+from .split_rule import (FUSED_MAX_SPLITS, INTERPRETER_SMS, MANY_WAVES, MAX_SPLITS, MIN_KEYS_PER_SPLIT,  # noqa: F401
+                         ONE_WAVE_FILL, SECOND_PER_SM_MAX_SPLITS, SplitChoice, choice_for, config_of, num_splits,
+                         sm_count_of, split_rule, splits_for, wave_efficiency)
 
 MAX_NQ = 16  # new queries per sequence that flash_decode takes
-MAX_SPLITS = 128  # most chunks the cache is cut into
-MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
-ONE_WAVE_FILL = 0.95  # a grid that fills the SMs (or the slots) to this fraction counts as full
-MANY_WAVES = 7  # a grid of at least this many waves of the default config runs unsplit, as it is
-SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
-FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys
-INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
-
-
-class SplitChoice(NamedTuple):
-    """What the split rule decides for one shape of decode step."""
-
-    splits: int  # chunks each sequence's key range is cut into
-    wide: bool  # the wide config: twice the K/V tile, one program per SM (``kernels.flash_decode.config_for``)
-    fused: bool  # the last split of a tile merges the partials (one launch); False: the combine kernel
-
-
-def wave_efficiency(programs: int, slots: int) -> float:
-    """Busy fraction of the waves: programs / (slots * waves), waves = ceil(programs / slots)."""
-    return programs / (slots * -(-programs // slots))
-
-
-def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
-               programs_per_sm: int = 2) -> SplitChoice:
-    """How to cut a decode step across the GPU: splits, tile config and combine (the split rule).
-
-    The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
-    query tiles per kv group, 1 unless GROUP * Nq > 64); ``sms`` SMs hold ``programs_per_sm`` of
-    the default config's programs each (``kernels.flash_decode.programs_per_sm``): ``slots``.
-    Decode is memory-bound and every program streams the same number of keys; what costs time is
-    an idle tail (a partly filled last wave, late programs finishing alone) and, per split, the
-    merge of the partial states. Measured on an H200 (benchmarks/NOTES.md, decode, calls 1-5):
-
-    * **large grid** (``programs >= MANY_WAVES * slots``): no split, default config.
-    * **the grid fills every SM once** (``programs >= ONE_WAVE_FILL * sms``): no split, and the
-      *wide* config (128-key tiles, 3 stages: one program per SM with as many bytes in flight as
-      two default ones). Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at
-      4k keys, 486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255). Where no wide config
-      exists (fp32, head dims other than 128) the default config runs unsplit.
-    * **small grid**: split. Two programs per SM (the most splits that fill ``slots`` to
-      ``ONE_WAVE_FILL``) if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else the
-      fewest splits that fill every SM once: each split adds partials to merge, and past ~16 the
-      merge costs more than the second program per SM gains (call 5, 8 programs: 16 splits 15.3 /
-      49.2 us vs 33 splits 19.0 / 51.5 us at 4k / 32k keys; 32 programs: 8 splits best).
-
-    Splits are capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len``
-    and at most ``MAX_SPLITS``. The combine: fused (the last split to finish merges, one launch)
-    up to ``FUSED_MAX_SPLITS`` splits, else the second kernel (one program per query row, which
-    spreads a long merge; call 5 at 33 splits: 17.2 vs 19.0 us). Examples on an H200 (132 SMs,
-    2 programs each): 8 programs -> 16 splits; 32 -> 8; 128 -> 1, wide; 512 -> 1, wide; 2048 -> 1.
-    """
-    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
-                        ("max_len", max_len), ("sms", sms), ("programs_per_sm", programs_per_sm)):
-        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
-                or value < 1:
-            raise ValueError(f"{name}={value!r} must be an int >= 1")
-    programs = batch * kv_heads * row_blocks
-    slots = sms * programs_per_sm
-    if programs >= MANY_WAVES * slots:
-        return SplitChoice(1, False, True)
-    if programs >= ONE_WAVE_FILL * sms:
-        return SplitChoice(1, True, True)
-    cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
-    two_per_sm = slots // programs
-    if programs * two_per_sm >= ONE_WAVE_FILL * slots and two_per_sm <= SECOND_PER_SM_MAX_SPLITS:
-        splits = two_per_sm
-    else:
-        splits = -(-int(math.ceil(ONE_WAVE_FILL * sms)) // programs)
-    splits = max(1, min(splits, cap))
-    return SplitChoice(splits, False, splits <= FUSED_MAX_SPLITS)
-
-
-def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int, programs_per_sm: int = 2) -> int:
-    """The number of splits of :func:`split_rule`."""
-    return split_rule(batch, kv_heads, row_blocks, max_len, sms, programs_per_sm).splits
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def sm_count_of(tensor) -> int:
-    """SMs of the tensor's GPU; ``INTERPRETER_SMS`` for a CPU tensor (the interpreter)."""
-    if tensor.device.type != "cuda":
-        return INTERPRETER_SMS
-    import torch
-
-    index = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
-    return _sm_count(index)
-
-
-@functools.lru_cache(maxsize=4096)
-def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool,
-              sms: int) -> SplitChoice:
-    import torch
-
-    from .kernels.flash_decode import block_m_for, default_config, head_dim_padded, programs_per_sm
-
-    rows = (H // Hkv) * Nq
-    row_blocks = -(-rows // block_m_for(rows))
-    head_dim = head_dim_padded(d)
-    config = default_config(head_dim, torch.float32 if is_fp32 else torch.float16)
-    return split_rule(B, Hkv, row_blocks, n_max, sms, programs_per_sm(config, head_dim, itemsize))
-
-
-def choice_for(q, k, num_splits_arg=None, n_max: int | None = None) -> SplitChoice:
-    """The :class:`SplitChoice` for q (B, H, Nq, d) against a cache of kv heads k.shape[1] and
-    ``n_max`` keys (default k.shape[2]): :func:`split_rule` of the shape, the device's SM count
-    and the default config's programs per SM (cached per shape); with ``num_splits_arg`` given,
-    that many splits, the default config, and the combine as the rule would pick it."""
-    if num_splits_arg is not None:
-        return SplitChoice(num_splits_arg, False, num_splits_arg <= FUSED_MAX_SPLITS)
-    B, H, Nq, d = q.shape
-    return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2] if n_max is None else n_max, q.element_size(),
-                     q.element_size() == 4, sm_count_of(q))
-
-
-def splits_for(q, k, num_splits_arg=None) -> int:
-    """The number of splits of :func:`choice_for`."""
-    return choice_for(q, k, num_splits_arg).splits
-
-
-def config_of(q, choice: SplitChoice):
-    """The kernel config (``kernels.flash_decode.DecodeConfig``) a :class:`SplitChoice` asks for."""
-    from .kernels.flash_decode import config_for, head_dim_padded
-
-    return config_for(head_dim_padded(q.shape[-1]), q.dtype, choice.wide, choice.fused)
 
 
 # --------------------------------------------------------------------------------------------

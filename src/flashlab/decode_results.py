@@ -11,7 +11,7 @@ from .decode import flash_decode, split_rule
 
 def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
                      shapes=((1, 32), (1, 8), (4, 8), (16, 8), (64, 8), (64, 32))) -> str:
-    """The split rule's choice (``decode.split_rule``) for (batch, kv heads) pairs at one cache
+    """The split rule's choice (``flashlab.split_rule.split_rule``) for (batch, kv heads) pairs at one cache
     length, as a text table: programs without splitting, splits, programs with them, programs per
     SM, the tile config (default, or wide: one program per SM) and the combine (fused in the last
     split, or the second kernel). Defaults: an H200 (132 SMs, 2 programs per SM at the bf16

@@ -38,7 +38,7 @@ memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in its 
 
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
 assumed validated (``flashlab.decode``); the number of splits and the config (default or wide,
-``config_for``) come from ``flashlab.decode.split_rule``.
+``config_for``) come from ``flashlab.split_rule.split_rule``.
 The launch plans at the end of the file keep what repeats between calls of one shape.
 """
 from __future__ import annotations
@@ -88,7 +88,7 @@ def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
 
 
 def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
-    """The config the split rule asks for (``flashlab.decode.split_rule``): the default, or with
+    """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
     ``wide`` twice its K/V tile: at 16-bit, d = 128, BLOCK_N = 128 with 3 stages, 192 KB of shared
     memory, one program per SM with as many bytes in flight as two default ones (measured on an
     H200, benchmarks/NOTES.md, call 5). Only there: other head dims and fp32 keep the default
