@@ -112,7 +112,7 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # ## How many splits? The rule
 #
 # `flashlab.flash_decode` decides from the shape and the GPU how many splits to cut the cache
-# into, which tile config to run and who merges the partial states (`flashlab.decode.split_rule`).
+# into, which tile config to run and who merges the partial states (`flashlab.split_rule`).
 # Every program streams the same number of keys, so what costs time is an idle tail (a partly
 # filled last wave of programs, late programs finishing alone) and, for every split, merging its
 # partial state. On the H200 (`benchmarks/results/decode_sweep_combine_call5.json`): a grid that
