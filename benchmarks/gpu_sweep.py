@@ -11,6 +11,8 @@ autotuning every shape would cost more compile time than the sweep has; tests/te
 autotunes a few.
 
 Usage (GPU machine): PYTHONPATH=src python3 benchmarks/gpu_sweep.py --json OUT.json --md OUT.md
+``--backward-rung bwd_fused`` runs every backward through that rung where it applies (each case
+records the backward rung that ran), so each rung of the backward ladder gets the same check.
 Work is spread over --workers processes (by dtype and causal) sharing the GPU, since Triton's
 compiles are CPU-bound. --deadline-s stops starting new cases after that many seconds.
 """
@@ -60,7 +62,10 @@ def run_case(case: dict) -> dict:
     k = torch.randn(B, Hkv, Nk, d, device="cuda", generator=g).to(dtype)  # (B, Hkv, Nk, d)
     v = torch.randn(B, Hkv, Nk, d, device="cuda", generator=g).to(dtype)  # (B, Hkv, Nk, d)
     do = torch.randn(B, H, Nq, d, device="cuda", generator=g).to(dtype)  # (B, H, Nq, d)
-    record = dict(case, B=B, seed=seed, rung=ladder.best_rung(q, k, v, causal))  # the forward that runs
+    from flashlab.kernels.visible import as_spec
+
+    record = dict(case, B=B, seed=seed, rung=ladder.best_rung(q, k, v, causal),  # the forward that runs
+                  bwd_rung=ladder.choose_backward(q, k, as_spec(causal)))  # and the backward
     t0 = time.time()
     try:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -89,9 +94,13 @@ def run_case(case: dict) -> dict:
 
 
 def worker(args) -> list[dict]:
-    dtype, causal, head_dims, deadline, all_pairs = args
+    dtype, causal, head_dims, deadline, all_pairs, backward_rung = args
     os.environ["FLASHLAB_POISON"] = "1"
     os.environ["FLASHLAB_AUTOTUNE"] = "0"
+    if backward_rung is not None:  # every case's backward through this rung, where it runs (else its fallback)
+        from flashlab.kernels import ladder
+
+        ladder.choose_backward = lambda q, k, spec: ladder.resolve_backward(backward_rung, q, k, spec)
     results = []
     todo = cases(dtype, causal, head_dims, all_pairs)
     random.Random(0).shuffle(todo)  # a sweep cut short by the deadline still samples every d and length
@@ -117,6 +126,13 @@ def summarise(results: list[dict]) -> str:
         n_fail = sum(r["ok"] is False and "error" not in r for r in rs)
         n_skip = sum(r["ok"] is None for r in rs)
         lines.append(f"| {dtype} | {causal} | {len(rs)} | {n_pass} | {n_fail} | {n_err} | {n_skip} |")
+    lines += ["", "Largest error / allowed over dq, dk, dv by the backward rung that ran:", "",
+              "| dtype | backward rung | cases | worst ratio |", "| --- | --- | --- | --- |"]
+    for dtype in DTYPES:
+        for rung in sorted({r.get("bwd_rung") for r in results if r["dtype"] == dtype and "err_dq" in r}, key=str):
+            rs = [r for r in results if r["dtype"] == dtype and r.get("bwd_rung") == rung and "err_dq" in r]
+            worst = max(max(r[f"err_{n}"] / r[f"allowed_{n}"] for n in ("dq", "dk", "dv")) for r in rs)
+            lines.append(f"| {dtype} | {rung} | {len(rs)} | {worst:.2f} |")
     lines += ["", "Largest error / allowed over o, dq, dk, dv (1.0 would be the limit), by the forward rung that ran:",
               "", "| dtype | forward rung | cases | worst ratio | at |", "| --- | --- | --- | --- | --- |"]
     for dtype in DTYPES:
@@ -218,6 +234,9 @@ def main() -> None:
     parser.add_argument("--all-pairs", action="store_true", help="every (Nq, Nk) pair for every d, not only d <= 64")
     parser.add_argument("--merge", nargs="+", default=None, help="combine earlier JSON outputs instead of running")
     parser.add_argument("--tune-bwd", action="store_true", help="time backward configs instead (bf16, d 64/128)")
+    parser.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)), help="head dims to sweep")
+    parser.add_argument("--backward-rung", default=None, choices=("bwd_two_pass", "bwd_fused"),
+                        help="run every backward through this rung where it applies (default: flash_attention's choice)")
     args = parser.parse_args()
     if args.tune_bwd:
         tune_bwd(args.json)
@@ -229,14 +248,17 @@ def main() -> None:
         raise SystemExit("gpu_sweep.py checks compiled kernels: unset TRITON_INTERPRET and run on a GPU")
     start = time.time()
     deadline = start + args.deadline_s
-    dims = [[d] for d in HEAD_DIMS] if args.split_d else [HEAD_DIMS]
-    jobs = [(dt, c, ds, deadline, args.all_pairs) for dt in args.dtypes.split(",") for c in (False, True) for ds in dims]
+    head_dims = [int(d) for d in args.head_dims.split(",")]
+    dims = [[d] for d in head_dims] if args.split_d else [head_dims]
+    jobs = [(dt, c, ds, deadline, args.all_pairs, args.backward_rung)
+            for dt in args.dtypes.split(",") for c in (False, True) for ds in dims]
     with mp.get_context("spawn").Pool(args.workers) as pool:
         results = [r for rs in pool.map(worker, jobs) for r in rs]
     import torch
     import triton
 
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                backward_rung=args.backward_rung or "flash_attention's choice",
                 wall_s=round(time.time() - start, 1), rule="err <= 2 * err(PyTorch, same dtype) + floor",
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     write(dict(meta=meta, results=results), args.json, args.md)

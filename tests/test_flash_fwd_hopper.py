@@ -176,7 +176,8 @@ def test_gpu_sweep_summary_counts_failures_and_names_the_worst_case():
     results = []
     for i, dtype in enumerate(["fp16", "fp16", "bf16", "fp32"]):
         errs = (torch.rand(4, generator=g) * 0.5).tolist()  # error / allowed in [0, 0.5): passes
-        r = dict(dtype=dtype, causal=bool(i % 2), heads="MHA", d=64, Nq=17 + i, Nk=128, rung="v3_autotuned")
+        r = dict(dtype=dtype, causal=bool(i % 2), heads="MHA", d=64, Nq=17 + i, Nk=128, rung="v3_autotuned",
+                 bwd_rung="bwd_fused" if i == 0 else "bwd_two_pass")
         for name, e in zip(("o", "dq", "dk", "dv"), errs):
             r[f"err_{name}"], r[f"allowed_{name}"] = e, 1.0
         r["ok"] = True
@@ -186,6 +187,8 @@ def test_gpu_sweep_summary_counts_failures_and_names_the_worst_case():
     assert "| fp16 | True | 1 | 0 | 1 | 0 | 0 |" in text
     assert "| fp16 | v3_autotuned | 2 | 1.50 | MHA d=64 Nq=18 Nk=128 causal |" in text
     assert "dk 1.5>1" in text
+    worst_fused = max(results[0][f"err_{n}"] for n in ("dq", "dk", "dv"))
+    assert f"| fp16 | bwd_fused | 1 | {worst_fused:.2f} |" in text and "| fp16 | bwd_two_pass | 1 | 1.50 |" in text
     assert sweep.worst_ratio(results[1]) == 1.5
 
 

@@ -211,3 +211,32 @@ def test_the_rules_table_counts_what_a_traced_forward_reads_and_computes(rule):
 def test_the_rules_checked_against_naive_attention_agree_to_rounding():
     for line in masks.check_rules(n=90, d=8, block=16, seed=5).splitlines()[1:]:
         assert float(line.split()[-1]) < 1e-12, line
+
+
+def test_backward_ladder_table_shows_each_contender_against_cudnn_and_the_rung_measured_faster(monkeypatch):
+    from pathlib import Path
+
+    from flashlab.kernels import ladder
+
+    rng = np.random.default_rng(7)
+    rows = []
+    for n in (2048, 8192):
+        speeds = {name: float(rng.uniform(200, 600)) for name in ("cudnn", "tp:cc", "fu:64,128,8,2,tma")}
+        rows.append(dict(dtype="bfloat16", d=64, n=n, causal=False,
+                         fwdbwd={name: {"tflops": t} for name, t in speeds.items()}))
+    monkeypatch.setattr(ladder, "FUSED_BACKWARD_MIN_N", {(64, False): 4096})
+    lines = perf.backward_ladder_table({"rows": rows}).splitlines()
+    for row, line in zip(rows, lines[2:4]):
+        runs = row["fwdbwd"]
+        for name in ("tp:cc", "fu:64,128,8,2,tma"):
+            t = runs[name]["tflops"]
+            assert f"{t:.0f} ({t / runs['cudnn']['tflops']:.2f}x)" in line
+        assert line.endswith("bwd_fused" if row["n"] >= 4096 else "bwd_two_pass")
+    assert any(line.startswith("1-pass 64x128: bwd_fused") for line in lines)
+    with pytest.raises(KeyError, match="bench_backward"):
+        perf.backward_ladder_table({})
+    monkeypatch.undo()
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_backward_call2_proto_bf16.json"
+    bench = json.loads(committed.read_text())
+    runs = [line.split()[-1] for line in perf.backward_ladder_table(bench).splitlines()[2:2 + len(bench["rows"])]]
+    assert runs == ["bwd_two_pass"] * len(bench["rows"])  # FUSED_BACKWARD_MIN_N as shipped: two-pass everywhere

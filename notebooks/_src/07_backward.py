@@ -221,6 +221,30 @@ for causal in (False, True):
     print(f"causal={causal!s:<5} {dtype}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
 
 # %% [markdown]
+# ## The backward ladder: two rungs, chosen by measurement
+#
+# `flash_attention`'s backward has two rungs (`flashlab.kernels.ladder.BWD_RUNGS`):
+#
+# - `bwd_two_pass` (`kernels/flash_bwd.py`): the kernels above. One pass keeps $K_j, V_j$ on chip
+#   for $dK, dV$, the other keeps $Q_i$ for $dQ$, so $S$ and $dP$ are computed in both: 7 matrix
+#   products per tile, no atomics. Its dQ kernel runs on a second CUDA stream beside the dK/dV one.
+# - `bwd_fused` (`kernels/flash_bwd_hopper.py`): FlashAttention-2's Algorithm 2 as the paper
+#   writes it, one pass per key block with 5 products per tile; each key block adds its share of
+#   $dQ$ into an fp32 buffer (atomic adds, or the Hopper copy engine's tile reduce).
+#
+# Fewer products should win. On an H200 it does not (`benchmarks/results/bench_backward_call2_proto_bf16.json`,
+# `benchmarks/bench_backward.py`): adding every key block's $dQ$ share into the buffer costs
+# more than the two products it saves, so `flash_attention` runs the two-pass rung wherever it was
+# measured (`ladder.FUSED_BACKWARD_MIN_N` would name the shapes where the one-pass rung wins).
+# cuDNN's backward is faster than both; the notes in `benchmarks/NOTES.md` ("Backward and GQA")
+# say what was tried.
+
+# %%
+from flashlab import perf
+
+print(perf.backward_ladder_table(course.load_results("bench_backward_call2_*.json")["bench_backward_call2_proto_bf16"]))
+
+# %% [markdown]
 # ## Self-test
 #
 # Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,

@@ -321,3 +321,54 @@ def anchor_peak_table(anchor_text: str, peak_tflops: float, n_min: int = 4096) -
         raise ValueError("anchor_text has no 'd N causal def a/b fl a/b ef a/b cu a/b' rows")
     return "\n".join(f"  {names[k]:<32} {min(v):5.0%} to {max(v):5.0%} of {peak_tflops:.0f} TFLOP/s (anchors)"
                      for k, v in fr.items() if v)
+
+
+# The forward+backward contenders of ``benchmarks/bench_backward.py`` (its ``--bwd``): column, legend.
+BACKWARD_CONTENDERS = {
+    "cudnn": ("cuDNN", "SDPA's cuDNN backend"),
+    "flashlab": ("library", "flash_attention through autograd, as it ran in that call"),
+    "tp": ("2-pass", "bwd_two_pass: a dK/dV kernel, then a dQ kernel (7 matrix products per tile)"),
+    "tp:cc": ("2-pass+str", "bwd_two_pass with its dQ kernel on a second CUDA stream"),
+}
+
+
+def _contender(name: str) -> tuple[str, str]:
+    """(column, legend) of a ``--bwd`` contender name; ``fu:BM,BN,W,S[,tma]`` is bwd_fused."""
+    if name in BACKWARD_CONTENDERS:
+        return BACKWARD_CONTENDERS[name]
+    if name.startswith("fu:"):
+        bm, bn, warps, stages = name[3:].split(",")[:4]
+        how = "the copy engine's tile reduce" if name.endswith(",tma") else "atomic adds"
+        return (f"1-pass {bm}x{bn}", f"bwd_fused, {bm}x{bn} tiles, {warps} warps, {stages} stages: one pass "
+                f"(5 products per tile), dQ by {how}")
+    return name, name
+
+
+def backward_ladder_table(bench: dict) -> str:
+    """Forward+backward TFLOP/s of each backward contender per row of a ``bench_backward``
+    results file (``bench_backward_call2_proto_bf16.json``), with its speed against cuDNN's in the
+    same run, and the backward rung ``flash_attention`` runs for that shape on an H200
+    (``kernels.ladder.measured_backward``)."""
+    from .kernels.ladder import measured_backward
+
+    rows = bench.get("rows") if isinstance(bench, dict) else None
+    if not rows:
+        raise KeyError("expected a bench_backward results file (a dict with 'rows')")
+    names = list(dict.fromkeys(name for r in rows for name in r.get("fwdbwd", {})))
+    lines = ["forward+backward TFLOP/s (speed against cuDNN in the same run; forward+backward = 3.5x the "
+             "forward's FLOPs)",
+             f"{'dtype':<5} {'d':>3} {'N':>5} {'causal':>6} " + " ".join(f"{_contender(n)[0]:>15}" for n in names)
+             + "  flash_attention runs"]
+    for r in rows:
+        runs = r.get("fwdbwd", {})
+        cudnn = runs.get("cudnn", {}).get("tflops")
+        cells = []
+        for name in names:
+            tflops = runs.get(name, {}).get("tflops")
+            text = "-" if tflops is None else f"{tflops:.0f}" + (f" ({tflops / cudnn:.2f}x)" if cudnn else "")
+            cells.append(f"{text:>15}")
+        dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(r["dtype"], r["dtype"])
+        lines.append(f"{dtype:<5} {r['d']:>3} {r['n']:>5} {int(r['causal']):>6} " + " ".join(cells)
+                     + f"  {measured_backward(r['d'], r['causal'], r['n'], r['n'])}")
+    lines += [""] + [f"{_contender(n)[0]}: {_contender(n)[1]}" for n in names]
+    return "\n".join(lines)

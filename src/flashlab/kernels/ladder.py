@@ -173,13 +173,18 @@ def resolve_backward(name: str, q, k, spec: AttnSpec) -> str:
     return name
 
 
+def measured_backward(head_dim: int, causal: bool, n_q: int, n_k: int) -> str:
+    """The backward rung measured faster for this shape on an H200 (``FUSED_BACKWARD_MIN_N``):
+    ``bwd_fused`` or ``bwd_two_pass``, before asking whether bwd_fused runs on the inputs."""
+    min_n = FUSED_BACKWARD_MIN_N.get((head_dim, bool(causal)))
+    return "bwd_two_pass" if min_n is None or min(n_q, n_k) < min_n else "bwd_fused"
+
+
 def choose_backward(q, k, spec: AttnSpec) -> str:
     """The backward rung ``flash_attention`` runs: ``bwd_fused`` where it applies and
     ``FUSED_BACKWARD_MIN_N`` says it was measured faster, else ``bwd_two_pass``."""
-    min_n = FUSED_BACKWARD_MIN_N.get((q.shape[3], bool(spec.causal)))
-    if min_n is None or min(q.shape[2], k.shape[2]) < min_n:
-        return "bwd_two_pass"
-    return resolve_backward("bwd_fused", q, k, spec)
+    name = measured_backward(q.shape[3], spec.causal, q.shape[2], k.shape[2])
+    return name if name == "bwd_two_pass" else resolve_backward(name, q, k, spec)
 
 
 def run_backward(name: str, q, k, v, o, lse, do, spec: AttnSpec):
