@@ -118,3 +118,23 @@ def rel_err(x, ref) -> float:
         return math.inf
     ref = ref.detach().double()
     return float((x - ref).norm() / ref.norm())
+
+
+def issue_and_wall_us(fn, calls: int, warmup: int = 3) -> tuple[float, float]:
+    """Host time per call of ``calls`` back-to-back calls of ``fn``: (to issue them, nothing waiting
+    for the GPU; until the GPU is done), in microseconds, after ``warmup`` calls. Where the host is
+    slower than the GPU the two agree: the calls are launch-bound."""
+    import time
+
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6

@@ -253,16 +253,8 @@ def host_time(f, key, tensors, spec, calls: int = 30) -> tuple[float, float]:
     q, k, v, do = tensors
     run = (lambda: f(q, k, v, spec)) if key == "fwd" else (lambda: f(q, k, v, do, spec))
     with torch.no_grad() if key == "fwd" else contextlib.nullcontext():
-        for _ in range(3):
-            run()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            run()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-    return round((t1 - t0) / calls * 1e6, 1), round((t2 - t0) / calls * 1e6, 1)
+        issue, wall = _common.issue_and_wall_us(run, calls, warmup=3)
+    return round(issue, 1), round(wall, 1)
 
 
 def host_profile(f, key, tensors, spec, calls: int = 30, top: int = 25) -> list[str]:

@@ -106,18 +106,8 @@ def host_calls(us: float) -> int:
 def host_us(fn, calls=HOST_CALLS) -> tuple[float, float]:
     """(wall us per call of ``calls`` back-to-back calls, GPU synchronised before and after; host
     us per call to issue them). The first is the steady state of a decode loop without graphs."""
-    import torch
-
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    return (t2 - t0) / calls * 1e6, (t1 - t0) / calls * 1e6
+    issue, wall = _common.issue_and_wall_us(fn, calls, warmup=10)
+    return wall, issue
 
 
 def make_variants(H, Hkv, scale):

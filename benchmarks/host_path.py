@@ -22,7 +22,12 @@ import functools
 import json
 import statistics
 import time
+import sys
 import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 SHAPES = {  # name: (B, H, Hkv, N, d); bf16, causal
     "gqa_n2048": (1, 32, 8, 2048, 128),
@@ -32,23 +37,10 @@ STEPS, REPEATS = 30, 3
 
 
 def host_us(step, steps: int = STEPS, repeats: int = REPEATS) -> dict:
-    import torch
-
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    hosts, walls = [], []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        hosts.append((t1 - t0) / steps * 1e6)
-        walls.append((t2 - t0) / steps * 1e6)
-    return {"host_us": statistics.median(hosts), "wall_us": statistics.median(walls)}
+    """Medians over ``repeats`` of the host time to issue ``steps`` steps and the wall time until
+    the GPU finished them, microseconds per step."""
+    runs = [_common.issue_and_wall_us(step, steps, warmup=3 if i == 0 else 0) for i in range(repeats)]
+    return {"host_us": statistics.median(r[0] for r in runs), "wall_us": statistics.median(r[1] for r in runs)}
 
 
 def phase_timers(targets: dict) -> tuple[dict, callable]:
