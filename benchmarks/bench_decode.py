@@ -157,6 +157,18 @@ def make_variants(H, Hkv, scale):
     }
 
 
+def _step_inputs(B, H, Hkv, nk, seed):
+    """One bf16 decode step's inputs for the host-time rows: q (B, H, 1, d), k, v (B, Hkv, nk, d),
+    lengths (B,) all nk; SDPA's default for the same shapes; the row's identifying fields."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+    k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    lens = torch.full((B,), nk, dtype=torch.int32, device="cuda")  # (B,)
+    return q, k, v, lens, make_variants(H, Hkv, D ** -0.5)["sdpa_default"], {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
+
+
 def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
     import torch
 
@@ -215,12 +227,7 @@ def launch_path() -> dict:
 
     out = {"rows": [], "direct_launch_used": None}
     for B, H, Hkv, nk in LAUNCH_PATH_ROWS:
-        g = torch.Generator(device="cuda").manual_seed(7 * nk + B)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        lens = torch.full((B,), nk, dtype=torch.int32, device="cuda")  # (B,)
-        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
+        q, k, v, lens, sdpa, row = _step_inputs(B, H, Hkv, nk, seed=7 * nk + B)
         with torch.no_grad():
             for direct in (True, False):
                 kernels.DIRECT_LAUNCH = direct
@@ -487,12 +494,7 @@ def check_cost(rows=((1, 32, 8, 4096), (4, 32, 32, 4096), (1, 32, 8, 32768))) ->
 
     out = []
     for B, H, Hkv, nk in rows:
-        g = torch.Generator(device="cuda").manual_seed(5 * nk + B)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        lens = torch.full((B,), nk, dtype=torch.int32, device="cuda")  # (B,)
-        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
+        q, k, v, lens, sdpa, row = _step_inputs(B, H, Hkv, nk, seed=5 * nk + B)
         with torch.no_grad():
             for name, fn in (("check_on", lambda: flashlab.flash_decode(q, k, v, lens)),
                              ("check_off", lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False)),
