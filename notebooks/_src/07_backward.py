@@ -227,7 +227,8 @@ for causal in (False, True):
 #
 # - `bwd_two_pass` (`kernels/flash_bwd.py`): the kernels above. One pass keeps $K_j, V_j$ on chip
 #   for $dK, dV$, the other keeps $Q_i$ for $dQ$, so $S$ and $dP$ are computed in both: 7 matrix
-#   products per tile, no atomics. Its dQ kernel runs on a second CUDA stream beside the dK/dV one.
+#   products per tile, no atomics. Where that was measured faster (`flash_bwd.concurrent_dq`: causal,
+#   grouped-query, shorter sequences) its dQ kernel runs on a second CUDA stream beside the dK/dV one.
 # - `bwd_fused` (`kernels/flash_bwd_hopper.py`): FlashAttention-2's Algorithm 2 as the paper
 #   writes it, one pass per key block with 5 products per tile; each key block adds its share of
 #   $dQ$ into an fp32 buffer (atomic adds, or the Hopper copy engine's tile reduce).
