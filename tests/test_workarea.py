@@ -76,6 +76,19 @@ def test_prepare_never_overwrites_the_learners_files_and_reports_upstream_change
     assert sorted(workarea.prepare(repo=course).changed_upstream) == sorted(report.changed_upstream)
 
 
+def test_a_copy_the_learner_never_changed_follows_the_course(course):
+    work = course / "work"
+    workarea.prepare(repo=course)
+    untouched = (work / "exercises" / "ex02_softmax.py").read_text()
+    revised = untouched + "\n# revised in the course\n"
+    (course / "exercises" / "ex02_softmax.py").write_text(revised)
+    report = workarea.prepare(repo=course)
+    assert report.updated == ["exercises/ex02_softmax.py"] and report.changed_upstream == []
+    assert (work / "exercises" / "ex02_softmax.py").read_text() == revised
+    assert "you had not changed your copy" in str(report)
+    assert workarea.prepare(repo=course).updated == []  # recorded: up to date now
+
+
 def test_a_deleted_copy_comes_back_and_fresh_keeps_the_learners_version_beside_the_new_one(course):
     work = course / "work"
     workarea.prepare(repo=course)

@@ -34,8 +34,9 @@ Everything here is yours: the course notebooks (run them, keep their outputs) an
 `exercises/`, the modules you complete. git ignores this folder, so `git pull` updates the
 course without touching it and `make test` never looks at it.
 
-- `make lab` (or `flashlab workarea`) copies in course files you do not have yet and lists the
-  course files that changed since your copy was made; it never overwrites a file of yours.
+- `make lab` (or `flashlab workarea`) copies in course files you do not have yet, updates the
+  copies you never changed, and lists the course files that changed where you changed your
+  copy; it never overwrites your work.
 - A fresh copy of an exercise or notebook: `flashlab workarea --fresh exercises/ex01_naive.py`
   (your version is kept beside it as `ex01_naive.<date>.py`), or delete your copy and run
   `make lab` again.
@@ -80,6 +81,7 @@ class WorkareaReport:
 
     root: Path
     copied: list[str] = field(default_factory=list)  # new in the work area (first run, course update)
+    updated: list[str] = field(default_factory=list)  # course file changed, the learner's copy untouched: replaced
     restored: list[str] = field(default_factory=list)  # the learner deleted it; copied again
     changed_upstream: list[str] = field(default_factory=list)  # course file changed since the copy; copy kept
     kept_unknown: list[str] = field(default_factory=list)  # present, not made by flashlab; left alone
@@ -88,7 +90,8 @@ class WorkareaReport:
     def __str__(self) -> str:
         lines = [f"work area: {self.root}"]
         groups = (("copied from the course", self.copied), ("copied again (your copy was deleted)", self.restored),
-                  ("changed in the course since your copy was made (yours is unchanged; "
+                  ("updated from the course (you had not changed your copy)", self.updated),
+                  ("changed in the course since your copy was made (you changed yours, so it is kept; "
                    "`flashlab workarea --fresh PATH` takes the new one, keeping yours beside it)",
                    self.changed_upstream),
                   ("already here, not copied by flashlab (left as they are)", self.kept_unknown),
@@ -128,7 +131,9 @@ def default_root(repo: Path) -> Path:
 def prepare(root: str | Path | None = None, repo: str | Path | None = None) -> WorkareaReport:
     """Create or update the work area ``root`` (default ``<repo>/work``) from the course in ``repo``.
 
-    Never overwrites a learner's file. Returns a :class:`WorkareaReport` (print it)."""
+    Never overwrites a learner's work: a copy still as flashlab made it follows the course when the
+    course file changes; a copy the learner changed is kept and reported. Returns a
+    :class:`WorkareaReport` (print it)."""
     repo = find_repo(Path(repo) if repo is not None else None)
     root = Path(root).expanduser() if root is not None else default_root(repo)
     if root.exists() and not root.is_dir():
@@ -150,7 +155,12 @@ def prepare(root: str | Path | None = None, repo: str | Path | None = None) -> W
                 else:
                     report.kept_unknown.append(rel)
             elif entry.get("sha256") != digest:
-                report.changed_upstream.append(rel)
+                if dest.is_file() and _sha256(dest) == entry.get("sha256"):  # untouched copy: nothing to lose
+                    shutil.copyfile(source, dest)
+                    recorded[rel] = {"sha256": digest}
+                    report.updated.append(rel)
+                else:
+                    report.changed_upstream.append(rel)
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, dest)
