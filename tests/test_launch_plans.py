@@ -18,7 +18,7 @@ from flashlab.kernels import attention, launch_plan, plans  # noqa: E402
 from flashlab.kernels.attention import attention_reference, flash_attention  # noqa: E402
 
 
-def _inputs(seed, B=1, H=4, Hkv=2, Nq=40, Nk=40, d=16, dtype=torch.float32, device="cpu", layout="bhnd"):
+def _inputs(seed, B=1, H=2, Hkv=1, Nq=24, Nk=24, d=16, dtype=torch.float32, device="cpu", layout="bhnd"):
     """Seeded q (B, H, Nq, d), k and v (B, Hkv, Nk, d) leaves and do; ``layout="bnhd"``: strided views
     of (B, N, H, d) storage, as a model's projections give."""
     g = torch.Generator(device=device).manual_seed(seed)
@@ -61,7 +61,7 @@ def test_same_signature_reuses_the_forward_and_backward_plans(fresh):
 
 
 CHANGES = {  # name: (inputs keywords, flash_attention keywords) differing from the base call
-    "shape": (dict(Nq=48, Nk=48), dict(causal=True)),
+    "shape": (dict(Nq=20, Nk=20), dict(causal=True)),
     "stride": (dict(layout="bnhd"), dict(causal=True)),
     "dtype": (dict(dtype=torch.float16), dict(causal=True)),
     "spec": (dict(), dict(causal=True, window=8)),
@@ -81,10 +81,10 @@ def test_a_different_signature_gets_its_own_plan(fresh, change):
 
 
 CASES = {  # name: (inputs keywords, flash_attention keywords)
-    "gqa_causal_fp32": (dict(H=4, Hkv=2, Nq=40, Nk=40), dict(causal=True)),
-    "mha_dense_fp16_ragged": (dict(H=2, Hkv=2, Nq=33, Nk=47, dtype=torch.float16), dict(causal=False)),
-    "window_bottom_right": (dict(H=2, Hkv=1, Nq=24, Nk=40), dict(causal=True, window=9, causal_align="bottom_right")),
-    "strided_views": (dict(H=4, Hkv=2, layout="bnhd"), dict(causal=True)),
+    "gqa_causal_fp32": (dict(H=4, Hkv=2, Nq=24, Nk=24), dict(causal=True)),
+    "mha_dense_fp16_ragged": (dict(H=2, Hkv=2, Nq=19, Nk=29, dtype=torch.float16), dict(causal=False)),
+    "window_bottom_right": (dict(H=2, Hkv=1, Nq=17, Nk=30), dict(causal=True, window=9, causal_align="bottom_right")),
+    "strided_views": (dict(H=2, Hkv=1, layout="bnhd"), dict(causal=True)),
 }
 
 
@@ -126,10 +126,10 @@ def test_the_hopper_rungs_launch_is_planned_and_matches_the_reference(fresh):
     assert (lse.double() - scores.logsumexp(-1)).abs().max().item() < 1e-3, "the planned launch's lse is wrong"
 
 
-BAD = {  # name: (a function of valid q, k, v giving bad (q, k, v, keywords)), the message the check gives
+BAD = {  # name: a function of valid q, k, v giving a bad call (q, k, v, keywords)
     "dtype": lambda q, k, v: (q, k.half(), v, dict(causal=True)),
     "head_dim": lambda q, k, v: (q, k[..., :8].contiguous(), v[..., :8].contiguous(), dict(causal=True)),
-    "heads": lambda q, k, v: (q[:, :3], k, v, dict(causal=True)),
+    "heads": lambda q, k, v: (q, torch.cat([k] * 3, 1), torch.cat([v] * 3, 1), dict(causal=True)),  # Hkv=3, H=2
     "negative_scale": lambda q, k, v: (q, k, v, dict(causal=True, scale=-1.0)),
     "nan_scale": lambda q, k, v: (q, k, v, dict(causal=True, scale=float("nan"))),
     "bool_scale": lambda q, k, v: (q, k, v, dict(causal=True, scale=True)),
@@ -138,17 +138,24 @@ BAD = {  # name: (a function of valid q, k, v giving bad (q, k, v, keywords)), t
 }
 
 
-@pytest.mark.parametrize("bad", list(BAD))
-def test_bad_inputs_raise_the_same_error_after_plans_exist(fresh, bad):
+def test_bad_inputs_raise_the_same_errors_after_plans_exist(fresh):
     q, k, v, do = _inputs(5)
-    bad_call = BAD[bad](q.detach(), k.detach(), v.detach())
-    with pytest.raises((TypeError, ValueError)) as cold:  # no plan and no checked signature yet
-        flash_attention(*bad_call[:3], **bad_call[3])
+    calls = {name: make(q.detach(), k.detach(), v.detach()) for name, make in BAD.items()}
+    cold = {}
+    for name, (a, b, c, options) in calls.items():  # no plan and no checked signature yet
+        try:
+            flash_attention(a, b, c, **options)
+        except (TypeError, ValueError) as err:
+            cold[name] = err
+        else:
+            raise AssertionError(f"{name}: the bad call was accepted")
     _step(q, k, v, do, causal=True)  # a checked signature, a forward and a backward plan
-    _step(q, k, v, do, causal=True, scale=1.0)
-    with pytest.raises(type(cold.value)) as warm:
-        flash_attention(*bad_call[:3], **bad_call[3])
-    assert str(warm.value) == str(cold.value), f"the error changed once plans existed: {warm.value} != {cold.value}"
+    with torch.no_grad():
+        flash_attention(q, k, v, causal=True, scale=1.0)  # and one with a scale given
+    for name, (a, b, c, options) in calls.items():
+        with pytest.raises(type(cold[name])) as warm:
+            flash_attention(a, b, c, **options)
+        assert str(warm.value) == str(cold[name]), f"{name}: the error changed once plans existed: {warm.value}"
 
 
 def test_a_failed_check_is_never_remembered(fresh):
@@ -241,3 +248,57 @@ def test_gpu_a_launch_hook_sends_every_launch_through_the_jit(fresh, monkeypatch
         _step(q, k, v, do, causal=True)
     torch.cuda.synchronize()
     assert len(seen) == 4, f"the hook saw {len(seen)} launches of 4 (forward, preprocess, dQ, dK/dV)"
+
+
+class _RecordingKernel:
+    """Stands in for a CompiledKernel: records what a direct launch passes to ``run``."""
+
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+def _as_jit_sees(value):
+    """A JIT argument as the launcher reads it: a tensor's pointer, a descriptor's fields."""
+    if hasattr(value, "data_ptr"):
+        return value.data_ptr()
+    if hasattr(value, "block_shape"):
+        return (type(value), value.base.data_ptr(), list(value.shape), list(value.strides), list(value.block_shape),
+                getattr(value, "layout", None), value.padding)
+    return value
+
+
+@pytest.mark.parametrize("rung", ["v4_hopper", "v5_gluon_ws"])
+def test_a_direct_launch_passes_what_the_jit_would_with_only_the_pointers_changed(fresh, monkeypatch, rung):
+    """The direct path, checked on the CPU with a stand-in compiled kernel: every argument of the
+    second call is what the JIT path would pass for the new tensors (descriptors rebuilt on them)."""
+    from flashlab.kernels import flash_fwd_gluon, flash_fwd_hopper
+
+    if rung == "v5_gluon_ws" and not flash_fwd_gluon._gluon_available():
+        pytest.skip("this Triton has no Gluon")
+    module = flash_fwd_hopper if rung == "v4_hopper" else flash_fwd_gluon
+    first = [t.detach() for t in _inputs(9, H=4, Hkv=2, Nq=40, Nk=56, d=64, dtype=torch.float16)[:3]]
+    second = [t.detach() for t in _inputs(10, H=4, Hkv=2, Nq=40, Nk=56, d=64, dtype=torch.float16)[:3]]
+    spec = AttnSpec(causal=True, scale=0.125, group=2)
+    launch = module.kernel_launch(*first, spec, module.default_config(64, True))
+    kernel = _RecordingKernel()
+    launch._record(kernel, launch.jit_values((*first, *flash_fwd_hopper.new_outputs(first[0]))))  # as a first launch
+    outputs = flash_fwd_hopper.new_outputs(second[0])
+    launch(*second, *outputs)
+    (call,) = kernel.calls
+    grid, stream, rest = call[:3], call[3], call[4:]
+    assert grid == launch.grid3 and stream == launch.stream
+    assert rest[:5] == ("function", "metadata", None, None, None), "the launch metadata and hooks are not as the JIT's"
+    expected = launch.jit_values((*second, *outputs))
+    for name, got in zip(launch.names, rest[5:]):
+        assert _as_jit_sees(got) == _as_jit_sees(expected[name]), f"argument {name} differs from the JIT's"
+    monkeypatch.setattr(launch_plan, "DIRECT_LAUNCH", False)
+    monkeypatch.setattr(launch, "_jit", lambda tensors: "jit")
+    assert launch(*second, *outputs) == "jit" and len(kernel.calls) == 1, "DIRECT_LAUNCH = False still launched directly"
+    monkeypatch.setattr(launch_plan, "DIRECT_LAUNCH", True)
+    unaligned = torch.empty(second[0].numel() + 8, dtype=torch.float16)[1:1 + second[0].numel()].view(second[0].shape)
+    assert launch(unaligned, *second[1:], *outputs) == "jit", "an unaligned pointer was launched directly"

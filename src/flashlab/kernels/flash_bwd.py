@@ -334,7 +334,9 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     q, o, do: (B, H, Nq, d); k, v: (B, Hkv, Nk, d); lse: (B, H, Nq) float32, natural log.
     Returns dq (B, H, Nq, d), dk and dv (B, Hkv, Nk, d), in the dtypes of q, k and v; with
     grouped-query attention dk and dv are summed over the H // Hkv query heads of each kv head.
-    ``causal``: a bool or the forward's AttnSpec.
+    ``causal``: a bool or the forward's AttnSpec. The launches come from the launch plan of the
+    inputs' signature (:mod:`flashlab.kernels.plans`: made once, then the compiled kernels are
+    launched directly); with ``plans.ENABLED = False`` they are built and launched anew below.
     """
     from triton.runtime.errors import OutOfResources
 
