@@ -24,7 +24,7 @@ import functools
 import math
 import numbers
 
-from . import _mode
+from . import _mode, plans
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
@@ -122,11 +122,12 @@ def attn_spec(q, k, v, causal=False, scale=None, **options):
     resolved and the group set from the head counts; errors name the option.
 
     A plain call (no options) is checked once per input signature (:func:`_checked_key`: every
-    check depends only on it); inputs that fail are never remembered, so they fail every time."""
+    check depends only on it; with ``plans.ENABLED``); inputs that fail are never remembered, so
+    they fail every time."""
     from ..attnspec import AttnSpec, make_spec
 
     if not options and isinstance(causal, bool):  # the common call, once per step: a cached spec
-        key = _checked_key(q, k, v, causal, scale)
+        key = _checked_key(q, k, v, causal, scale) if plans.ENABLED else None
         spec = _CHECKED.get(key) if key is not None else None
         if spec is None:
             spec = _plain_spec(causal, check_inputs(q, k, v, causal, scale), q.shape[1] // k.shape[1])
@@ -238,7 +239,7 @@ def best_forward(q, k, v, causal, scale: float | None = None):
     The choice and the launch come from the launch plan of the inputs' signature
     (:mod:`flashlab.kernels.plans`; ``plans.ENABLED = False``: chosen and launched anew each call).
     """
-    from . import ladder, plans
+    from . import ladder
     from .visible import as_spec
 
     spec = as_spec(causal, scale)
