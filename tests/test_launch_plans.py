@@ -1,10 +1,11 @@
 """Launch plans (``flashlab.kernels.plans``): one per input signature, reused, equal to the path without them.
 
-On the CPU (Triton's interpreter) plans are made and reused but every launch is interpreted, so
-these tests check the bookkeeping and that a plan computes exactly what the path without plans
-computes. The GPU tests at the end check the direct launch of the compiled kernels against
-Triton's own launch (``launch_plan.DIRECT_LAUNCH = False``), bit for bit, and against the float64
-reference under the flash-attention rule.
+The first tests run where the kernels run: in Triton's interpreter on CPU tensors (plans are made
+and reused, every launch interpreted), or compiled on CUDA tensors where there is a GPU. They
+check the bookkeeping and that a plan computes exactly what the path without plans computes.
+The GPU tests at the end check the direct launch of the compiled kernels against Triton's own
+launch (``launch_plan.DIRECT_LAUNCH = False``), bit for bit, and against the float64 reference
+under the flash-attention rule.
 """
 import math
 
@@ -14,11 +15,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from flashlab.attnspec import AttnSpec  # noqa: E402
-from flashlab.kernels import attention, launch_plan, plans  # noqa: E402
+from flashlab.kernels import _mode, attention, launch_plan, plans  # noqa: E402
 from flashlab.kernels.attention import attention_reference, flash_attention  # noqa: E402
 
+# where the kernels run: compiled on a GPU, else on CPU tensors in the interpreter (tests/conftest.py)
+DEVICE = "cuda" if torch.cuda.is_available() and not _mode.is_interpreter() else "cpu"
 
-def _inputs(seed, B=1, H=2, Hkv=1, Nq=24, Nk=24, d=16, dtype=torch.float32, device="cpu", layout="bhnd"):
+
+def _inputs(seed, B=1, H=2, Hkv=1, Nq=24, Nk=24, d=16, dtype=torch.float32, device=DEVICE, layout="bhnd"):
     """Seeded q (B, H, Nq, d), k and v (B, Hkv, Nk, d) leaves and do; ``layout="bnhd"``: strided views
     of (B, N, H, d) storage, as a model's projections give."""
     g = torch.Generator(device=device).manual_seed(seed)
@@ -113,16 +117,19 @@ def test_the_hopper_rungs_launch_is_planned_and_matches_the_reference(fresh):
     o, lse = plans.forward(q, k, v, spec, rung="v4_hopper")
     (plan,) = plans._FORWARD.values()
     assert plan.rung == "v4_hopper" and plan.launch is not None, "the Hopper rung's launch was not planned"
-    assert plan.launch.args is None, "a plan kept a compiled kernel in the interpreter, which has none"
+    if DEVICE == "cpu":
+        assert plan.launch.args is None, "a plan kept a compiled kernel in the interpreter, which has none"
+    else:
+        assert plan.launch.args is not None, "the plan kept no compiled kernel after its first launch"
     q2, k2, v2, _ = _inputs(4, H=4, Hkv=2, Nq=40, Nk=56, d=64, dtype=torch.float16)
     o2, _ = plans.forward(q2.detach(), k2.detach(), v2.detach(), spec, rung="v4_hopper")
     assert len(plans._FORWARD) == 1, "the same signature made a second plan"
     for out, (a, b, c) in ((o, (q, k, v)), (o2, (q2, k2, v2))):
         ref = attention_reference(a.detach(), b.detach(), c.detach(), causal=True)
-        err = (out.double() - ref).abs().max().item()
+        err = (out.double() - ref.double()).abs().max().item()
         assert err < 2e-3, f"the planned Hopper launch is {err:.3g} from the float64 reference"
     scores = torch.einsum("bhqd,bhkd->bhqk", q.double(), k.double().repeat_interleave(2, 1)) / math.sqrt(64)
-    scores = scores.masked_fill(torch.ones(40, 56, dtype=torch.bool).triu(1), float("-inf"))
+    scores = scores.masked_fill(torch.ones(40, 56, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     assert (lse.double() - scores.logsumexp(-1)).abs().max().item() < 1e-3, "the planned launch's lse is wrong"
 
 
@@ -134,7 +141,7 @@ BAD = {  # name: a function of valid q, k, v giving a bad call (q, k, v, keyword
     "nan_scale": lambda q, k, v: (q, k, v, dict(causal=True, scale=float("nan"))),
     "bool_scale": lambda q, k, v: (q, k, v, dict(causal=True, scale=True)),
     "causal_not_bool": lambda q, k, v: (q, k, v, dict(causal=1)),
-    "not_a_tensor": lambda q, k, v: (q.detach().numpy(), k, v, dict(causal=True)),
+    "not_a_tensor": lambda q, k, v: (q.detach().cpu().numpy(), k, v, dict(causal=True)),
 }
 
 
@@ -281,8 +288,9 @@ def test_a_direct_launch_passes_what_the_jit_would_with_only_the_pointers_change
     if rung == "v5_gluon_ws" and not flash_fwd_gluon._gluon_available():
         pytest.skip("this Triton has no Gluon")
     module = flash_fwd_hopper if rung == "v4_hopper" else flash_fwd_gluon
-    first = [t.detach() for t in _inputs(9, H=4, Hkv=2, Nq=40, Nk=56, d=64, dtype=torch.float16)[:3]]
-    second = [t.detach() for t in _inputs(10, H=4, Hkv=2, Nq=40, Nk=56, d=64, dtype=torch.float16)[:3]]
+    shape = dict(H=4, Hkv=2, Nq=40, Nk=56, d=64, dtype=torch.float16, device="cpu")  # never launched
+    first = [t.detach() for t in _inputs(9, **shape)[:3]]
+    second = [t.detach() for t in _inputs(10, **shape)[:3]]
     spec = AttnSpec(causal=True, scale=0.125, group=2)
     launch = module.kernel_launch(*first, spec, module.default_config(64, True))
     kernel = _RecordingKernel()
