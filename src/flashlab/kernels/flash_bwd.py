@@ -23,6 +23,7 @@ sees are skipped and never loaded.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, replace
 
 from .. import targets  # per-GPU fit rules
@@ -391,9 +392,15 @@ def resolve_config(q, k, spec, config: BwdConfig | None) -> BwdConfig:
     stream where :func:`concurrent_dq` says so."""
     if config is not None:
         return config
-    head_dim = head_dim_padded(q.shape[3])
-    return replace(default_bwd_config(head_dim, q.dtype),
-                   concurrent=concurrent_dq(spec.causal, q.shape[2], k.shape[2], q.shape[1] // k.shape[1]))
+    return _default_config(head_dim_padded(q.shape[3]), q.dtype,
+                           concurrent_dq(spec.causal, q.shape[2], k.shape[2], q.shape[1] // k.shape[1]),
+                           _mode.is_interpreter())
+
+
+@functools.lru_cache(maxsize=64)
+def _default_config(head_dim: int, dtype: torch.dtype, concurrent: bool, interpreting: bool) -> BwdConfig:
+    """:func:`default_bwd_config` with ``concurrent`` set, made once (``resolve_config`` runs per call)."""
+    return replace(default_bwd_config(head_dim, dtype), concurrent=concurrent)
 
 
 def fitting_configs(config: BwdConfig, head_dim: int, itemsize: int):

@@ -211,17 +211,20 @@ def backward_key(q, k, v, o, lse, do, spec, config):
 
 def backward(q, k, v, o, lse, do, spec, config=None):
     """(dq, dk, dv) from the plan of these inputs' signature, made on first use: the first config
-    of ``flash_bwd.fitting_configs`` that compiles (a RuntimeError when none does)."""
-    key = backward_key(q, k, v, o, lse, do, spec, config)
+    of ``flash_bwd.fitting_configs`` that compiles (a RuntimeError when none does). The key holds
+    the config resolved per call (``flash_bwd.resolve_config``: the default and the concurrency
+    rule), so a changed rule (benchmarks/bench_backward.py switches it) gets its own plan."""
+    from . import flash_bwd
+
+    resolved = flash_bwd.resolve_config(q, k, spec, config)
+    key = backward_key(q, k, v, o, lse, do, spec, resolved)
     plan = _BACKWARD.get(key)
     if plan is not None:
         return plan(q, k, v, o, lse, do)
     from triton.runtime.errors import OutOfResources
 
-    from . import flash_bwd
     from .flash_fwd import head_dim_padded
 
-    resolved = flash_bwd.resolve_config(q, k, spec, config)
     for cfg in flash_bwd.fitting_configs(resolved, head_dim_padded(q.shape[3]), q.element_size()):
         plan = BackwardPlan(q, k, v, o, lse, do, spec, cfg)
         try:
