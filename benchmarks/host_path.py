@@ -1,19 +1,23 @@
-"""Where the host's time goes in one forward+backward step of ``flash_attention`` through autograd.
+"""Where the host's time goes in one forward+backward step of ``flash_attention`` through autograd,
+with the launch plans (``flashlab.kernels.plans``) off, on with Triton's JIT launch, and on with
+the compiled kernels launched directly: all three in the same run, interleaved.
 
-Prints, per shape, microseconds of host time per step (30 steps issued back to back, nothing
-waiting for the GPU; median of 3 repeats) for:
+Prints, per shape and per path (``off``: plans.ENABLED = False, every launch built anew as before
+plans; ``plans_jit``: plans on, launch_plan.DIRECT_LAUNCH = False; ``plans``: both on),
+microseconds per step of host time (30 steps issued back to back, nothing waiting for the GPU)
+and of wall time (until the GPU finished them), median of 3 interleaved rounds, for:
 
   lib         torch.autograd.grad(flash_attention(q, k, v, causal), (q, k, v), do)
   lib_1thread the same with autograd's device threads off (backward runs on the calling thread)
   direct      the same kernels without autograd (best_forward, choose_backward, run_backward)
-  cudnn       torch.autograd.grad of SDPA's cuDNN backend
   fwd_only    flash_attention under torch.no_grad()
 
-then the time spent inside each library phase per ``lib`` step (perf_counter around the function,
-on whichever thread runs it), and whether a ``lib`` step synchronises with the GPU
-(``torch.cuda.set_sync_debug_mode("error")``).
+and once cuDNN (torch.autograd.grad of SDPA's cuDNN backend); then, with plans on, each library
+piece alone, the time inside each library phase per ``lib`` step (perf_counter around the
+function, on whichever thread runs it), and whether a ``lib`` step synchronises with the GPU
+(``torch.cuda.set_sync_debug_mode("error")``). ``--profile`` adds cProfile's top functions.
 
-    python benchmarks/host_path.py [--out results.json]
+    python benchmarks/host_path.py [--out results.json] [--profile]
 """
 from __future__ import annotations
 
@@ -89,19 +93,30 @@ def _empty_function():
     return Empty
 
 
+PATHS = ("off", "plans_jit", "plans")  # plans.ENABLED, launch_plan.DIRECT_LAUNCH: off/off, on/off, on/on
+
+
+def set_path(name: str) -> None:
+    from flashlab.kernels import launch_plan, plans
+
+    plans.ENABLED = name != "off"
+    launch_plan.DIRECT_LAUNCH = name == "plans"
+
+
 def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from flashlab import decode
-    from flashlab.kernels import attention, flash_bwd, ladder
+    from flashlab.kernels import attention, flash_bwd, ladder, plans
     from flashlab.kernels.attention import flash_attention
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None)
+    p.add_argument("--profile", action="store_true", help="add cProfile's top functions of 30 lib steps")
     args = p.parse_args(argv)
-    results = {}
+    results = {"environment": _common.environment()}
     for label, (B, H, Hkv, N, d) in SHAPES.items():
         g = torch.Generator(device="cuda").manual_seed(0)
         q = torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
@@ -131,46 +146,56 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 return flash_attention(q, k, v, True)
 
-        row = {name: host_us(fn) for name, fn in
-               (("lib", lib), ("lib_1thread", lib_1thread), ("direct", direct), ("cudnn", cudnn),
-                ("fwd_only", fwd_only))}
-        # -- the pieces one at a time: autograd alone (a Function that launches nothing), then each
-        #    library step of the forward and backward
+        fns = (("lib", lib), ("lib_1thread", lib_1thread), ("direct", direct), ("fwd_only", fwd_only))
+        # -- the three paths in interleaved rounds (one warm-up pass first: compiles, plans)
+        for path in PATHS:
+            set_path(path)
+            for _, fn in fns:
+                _common.issue_and_wall_us(fn, 2, warmup=1)
+        rounds = {path: {name: [] for name, _ in fns} for path in PATHS}
+        rounds["cudnn"] = {"lib": []}
+        for _ in range(REPEATS):
+            for path in PATHS:
+                set_path(path)
+                for name, fn in fns:
+                    rounds[path][name].append(_common.issue_and_wall_us(fn, STEPS))
+            rounds["cudnn"]["lib"].append(_common.issue_and_wall_us(cudnn, STEPS))
+        row = {path: {name: {"host_us": round(statistics.median(r[0] for r in runs), 1),
+                             "wall_us": round(statistics.median(r[1] for r in runs), 1)}
+                      for name, runs in per.items()} for path, per in rounds.items()}
+        set_path("plans")
+        # -- the pieces one at a time, plans on: autograd alone (a Function that launches nothing),
+        #    then each library step of the forward and backward
         o, lse = attention.best_forward(q.detach(), k.detach(), v.detach(), spec)
-        from flashlab.kernels import flash_fwd_hopper as hopper
-
-        cfg = hopper.default_config(d, True, N)
         empty = _empty_function()
         pieces = {
             "autograd_empty_function": lambda: torch.autograd.grad(empty.apply(q, k, v), (q, k, v), do),
             "check_inputs": lambda: attention.check_inputs(q, k, v, True),
             "attn_spec": lambda: attention.attn_spec(q, k, v, True),
             "ladder.choose": lambda: ladder.choose(q, k, v, spec),
-            "hopper.head_views": lambda: hopper.head_views(q, k, v),
-            "hopper.forward(config)": lambda: hopper.forward(q, k, v, spec, None, cfg, checked=True),
             "best_forward": lambda: attention.best_forward(q, k, v, spec),
-            "flash_bwd.preprocess": lambda: flash_bwd.preprocess(o, do),
             "flash_bwd.backward": lambda: flash_bwd.backward(q, k, v, o, lse, do, spec),
         }
         row["pieces_host_us"] = {name: round(host_us(fn)["host_us"], 1) for name, fn in pieces.items()}
-        import cProfile
-        import io
-        import pstats
+        row["forward_rung"] = [plan.rung for plan in plans._FORWARD.values()]
+        if args.profile:
+            import cProfile
+            import io
+            import pstats
 
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(STEPS):
-            lib()
-        prof.disable()
-        torch.cuda.synchronize()
-        text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(45)
-        row["profile_cumulative"] = text.getvalue().splitlines()[:70]
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(STEPS):
+                lib()
+            prof.disable()
+            torch.cuda.synchronize()
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(45)
+            row["profile_cumulative"] = text.getvalue().splitlines()[:70]
         totals, restore = phase_timers({
             "attn_spec": (attention, "attn_spec"), "decode.takes_over": (decode, "takes_over"),
             "best_forward": (attention, "best_forward"), "choose_backward": (ladder, "choose_backward"),
-            "run_backward": (ladder, "run_backward"), "flash_bwd.preprocess": (flash_bwd, "preprocess"),
-            "flash_bwd._side_stream": (flash_bwd, "_side_stream"),
+            "run_backward": (ladder, "run_backward"), "plans.backward": (plans, "backward"),
         })
         try:
             torch.cuda.synchronize()
@@ -191,11 +216,23 @@ def main(argv=None) -> int:
             torch.cuda.set_sync_debug_mode(0)
         results[label] = row
         print(label, json.dumps({k: v for k, v in row.items() if k != "profile_cumulative"}, indent=1), flush=True)
-        print("\n".join(row["profile_cumulative"][:60]), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+        if args.out:  # after each shape: a later failure keeps what was measured
+            _common.write_json(Path(args.out), results)
+    print(table(results), flush=True)
     return 0
+
+
+def table(results: dict) -> str:
+    """Host us per step (wall us in brackets), one line per shape and path."""
+    lines = ["| shape | path | lib | lib 1-thread | no autograd | forward alone |", "|---|---|---|---|---|---|"]
+    for label, row in results.items():
+        if label == "environment":
+            continue
+        for path in PATHS + ("cudnn",):
+            cells = [f"{row[path][n]['host_us']:.0f} ({row[path][n]['wall_us']:.0f})" if n in row[path] else ""
+                     for n in ("lib", "lib_1thread", "direct", "fwd_only")]
+            lines.append(f"| {label} | {path} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

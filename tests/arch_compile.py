@@ -73,6 +73,9 @@ def main() -> None:
         for attr in names:
             setattr(module, attr, Recorder(getattr(module, attr), attr))
     primer._mode.check_device = lambda name, tensor: None  # CPU tensors stand in for CUDA ones
+    from flashlab.kernels import plans
+
+    plans.ENABLED = False  # the backward launches through the Recorders above, not through a launch plan
 
     head_dims = [128] if tier == "quick" else [64, 128]
     dtypes = [torch.float16] + ([torch.bfloat16] if tier == "full" and target.bf16 else [])

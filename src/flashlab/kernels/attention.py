@@ -24,7 +24,7 @@ import functools
 import math
 import numbers
 
-from . import _mode
+from . import _mode, plans
 
 SUPPORTED_DTYPES = ("float16", "bfloat16", "float32")
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
@@ -97,15 +97,45 @@ def _plain_spec(causal: bool, scale: float, group: int):
     return AttnSpec(causal=causal, scale=scale, group=group)
 
 
+# input signature -> the AttnSpec of a plain call (no options) whose inputs passed check_inputs
+_CHECKED: dict = {}
+MAX_CHECKED = 256  # signatures kept; emptied when full
+
+
+def _checked_key(q, k, v, causal: bool, scale):
+    """The signature :func:`check_inputs` depends on (shapes, strides, dtypes, devices, causal,
+    the scale with its type, the Triton mode), or None where it cannot be cached (not plain
+    tensors, a scale that is not a float or an int)."""
+    import torch
+
+    if not (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor):
+        return None
+    if scale is not None and type(scale) is not float and type(scale) is not int:
+        return None
+    return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+            v.shape, v.stride(), v.dtype, v.device, causal, type(scale), scale, _mode.is_interpreter())
+
+
 def attn_spec(q, k, v, causal=False, scale=None, **options):
     """The checked :class:`flashlab.attnspec.AttnSpec` of a call: :func:`check_inputs`, then the
     options (``spec=`` or AttnSpec fields such as ``window=``, ``causal_align=``) with the scale
-    resolved and the group set from the head counts; errors name the option."""
+    resolved and the group set from the head counts; errors name the option.
+
+    A plain call (no options) is checked once per input signature (:func:`_checked_key`: every
+    check depends only on it; with ``plans.ENABLED``); inputs that fail are never remembered, so
+    they fail every time."""
     from ..attnspec import AttnSpec, make_spec
 
     if not options and isinstance(causal, bool):  # the common call, once per step: a cached spec
-        scale = check_inputs(q, k, v, causal, scale)
-        return _plain_spec(causal, scale, q.shape[1] // k.shape[1])
+        key = _checked_key(q, k, v, causal, scale) if plans.ENABLED else None
+        spec = _CHECKED.get(key) if key is not None else None
+        if spec is None:
+            spec = _plain_spec(causal, check_inputs(q, k, v, causal, scale), q.shape[1] // k.shape[1])
+            if key is not None:
+                if len(_CHECKED) >= MAX_CHECKED:
+                    _CHECKED.clear()
+                _CHECKED[key] = spec
+        return spec
     if isinstance(causal, AttnSpec):
         options["spec"], causal = causal, False
     scale = check_inputs(q, k, v, causal, scale if scale is not None else getattr(options.get("spec"), "scale", None))
@@ -206,11 +236,15 @@ def best_forward(q, k, v, causal, scale: float | None = None):
 
     The rungs are called without their own input checks: validating once matters at small N,
     where the host's time per call is comparable to the kernel's (benchmarks/NOTES.md, call 4).
+    The choice and the launch come from the launch plan of the inputs' signature
+    (:mod:`flashlab.kernels.plans`; ``plans.ENABLED = False``: chosen and launched anew each call).
     """
     from . import ladder
     from .visible import as_spec
 
     spec = as_spec(causal, scale)
+    if plans.ENABLED:
+        return plans.forward(q, k, v, spec)
     return ladder.run(ladder.choose(q, k, v, spec), q, k, v, spec)
 
 

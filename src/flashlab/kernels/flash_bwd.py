@@ -23,6 +23,7 @@ sees are skipped and never loaded.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, replace
 
 from .. import targets  # per-GPU fit rules
@@ -334,16 +335,22 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     q, o, do: (B, H, Nq, d); k, v: (B, Hkv, Nk, d); lse: (B, H, Nq) float32, natural log.
     Returns dq (B, H, Nq, d), dk and dv (B, Hkv, Nk, d), in the dtypes of q, k and v; with
     grouped-query attention dk and dv are summed over the H // Hkv query heads of each kv head.
-    ``causal``: a bool or the forward's AttnSpec.
+    ``causal``: a bool or the forward's AttnSpec. The launches come from the launch plan of the
+    inputs' signature (:mod:`flashlab.kernels.plans`: made once, then the compiled kernels are
+    launched directly); with ``plans.ENABLED = False`` they are built and launched anew below.
     """
     from triton.runtime.errors import OutOfResources
 
+    from . import plans
+
+    spec = as_spec(causal, scale)
+    if plans.ENABLED:  # the launch plan of these inputs' signature (kernels.plans); below: every call anew
+        return plans.backward(q, k, v, o, lse, do, spec, config)
     B, H, Nq, d = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     group = H // Hkv
     head_dim = head_dim_padded(d)
     consts = dict(HEAD_DIM=head_dim, D_HEAD=d)
-    spec = as_spec(causal, scale)
     scale = spec.resolved_scale(d)
     flags = dict(**spec.kernel_args(Nq, Nk), **spec.mask_args(), DOT_F32=_mode.dot_upcast(q.dtype),
                  DOT_PRECISION=dot_precision(q.dtype))
@@ -351,11 +358,8 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
     dq = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
     dk = new_output((B, Hkv, Nk, d), k.dtype, k.device)  # (B, Hkv, Nk, d)
     dv = new_output((B, Hkv, Nk, d), v.dtype, v.device)  # (B, Hkv, Nk, d)
-    if config is None:
-        config = replace(default_bwd_config(head_dim, q.dtype), concurrent=concurrent_dq(spec.causal, Nq, Nk, group))
-    for cfg in fallback_bwd_configs(config):
-        if not targets.bwd_fits_current(cfg, head_dim, q.element_size()):  # flashlab.targets: skip what cannot fit
-            continue
+    config = resolve_config(q, k, spec, config)
+    for cfg in fitting_configs(config, head_dim, q.element_size()):
         try:
             delta = preprocess(o, do, cfg.block_pre)  # (B, H, Nq)
             common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
@@ -380,4 +384,33 @@ def backward(q, k, v, o, lse, do, causal, scale: float | None = None, config: Bw
             return dq, dk, dv
         except OutOfResources:
             continue
-    raise RuntimeError(targets.bwd_does_not_fit(fallback_bwd_configs(config)[-1], head_dim, q.dtype))
+    raise RuntimeError(does_not_fit(config, head_dim, q.dtype))
+
+
+def resolve_config(q, k, spec, config: BwdConfig | None) -> BwdConfig:
+    """``config``, or the default for q's padded head dim and dtype with the dQ kernel on a second
+    stream where :func:`concurrent_dq` says so."""
+    if config is not None:
+        return config
+    return _default_config(head_dim_padded(q.shape[3]), q.dtype,
+                           concurrent_dq(spec.causal, q.shape[2], k.shape[2], q.shape[1] // k.shape[1]),
+                           _mode.is_interpreter())
+
+
+@functools.lru_cache(maxsize=64)
+def _default_config(head_dim: int, dtype: torch.dtype, concurrent: bool, interpreting: bool) -> BwdConfig:
+    """:func:`default_bwd_config` with ``concurrent`` set, made once (``resolve_config`` runs per call)."""
+    return replace(default_bwd_config(head_dim, dtype), concurrent=concurrent)
+
+
+def fitting_configs(config: BwdConfig, head_dim: int, itemsize: int):
+    """``config`` then smaller ones (:func:`fallback_bwd_configs`), skipping those
+    :mod:`flashlab.targets` says cannot fit the current GPU: tried in turn until one compiles."""
+    for cfg in fallback_bwd_configs(config):
+        if targets.bwd_fits_current(cfg, head_dim, itemsize):
+            yield cfg
+
+
+def does_not_fit(config: BwdConfig, head_dim: int, dtype) -> str:
+    """The message when no config of :func:`fallback_bwd_configs` fits."""
+    return targets.bwd_does_not_fit(fallback_bwd_configs(config)[-1], head_dim, dtype)

@@ -312,19 +312,44 @@ def _kernels():
     return flash_fwd_ws_kernel
 
 
-def _descriptors(q3, k3, v3, block_n: int):
-    """Gluon tensor descriptors over the per-head views q3 (B*H, Nq, d) and k3, v3 (B*Hkv, Nk, d):
-    Q in (1, 64, d) halves of a query block, K and V in (1, block_n, d) key blocks."""
+@functools.lru_cache(maxsize=None)
+def _layouts(dtype: str, d: int, block_n: int):
+    """(Q's shared layout, K's and V's) for a dtype name, head dim and key block: built once (``NVMMASharedLayout.get_default_for`` costs tens of microseconds per call)."""
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    d = q3.shape[2]
-    gl_dtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q3.dtype)]
+    gl_dtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[dtype]
     half = [1, BLOCK_M // 2, d]
     kv = [1, block_n, d]
-    return (TensorDescriptor.from_tensor(q3, half, gl.NVMMASharedLayout.get_default_for(half, gl_dtype)),
-            TensorDescriptor.from_tensor(k3, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)),
-            TensorDescriptor.from_tensor(v3, kv, gl.NVMMASharedLayout.get_default_for(kv, gl_dtype)))
+    return (gl.NVMMASharedLayout.get_default_for(half, gl_dtype), gl.NVMMASharedLayout.get_default_for(kv, gl_dtype))
+
+
+KERNEL_TENSORS = ("desc_q", "desc_k", "desc_v", "Out", "Lse")  # per call: contiguous q, k, v; o, lse
+
+
+def kernel_launch(q, k, v, spec, cfg: GluonConfig):
+    """The launch of the kernel for inputs shaped as q (B, H, Nq, d), k and v (B, Hkv, Nk, d) as
+    a :class:`flashlab.kernels.launch_plan.KernelLaunch`, called with the contiguous q, k, v and
+    the outputs o, lse (``KERNEL_TENSORS``); descriptors over the per-head views, their
+    layouts built once (``_layouts``). A launch plan keeps it."""
+    import triton
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from .launch_plan import KernelLaunch, current_stream
+
+    B, H, n_q, d = q.shape  # (B, H, Nq, d)
+    h_kv, n_kv = k.shape[1], k.shape[2]
+    rule = spec.kernel_args(n_q, n_kv)  # DIAG, WINDOW, CAUSAL, HAS_WINDOW (flashlab.attnspec)
+    q_layout, kv_layout = _layouts(str(q.dtype), d, cfg.block_n)
+    static = dict(qk_scale=spec.resolved_scale(d) * LOG2E, N_Q=n_q, N_KV=n_kv, GROUP=H // h_kv,
+                  DIAG=rule["DIAG"], WINDOW=rule["WINDOW"], HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n,
+                  NBUF=cfg.num_buffers, CAUSAL=spec.causal, HAS_WINDOW=rule["HAS_WINDOW"],
+                  CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)
+    builders = dict(  # over q3 (B*H, Nq, d) and k3, v3 (B*Hkv, Nk, d)
+        desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, BLOCK_M // 2, d], q_layout),
+        desc_k=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_n, d], kv_layout),
+        desc_v=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_n, d], kv_layout))
+    return KernelLaunch(_kernels(), (triton.cdiv(n_q, BLOCK_M), B * H), static, KERNEL_TENSORS,
+                        dict(num_warps=4), current_stream(q.device), q.is_cuda, builders)
 
 
 def launch(q, k, v, causal: bool = False, scale: float | None = None,
@@ -334,32 +359,19 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     ``warmup=True`` compiles without launching (``compiled`` then carries the PTX, the cubin and
     the resource report; ``o`` and ``lse`` are unwritten). ``checked=True`` skips the input checks.
     """
-    import triton
-
-    from .flash_fwd_hopper import head_views
-
+    from .flash_fwd_hopper import new_outputs
     from .visible import as_spec
 
     if not checked:
         _check_inputs(q, k, v, causal, scale, warmup)
     spec = as_spec(causal, scale)  # dense, causal (either alignment), sliding window
-    causal, scale = spec.causal, spec.scale
-    B, H, n_q, d = q.shape  # (B, H, Nq, d)
-    n_kv = k.shape[2]
-    rule = spec.kernel_args(n_q, n_kv)  # DIAG, WINDOW, CAUSAL, HAS_WINDOW (flashlab.attnspec)
-    cfg = config or default_config(d, causal)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    q3, k3, v3, o, lse = head_views(q, k, v)  # q3 (B*H, Nq, d), k3, v3 (B*Hkv, Nk, d); o, lse to fill
-    desc_q, desc_k, desc_v = _descriptors(q3, k3, v3, cfg.block_n)
-    kernel = _kernels()
-    args = (desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, H // k.shape[1], rule["DIAG"], rule["WINDOW"])
-    meta = dict(HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n, NBUF=cfg.num_buffers, CAUSAL=causal,
-                HAS_WINDOW=rule["HAS_WINDOW"],
-                CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
-    grid = (triton.cdiv(n_q, BLOCK_M), B * H)
+    cfg = config or default_config(q.shape[3], spec.causal)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o, lse = new_outputs(q)
+    plan = kernel_launch(q, k, v, spec, cfg)
     if warmup:
-        return o, lse, kernel.warmup(*args, grid=grid, **meta)
-    return o, lse, kernel[grid](*args, **meta)
+        return o, lse, plan.fn.warmup(**plan.jit_values((q, k, v, o, lse)), grid=plan.grid, **plan.options)
+    return o, lse, plan(q, k, v, o, lse)
 
 
 def forward(q, k, v, causal: bool = False, scale: float | None = None,

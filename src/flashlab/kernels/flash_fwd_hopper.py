@@ -291,28 +291,54 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     the code (``asm['ptx']``, ``asm['cubin']``) that the benchmark records. ``checked=True``
     skips the input checks for inputs that :func:`supports_checked` already accepted.
     """
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     if not checked:
         _check_inputs(q, k, v, causal, scale)
-    B, H, n_q, d = q.shape  # (B, H, Nq, d)
-    n_kv = k.shape[2]
     spec = as_spec(causal, scale)
-    cfg = config or default_config(d, spec.causal, n_q)
-    scale = spec.resolved_scale(d)
-    q3, k3, v3, o, lse = head_views(q, k, v)
-    desc_q = TensorDescriptor.from_tensor(q3, [1, cfg.block_q, d])
-    desc_k = TensorDescriptor.from_tensor(k3, [1, cfg.block_k, d])
-    desc_v = TensorDescriptor.from_tensor(v3, [1, cfg.block_k, d])
+    cfg = config or default_config(q.shape[3], spec.causal, q.shape[2])
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o, lse = new_outputs(q)
+    compiled = kernel_launch(q, k, v, spec, cfg)(q, k, v, o, lse)
+    return o, lse, compiled
+
+
+def new_outputs(q):
+    """o (B, H, Nq, d) in q's dtype and lse (B, H, Nq) float32 for q (B, H, Nq, d), to be filled
+    (NaN-filled with FLASHLAB_POISON=1)."""
+    import torch
+
+    from .launch_plan import new_output
+
+    B, H, n_q, d = q.shape
+    return new_output((B, H, n_q, d), q.dtype, q.device), new_output((B, H, n_q), torch.float32, q.device)
+
+
+KERNEL_TENSORS = ("desc_q", "desc_k", "desc_v", "Out", "Lse")  # per call: contiguous q, k, v; o, lse
+
+
+def kernel_launch(q, k, v, spec, cfg: HopperConfig):
+    """The launch of the kernel for inputs shaped as q (B, H, Nq, d), k and v (B, Hkv, Nk, d) as
+    a :class:`flashlab.kernels.launch_plan.KernelLaunch`, called with the contiguous q, k, v and
+    the outputs o, lse (``KERNEL_TENSORS``); the descriptors are built on the per-head views q3
+    (B*H, Nq, d) and k3, v3 (B*Hkv, Nk, d) of those tensors. A launch plan keeps it."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from .launch_plan import KernelLaunch, current_stream
+
+    B, H, n_q, d = q.shape  # (B, H, Nq, d)
+    h_kv, n_kv = k.shape[1], k.shape[2]
     grid = (triton.cdiv(n_q, cfg.block_q), B * H)
     if cfg.persistent:
         grid = (min(grid[0] * grid[1], cfg.persistent * _sm_count(q.device)),)
-    compiled = _flash_fwd_hopper_kernel[grid](
-        desc_q, desc_k, desc_v, o, lse, scale * LOG2E, n_q, n_kv, B * H, H // k.shape[1],
-        HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, **spec.kernel_args(n_q, n_kv),
-        WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    return o, lse, compiled
+    static = dict(qk_scale=spec.resolved_scale(d) * LOG2E, N_Q=n_q, N_KV=n_kv, N_HEADS=B * H, GROUP=H // h_kv,
+                  HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, **spec.kernel_args(n_q, n_kv),
+                  WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent))
+    builders = dict(
+        desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, cfg.block_q, d]),  # (B*H, Nq, d)
+        desc_k=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_k, d]),  # (B*Hkv, Nk, d)
+        desc_v=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_k, d]))
+    return KernelLaunch(_flash_fwd_hopper_kernel, grid, static, KERNEL_TENSORS,
+                        dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages), current_stream(q.device),
+                        q.is_cuda, builders)
 
 
 def forward(q, k, v, causal: bool = False, scale: float | None = None,
