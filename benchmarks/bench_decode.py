@@ -132,11 +132,11 @@ def make_variants(H, Hkv, scale):
         return _common.naive_attention(q, k, v, False, scale)
 
     from flashlab import decode
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan as plans
 
     def decode_2kernels(q, k, v):
         choice = decode.choice_for(q, k)._replace(fused=False)
-        return kernels.forward(q, k, v, None, scale, True, choice.splits, decode.config_of(q, choice))[0]
+        return plans.forward(q, k, v, None, scale, True, choice.splits, decode.config_of(q, choice))[0]
 
     lens = {}  # cache_seqlens per batch size: every length Nk
 
@@ -217,23 +217,23 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
 
 def launch_path() -> dict:
     """host_us of flash_decode at the small rows: the plan's direct launch of the compiled kernel
-    vs every launch through Triton's JITFunction (``kernels.flash_decode.DIRECT_LAUNCH``), beside
+    vs every launch through Triton's JITFunction (``kernels.decode_plan.DIRECT_LAUNCH``), beside
     SDPA default; and whether the direct launch was in use at all (Triton version dependent)."""
     import torch
 
     import flashlab
     from flashlab import decode
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan as plans
 
     out = {"rows": [], "direct_launch_used": None}
     for B, H, Hkv, nk in LAUNCH_PATH_ROWS:
         q, k, v, lens, sdpa, row = _step_inputs(B, H, Hkv, nk, seed=7 * nk + B)
         with torch.no_grad():
             for direct in (True, False):
-                kernels.DIRECT_LAUNCH = direct
+                plans.DIRECT_LAUNCH = direct
                 wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False))
                 row["direct" if direct else "jit"] = {"host_us": wall, "issue_us": issue}
-            kernels.DIRECT_LAUNCH = True
+            plans.DIRECT_LAUNCH = True
             wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens))  # the default: one sync per call
             row["checked"] = {"host_us": wall, "issue_us": issue}
             wall, issue = host_us(lambda: sdpa(q, k, v))
@@ -297,7 +297,7 @@ def tune() -> dict:
 
     from flashlab import decode
     from flashlab.kernels import attention
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan as plans
 
     out = {"splits": [], "threshold": []}
     for B, H, Hkv, nk in TUNE_SHAPES:
@@ -308,7 +308,7 @@ def tune() -> dict:
         kv_bytes = 2 * k.numel() * 2
         rule = decode.splits_for(q, k)
         for splits in sorted({1, 2, 4, 8, 16, 32, 64, 128, rule}):
-            us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
+            us = bench_us(lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
             out["splits"].append({"shape": [B, H, Hkv, nk], "splits": splits, "rule": rule, "us": us,
                                   "tb_s": kv_bytes / us / 1e6})
         del q, k, v
@@ -318,7 +318,7 @@ def tune() -> dict:
             q = torch.randn(B, 32, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
             k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
             v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
-            split = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, decode.splits_for(q, k)), 10, 40)
+            split = bench_us(lambda: plans.forward(q, k, v, None, D ** -0.5, False, decode.splits_for(q, k)), 10, 40)
             unsplit = bench_us(lambda: attention.best_forward(q, k, v, False, D ** -0.5), 10, 40)
             out["threshold"].append({"B": B, "Hkv": Hkv, "Nk": nk, "splits": decode.splits_for(q, k),
                                      "split_kv_us": split, "unsplit_us": unsplit})
@@ -340,6 +340,7 @@ def sweep_misses() -> dict:
     import torch
 
     from flashlab import decode
+    from flashlab.kernels import decode_plan as plans
     from flashlab.kernels import flash_decode as kernels
 
     out = []
@@ -355,12 +356,12 @@ def sweep_misses() -> dict:
             entry["sdpa_default_us"] = bench_us(lambda: sdpa(q, k, v), 10, 40)
             for splits in sorted(set(MISS_SPLITS) | {rule}):
                 entry["splits"][splits] = bench_us(
-                    lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
+                    lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
             for block_n, warps, stages in MISS_CONFIGS:
                 config = kernels.DecodeConfig(block_n, warps, stages)
                 try:
-                    err = _common.rel_err(kernels.forward(q, k, v, None, D ** -0.5, False, rule, config)[0], ref)
-                    us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, rule, config), 10, 40)
+                    err = _common.rel_err(plans.forward(q, k, v, None, D ** -0.5, False, rule, config)[0], ref)
+                    us = bench_us(lambda: plans.forward(q, k, v, None, D ** -0.5, False, rule, config), 10, 40)
                     entry["configs"][f"{block_n}/{warps}/{stages}"] = {"us": us, "rel_err": err}
                 except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
                     entry["configs"][f"{block_n}/{warps}/{stages}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
@@ -397,6 +398,7 @@ def sweep_combine() -> dict:
 
     import torch
 
+    from flashlab.kernels import decode_plan as plans
     from flashlab.kernels import flash_decode as kernels
 
     out = []
@@ -412,7 +414,7 @@ def sweep_combine() -> dict:
             entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
 
             def timed(splits, config):
-                fn = lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]  # noqa: E731
+                fn = lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]  # noqa: E731
                 entry["max_rel_err"] = max(entry["max_rel_err"], _common.rel_err(fn(), ref))
                 return bench_us(fn, 5, 25)
 
@@ -459,6 +461,7 @@ def sweep_wide() -> dict:
     import torch
 
     from flashlab import decode
+    from flashlab.kernels import decode_plan as plans
     from flashlab.kernels import flash_decode as kernels
 
     out = []
@@ -473,9 +476,9 @@ def sweep_wide() -> dict:
         with torch.no_grad():
             ref = sdpa(q, k, v).float()
             fns = {"sdpa_default": lambda: sdpa(q, k, v),
-                   "rule": lambda: kernels.forward(q, k, v, None, D ** -0.5, False, choice.splits,
+                   "rule": lambda: plans.forward(q, k, v, None, D ** -0.5, False, choice.splits,
                                                    decode.config_of(q, choice))[0],
-                   f"wide@{wide_splits}": lambda: kernels.forward(q, k, v, None, D ** -0.5, False, wide_splits, wide)[0]}
+                   f"wide@{wide_splits}": lambda: plans.forward(q, k, v, None, D ** -0.5, False, wide_splits, wide)[0]}
             row = {"shape": [B, H, Hkv, nk], "rule_splits": choice.splits}
             for name, fn in fns.items():
                 row[name] = {"us": bench_us(fn, 10, 40), "rel_err": _common.rel_err(fn(), ref)}

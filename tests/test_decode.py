@@ -138,11 +138,12 @@ def test_flash_decode_gives_one_answer_whatever_the_number_of_splits():
 @pytest.mark.parametrize("step", [1, 4])
 def test_fused_combine_matches_the_combine_kernel(step, poison):
     """5 splits merged 1 or 4 at a time (the last step part empty), and by the second kernel."""
+    from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     q, k, v, seqlens = _inputs(2, 8, 1, 3, 80, 16, torch.float32, [80, 30], seed=9)
     base = kernels.default_config(16, torch.float32)
-    fused, separate = (kernels.forward(q, k, v, seqlens, 0.25, True, 5, dataclasses.replace(
+    fused, separate = (decode_plan.forward(q, k, v, seqlens, 0.25, True, 5, dataclasses.replace(
         base, fused_combine=f, combine_step=step)) for f in (True, False))
     ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens, scale=0.25)
     for name, (o, lse) in (("fused", fused), ("combine kernel", separate)):
@@ -229,6 +230,26 @@ def test_paged_cache_matches_the_contiguous_reference(splits, poison):
     assert not o.isnan().any(), "NaN in o: a block or row past a sequence's length was read"
     assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5
     assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
+
+
+@pytest.mark.interpreter
+def test_paged_cache_with_pages_smaller_than_the_tile_looks_up_every_row(poison):
+    """BLOCK_N = 32 over 16-key pages: each tile spans two pages, so each key row finds its own."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=23)
+    config = dataclasses.replace(kernels.INTERPRETER_DECODE_CONFIG, block_n=32)
+    o, lse = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 2, config, block_table=table)
+    ref_o, ref_lse = decode.decode_reference(q, decode.paged_to_contiguous(k, table),
+                                             decode.paged_to_contiguous(v, table), seqlens)
+    assert not o.isnan().any(), "NaN in o: a block or row past a sequence's length was read"
+    assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, "wrong rows gathered across pages"
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
+    bad = torch.where(table == table[2, 1], 99, table)  # sequence 2's second page (of 3): no such block
+    o_bad, lse_bad = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 2, config, block_table=bad)
+    assert o_bad[2].isnan().all() and lse_bad[2].isnan().all(), "a row's page naming no block: NaN expected"
+    assert (o_bad[:2].double().cpu() - ref_o[:2]).abs().max().item() < 1e-5, "other sequences are unaffected"
 
 
 def test_paged_cache_rejects_bad_tables_naming_the_argument():
@@ -321,12 +342,12 @@ def test_bad_lengths_raise_naming_cache_seqlens_or_give_nan_with_the_check_off(c
 
 @pytest.mark.interpreter
 def test_steady_state_call_skips_the_host_checks_and_reuses_the_plan(monkeypatch, poison):
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan
 
     decode.clear_plans()
     q, k, v, s = _good()
     decode.flash_decode(q, k, v, s, return_lse=True)  # checked, then planned
-    plans = dict(kernels._PLANS)
+    plans = dict(decode_plan._PLANS)
 
     def checks_again(*args):
         raise AssertionError("the host checks ran again")
@@ -334,7 +355,7 @@ def test_steady_state_call_skips_the_host_checks_and_reuses_the_plan(monkeypatch
     monkeypatch.setattr(decode, "_check_decode_inputs", checks_again)
     q2, k2, v2, s2 = _inputs(2, 4, 2, 2, 20, 16, torch.float32, [7, 20], seed=31)  # same shapes, new values
     o, lse = decode.flash_decode(q2, k2, v2, s2, return_lse=True)
-    assert kernels._PLANS == plans, "a known shape made a new plan"
+    assert decode_plan._PLANS == plans, "a known shape made a new plan"
     ref_o, ref_lse = decode.decode_reference(q2, k2, v2, s2)
     assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, "the reused plan (and its scratch) gave a wrong o"
     assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
@@ -402,16 +423,17 @@ def test_flash_decode_on_gpu_within_twice_pytorch_error(case, dtype, poison):
 def test_fused_combine_is_repeatable_on_gpu(poison):
     """The fused combine hands partial states between programs through an atomic count: a missing
     barrier or fence would show as results that change from run to run. 20 runs, bitwise equal."""
+    from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     q, k, v, seqlens = _inputs(8, 32, 8, 4, 30000, 128, torch.bfloat16, [30000, 4, 17, 4096, 29999, 5, 300, 12345],
                                seed=13, device="cuda")
     config = kernels.default_config(128, torch.bfloat16)
-    separate = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64,
+    separate = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, 64,
                                kernels.DecodeConfig(config.block_n, config.num_warps, config.num_stages, False))
-    first = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
+    first = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
     for _ in range(20):
-        o, lse = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
+        o, lse = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
         assert torch.equal(o, first[0]) and torch.equal(lse, first[1]), "fused combine changed between runs"
     assert (first[0].float() - separate[0].float()).abs().max().item() < 1e-2
     assert (first[1] - separate[1]).abs().max().item() < 1e-5
@@ -421,7 +443,7 @@ def test_fused_combine_is_repeatable_on_gpu(poison):
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's
     result bit for bit, and no call (first or later) may synchronise with the GPU."""
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan
     from flashlab.kernels.attention import allowed_error, max_error
 
     decode.clear_plans()
@@ -438,7 +460,7 @@ def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
             decode.flash_decode(q, k, v, s)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
+    monkeypatch.setattr(decode_plan, "DIRECT_LAUNCH", False)
     jit = decode.flash_decode(q, k, v, s, return_lse=True)
     for name, got in (("first", first), ("direct", direct)):
         assert torch.equal(got[0], jit[0]) and torch.equal(got[1], jit[1]), f"{name} launch differs from the JIT's"
@@ -450,17 +472,18 @@ def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
 @pytest.mark.gpu
 def test_combine_kernel_direct_launch_matches_triton_launch(monkeypatch):
     """The two-kernel path: after the first call the plan launches both compiled kernels itself."""
+    from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     decode.clear_plans()
     q, k, v, s = _inputs(2, 32, 8, 1, 9000, 128, torch.bfloat16, [9000, 333], seed=45, device="cuda")
     config = dataclasses.replace(kernels.default_config(128, torch.bfloat16), fused_combine=False)
-    first = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
-    plan = kernels.plan_for(q, k, v, s, None, True, 24, config)
+    first = decode_plan.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    plan = decode_plan.plan_for(q, k, v, s, None, True, 24, config)
     assert plan.args is not None and plan.combine_args is not None, "the plan kept no compiled combine"
-    direct = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
-    monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
-    jit = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    direct = decode_plan.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    monkeypatch.setattr(decode_plan, "DIRECT_LAUNCH", False)
+    jit = decode_plan.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
     for name, got in (("first", first), ("direct", direct)):
         assert torch.equal(got[0], jit[0]) and torch.equal(got[1], jit[1]), f"{name} launch differs from the JIT's"
     ref_o, ref_lse = decode.decode_reference(q, k, v, s)
