@@ -25,21 +25,27 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the "interpreter" tes
 SMS = 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
 
 
-def test_split_rule_splits_a_small_grid_up_to_two_programs_per_sm():
-    assert decode.split_rule(1, 32, 1, 32768, SMS) == (8, False, True)  # 256 programs: two per SM, fused
-    assert decode.split_rule(4, 8, 1, 4096, SMS) == (8, False, True)
-    assert decode.split_rule(1, 16, 1, 32768, SMS) == (16, False, True)  # 256
+def test_split_rule_splits_a_small_grid_to_one_wide_program_per_sm():
+    assert decode.split_rule(1, 32, 1, 32768, SMS) == (4, True, True)  # 128 programs, fused combine
+    assert decode.split_rule(4, 8, 1, 4096, SMS) == (4, True, True)
+    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, True, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS) == (8, True, True)
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, True, False)  # 126 splits: the combine kernel
 
 
-def test_split_rule_stops_at_one_program_per_sm_where_two_take_too_many_splits():
-    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, False, True)  # 128 programs; two per SM: 33 splits
-    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, False, False)  # 126 splits: the combine kernel
-    assert decode.split_rule(1, 4, 1, 1 << 20, SMS).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
+def test_split_rule_without_a_wide_config_splits_up_to_two_programs_per_sm():
+    assert decode.split_rule(1, 32, 1, 32768, SMS, has_wide=False) == (8, False, True)  # 256 programs
+    assert decode.split_rule(4, 8, 1, 4096, SMS, has_wide=False) == (8, False, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS, has_wide=False) == (16, False, True)  # 256
+    # two per SM would take 33 splits: one per SM instead
+    assert decode.split_rule(1, 8, 1, 131072, SMS, has_wide=False) == (16, False, True)
+    assert decode.split_rule(1, 4, 1, 1 << 20, SMS, has_wide=False).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
 
 
 def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
     assert decode.split_rule(4, 32, 1, 4096, SMS) == (1, True, True)  # 128 programs: wide config
     assert decode.split_rule(64, 8, 1, 131072, SMS) == (1, True, True)  # 512
+    assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == (1, False, True)
     assert decode.split_rule(64, 32, 1, 32768, SMS) == (1, False, True)  # 2048 >= 7 waves of 264: default config
     assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
@@ -54,20 +60,25 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
     import random
 
     rng = random.Random(0)
-    for _ in range(300):
+    for _ in range(400):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
         max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
-        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm)
+        has_wide = rng.random() < 0.5
+        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
-        case = (batch, kv_heads, rows, max_len, sms, per_sm, choice)
+        fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
-        assert not wide or splits == 1, f"the wide config runs unsplit: {case}"
-        if programs >= decode.ONE_WAVE_FILL * sms:
-            assert splits == 1, f"a grid that fills every SM is not split: {case}"
+        assert not wide or has_wide, f"the wide config where none exists: {case}"
+        if programs >= decode.MANY_WAVES * sms * per_sm:
+            assert (splits, wide) == (1, False), f"a grid of many waves runs unsplit, default config: {case}"
+        elif programs >= decode.ONE_WAVE_FILL * sms:
+            assert (splits, wide) == (1, has_wide), f"a grid that fills every SM runs unsplit: {case}"
+        elif has_wide:
+            assert wide and splits == min(fewest, cap), f"a small grid: one wide program per SM: {case}"
         elif splits < cap:  # not capped: every SM gets a program; more only for a full second one
             assert programs * splits >= decode.ONE_WAVE_FILL * sms, case
-            fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)
             assert splits == fewest or (programs * splits <= sms * per_sm
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
@@ -76,6 +87,9 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
 def test_split_rule_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="batch"):
         decode.split_rule(bad, 8, 1, 1024, 132)
+    if bad is not True:
+        with pytest.raises(ValueError, match="has_wide"):
+            decode.split_rule(1, 8, 1, 1024, 132, 2, bad)
 
 
 # --------------------------------------------------------------------------- interpreter checks

@@ -86,14 +86,20 @@ def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
+def has_wide_config(head_dim: int, dtype: torch.dtype) -> bool:
+    """Whether ``config_for(..., wide=True)`` differs from the default: 16-bit, d = 128, compiled.
+    Other head dims and fp32 keep the default (not measured; fp32 would not fit), and so does the
+    interpreter."""
+    return head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter()
+
+
 def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
     """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
-    ``wide`` twice its K/V tile: at 16-bit, d = 128, BLOCK_N = 128 with 3 stages, 192 KB of shared
-    memory, one program per SM with as many bytes in flight as two default ones (measured on an
-    H200, benchmarks/NOTES.md, call 5). Only there: other head dims and fp32 keep the default
-    (not measured; fp32 would not fit), and so does the interpreter."""
+    ``wide`` twice its K/V tile where :func:`has_wide_config`: BLOCK_N = 128 with 3 stages, 192 KB
+    of shared memory, one program per SM with as many bytes in flight as two default ones
+    (measured on an H200, benchmarks/NOTES.md, calls 5-7)."""
     config = default_config(head_dim, dtype)
-    if wide and head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter():
+    if wide and has_wide_config(head_dim, dtype):
         config = dataclasses.replace(config, block_n=2 * config.block_n)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
 
