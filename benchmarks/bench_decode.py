@@ -340,8 +340,8 @@ def launch_path() -> dict:
             wall, issue = host_us(lambda: sdpa(q, k, v))
             row["sdpa_default"] = {"host_us": wall, "issue_us": issue}
         out["rows"].append(row)
-        plans = [plan for plan, _ in decode._CALLS.values()]
-        out["direct_launch_used"] = bool(plans) and all(plan.args is not None for plan in plans)
+        made = [plan for plan, _ in decode._CALLS.values()]
+        out["direct_launch_used"] = bool(made) and all(plan.args is not None for plan in made)
         del q, k, v
     return out
 
