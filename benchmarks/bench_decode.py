@@ -49,6 +49,7 @@ FLOPs (Nk' = Nk - Nq/2); and the device-copy bandwidth ceiling.
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
     python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
     python benchmarks/bench_decode.py --sweep-combine  # split counts x combine kinds (and configs) per row
+    python benchmarks/bench_decode.py --paged          # the paged-cache rows and the launch path only
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -619,7 +620,8 @@ def paged_cache(seed=3) -> dict:
     PAGE_SIZES keys; the physical blocks in a shuffled order, so logically adjacent pages lie
     apart), SDPA default on the contiguous one. With pages smaller than the config's BLOCK_N the
     kernel looks a page up per key row (``paged16``); ``paged16_tile16`` shrinks the tile to the
-    page instead (what the kernel did before call 7). Paged calls with ``check_lengths=False``
+    page instead (what the kernel did before call 7). ``paged{page}_late``: the block-table entries
+    read in the step that uses them, not a step ahead (call 7's kernel). Paged calls with ``check_lengths=False``
     (no host copy of the table). Outputs checked against SDPA's; ROUNDS rotated rounds, median."""
     import dataclasses
 
@@ -654,6 +656,9 @@ def paged_cache(seed=3) -> dict:
             fns[f"paged{page}"] = (lambda kp=kp, vp=vp, tb=tb: flashlab.flash_decode(
                 q, kp, vp, block_table=tb, check_lengths=False))
             config = decode.config_of(q, choice)
+            late = dataclasses.replace(config, page_prefetch=False)  # the table read in the step (call 7)
+            fns[f"paged{page}_late"] = (lambda kp=kp, vp=vp, tb=tb: plans.forward(
+                q, kp, vp, None, D ** -0.5, True, choice.splits, late, block_table=tb)[0])
             if page < config.block_n:
                 small = dataclasses.replace(config, block_n=page)
                 fns[f"paged{page}_tile{page}"] = (lambda kp=kp, vp=vp, tb=tb, small=small: plans.forward(
@@ -748,6 +753,7 @@ def main(argv=None):
     parser.add_argument("--sweep-misses", action="store_true", help="split counts and configs at the rows that miss")
     parser.add_argument("--sweep-combine", action="store_true", help="split counts x combines (and configs) per row")
     parser.add_argument("--skip-chunk", action="store_true", help="full run without the bottom-right chunk")
+    parser.add_argument("--paged", action="store_true", help="only the paged-cache rows and the launch path")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -768,6 +774,15 @@ def main(argv=None):
     if args.sweep_misses:
         payload = {"environment": _common.environment(), "sweep_misses": sweep_misses()}
         _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
+        return 0
+    if args.paged:
+        t0 = time.time()
+        payload = {"environment": _common.environment(), "paged": paged_cache(), "launch_path": launch_path()}
+        payload["wall_s"] = time.time() - t0
+        _common.write_json(args.out or out_dir / "decode_paged.json", payload)
+        for r in payload["launch_path"]["rows"]:
+            print("launch path (host_us, issue_us):", r)
+        print("direct launch used:", payload["launch_path"]["direct_launch_used"])
         return 0
     if args.tune:
         payload = {"environment": _common.environment(), "tune": tune()}

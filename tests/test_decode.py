@@ -247,13 +247,15 @@ def test_paged_cache_matches_the_contiguous_reference(splits, poison):
 
 
 @pytest.mark.interpreter
-def test_paged_cache_with_pages_smaller_than_the_tile_looks_up_every_row(poison):
-    """BLOCK_N = 32 over 16-key pages: each tile spans two pages, so each key row finds its own."""
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+def test_paged_cache_with_pages_smaller_than_the_tile_looks_up_every_row(prefetch, poison):
+    """BLOCK_N = 32 over 16-key pages: each tile spans two pages, so each key row finds its own
+    (its table entries read a step ahead, or in the step)."""
     from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=23)
-    config = dataclasses.replace(kernels.INTERPRETER_DECODE_CONFIG, block_n=32)
+    config = dataclasses.replace(kernels.INTERPRETER_DECODE_CONFIG, block_n=32, page_prefetch=prefetch)
     o, lse = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 2, config, block_table=table)
     ref_o, ref_lse = decode.decode_reference(q, decode.paged_to_contiguous(k, table),
                                              decode.paged_to_contiguous(v, table), seqlens)
@@ -299,13 +301,18 @@ def test_paged_cache_entry_naming_no_block_gives_nan_for_its_sequence_only(split
 def test_paged_cache_on_gpu(dtype, poison):
     q, k, v, table, seqlens = _paged_inputs(4, 32, 8, 3, 128, 64, 40, 200, [2560, 3, 1000, 65], seed=8,
                                             dtype=dtype, device="cuda")
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels.attention import allowed_error, max_error
+
     o = decode.flash_decode(q, k, v, seqlens, block_table=table)
     kk, vv = decode.paged_to_contiguous(k, table), decode.paged_to_contiguous(v, table)
     ref, _ = decode.decode_reference(q, kk, vv, seqlens)
     same, _ = decode.decode_reference(q, kk, vv, seqlens, upcast=False)
-    from flashlab.kernels.attention import allowed_error, max_error
-
     assert max_error(o.cpu(), ref) <= allowed_error(ref, same.cpu())
+    choice = decode.choice_for(q, kk)  # the table read in the step instead of a step ahead
+    config = dataclasses.replace(decode.config_of(q, choice), page_prefetch=False)
+    o_late = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, choice.splits, config, block_table=table)[0]
+    assert torch.equal(o_late, o), "reading the table a step ahead changed the result"
 
 
 # --------------------------------------------------------------------------------- bad input

@@ -29,7 +29,10 @@ query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key 
 Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv, PAGE_SIZE, d)
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Where
 BLOCK_N divides PAGE_SIZE each K/V tile lies in one page: one table look-up per tile; smaller
-pages (16 keys, say) keep the config's BLOCK_N and look a page up per key row (a gather).
+pages (16 keys, say) keep the config's BLOCK_N and look a page up per key row (a gather). The
+loop reads the next tile's entries one step ahead (``DecodeConfig.page_prefetch``): a look-up in
+the same step delayed that step's K/V loads by a dependent global read (benchmarks/NOTES.md,
+decode, call 7: 1.2-1.4x the contiguous cache's time at one program per SM).
 
 Checked in the kernel too (``flashlab.decode.flash_decode`` raises on them by default, at the
 cost of a host sync; with ``check_lengths=False`` only this check remains): a length outside
@@ -68,6 +71,7 @@ class DecodeConfig:
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     fused_combine: bool = True  # the last split of a group combines (one launch); False: a second kernel
     combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
+    page_prefetch: bool = True  # paged cache: read the next tile's block-table entries a step ahead
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -126,6 +130,18 @@ def combine_step_for(config: DecodeConfig, block_m: int, head_dim: int) -> int:
     return step
 
 
+@triton.jit
+def _table_entries(table_row, start, hi, stride_bb, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Block-table entries of the keys [start, start + BLOCK_N) of one sequence: one scalar where
+    the tile lies in one page, else one per key row (BLOCK_N,); 0 for keys at or past hi (unread)."""
+    if PAGE_SIZE >= BLOCK_N:
+        entries = tl.load(table_row + (start // PAGE_SIZE) * stride_bb, mask=start < hi, other=0)
+    else:
+        offs = start + tl.arange(0, BLOCK_N)
+        entries = tl.load(table_row + (offs // PAGE_SIZE) * stride_bb, mask=offs < hi, other=0)
+    return entries
+
+
 # --------------------------------------------------------------------------------------------
 # Kernel 1: one program per (split, batch x kv head, row block)
 # --------------------------------------------------------------------------------------------
@@ -139,7 +155,7 @@ def _decode_split_kv(
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -182,12 +198,24 @@ def _decode_split_kv(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     bad_pages = tl.full([], 0, tl.int32)  # paged: table entries of this chunk that name no block
+    if PAGED:
+        # -- the first tile's table entries; with PAGE_PREFETCH the loop reads each next tile's one
+        #    step ahead, so the table read's latency overlaps a tile of work instead of holding up
+        #    that tile's K/V loads (a program alone on its SM has nothing else to hide it behind)
+        table_row = BlockTable + off_z * stride_bz
+        page_next = _table_entries(table_row, lo, hi, stride_bb, PAGE_SIZE, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi  # never load at or past L_b
+        if PAGED:
+            if PAGE_PREFETCH:
+                page = page_next
+                page_next = _table_entries(table_row, start_n + BLOCK_N, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+            else:
+                page = _table_entries(table_row, start_n, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+            page = page.to(tl.int64)
         if PAGED and PAGE_SIZE >= BLOCK_N:
-            # -- paged cache, the tile within one page (BLOCK_N divides PAGE_SIZE): one look-up
-            page = tl.load(BlockTable + off_z * stride_bz + (start_n // PAGE_SIZE) * stride_bb).to(tl.int64)
+            # -- paged cache, the tile within one page (BLOCK_N divides PAGE_SIZE): one entry
             page_bad = (page < 0) | (page >= NUM_BLOCKS)  # checked here, not on the host: NaN outputs
             bad_pages += page_bad.to(tl.int32)
             page = tl.where(page_bad, 0, page)
@@ -195,11 +223,9 @@ def _decode_split_kv(
             k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
             v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
         elif PAGED:
-            # -- paged cache, the tile across BLOCK_N // PAGE_SIZE pages: each key row looks its page
-            #    up (a gather of whole rows); entries at or past hi are never read
-            page = tl.load(BlockTable + off_z * stride_bz + (offs_n // PAGE_SIZE) * stride_bb,
-                           mask=key_ok, other=0).to(tl.int64)  # (BLOCK_N,)
-            page_bad = key_ok & ((page < 0) | (page >= NUM_BLOCKS))
+            # -- paged cache, the tile across BLOCK_N // PAGE_SIZE pages: an entry per key row (a
+            #    gather of whole rows); entries at or past hi are never read
+            page_bad = key_ok & ((page < 0) | (page >= NUM_BLOCKS))  # (BLOCK_N,)
             bad_pages += tl.sum(page_bad.to(tl.int32), 0)
             page = tl.where(page_bad, 0, page)
             offs_row = offs_n % PAGE_SIZE  # (BLOCK_N,) rows inside their physical blocks
