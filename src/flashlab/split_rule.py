@@ -54,9 +54,10 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
       config. Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at 4k keys,
       486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255).
     * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
-      ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4). Call 6, 128k keys:
-      136.4 us vs 138.8 for the default config at 16 splits (8 programs), 480.1 / 480.8 vs
-      482.0 / 483.3 at 8 (32 programs).
+      ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4). Call 7, 128k keys:
+      138.3 us vs 140.7 for the default config at 16 splits (8 programs), 490.9 / 490.4 vs
+      493.5 / 494.2 at 8 (32 programs); at 32k 0.6-1.6% faster, at 4k within the rounds' spread;
+      fewer wide splits (96 programs) 0.4-1.3% slower, two waves of them 1-3% (17% at 4k).
       Without a wide config: two default programs per SM (the most splits that fill ``slots``)
       if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else one per SM (call 5).
 
