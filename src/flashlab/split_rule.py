@@ -56,8 +56,9 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
       ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4). Call 7, 128k keys:
       138.3 us vs 140.7 for the default config at 16 splits (8 programs), 490.9 / 490.4 vs
-      493.5 / 494.2 at 8 (32 programs); at 32k 0.6-1.6% faster, at 4k within the rounds' spread;
-      fewer wide splits (96 programs) 0.4-1.3% slower, two waves of them 1-3% (17% at 4k).
+      493.5 / 494.2 at 8 (32 programs); at 32k 0.9-1.6% faster, at 4k within the rounds' spread;
+      fewer wide splits (96 programs) 0.2-2.5% slower at 32k / 128k, two waves of them 0.6-8%
+      slower there and 13-17% at 4k.
       Without a wide config: two default programs per SM (the most splits that fill ``slots``)
       if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else one per SM (call 5).
 
