@@ -19,25 +19,38 @@ timed (relative error recorded):
                         only where the repeated K and V stay under ``NAIVE_MAX_GIB``
 
 Time: median of ``triton.testing.do_bench`` (it clears the L2 cache before every run, so every run
-reads K and V from HBM); for flash_decode, flash_decode_lens and SDPA default the smaller of two
-such medians, one before and one after the row's other variants (``us_runs``: both). For flash_decode, flash_decode_lens and SDPA default also: ``graph_us``,
+reads K and V from HBM). flash_decode and SDPA default are timed in ``ROUNDS`` = 3 interleaved
+rounds spread over the row (at its start, after the other variants in the reverse order, after
+the host timings): ``us`` is the median of the three do_bench medians (``us_runs``; ``us_min``:
+the smallest, call 6's protocol took the smaller of two), and ``vs_sdpa_default`` gives the ratio
+of medians, each round's ratio, the spread ((max - min) / median of each variant's rounds, the
+larger of the two) and whether the difference is within it. For flash_decode, flash_decode_lens
+and SDPA default also, at rows under ``GRAPH_MAX_US``: ``graph_us``,
 one call's share of a CUDA graph of 10 calls (GPU time with the host's launch work taken out;
 consecutive calls may then find part of K and V in L2 at the smallest rows); ``host_us``, the wall
 time of ``host_calls`` back-to-back calls / host_calls, the GPU synchronised before and after
-(1000 calls where a call takes under 300 us, else enough for ~0.3 s): the steady-state time per
+(1000 calls where a call takes under 300 us, else enough for ~0.1 s, at least 20): the steady-state time per
 call, the larger of the host's and the GPU's; and ``issue_us``, the host's time to issue them
 (clock read before the final synchronisation). Bandwidth: bytes of K and V read (2 * B * Hkv * Nk
-* d * 2 B) / time. ``launch_path``: host_us of flash_decode at the small rows with the plan's
+* d * 2 B) / time. ``read_ceiling``: the read roofline at the row's byte count, the best time of a
+pure-read Triton kernel over the same K and V (``read_roofline.py``; ``read_ceilings``: every
+config), and each variant's ``read_fraction`` = that time / its time.
+``launch_path``: host_us of flash_decode at the small rows with the plan's
 direct launch of the compiled kernel and with every launch through Triton's JITFunction, and
 with the default host check of the lengths (``checked``: one sync per call).
-Also: a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
+``split_wide``: at the rows the rule splits, the wide config at a few split counts beside call 6's
+choice (default config) and SDPA, in interleaved rounds. ``paged``: a paged cache (pages of 16 and
+256 keys, physical blocks shuffled) beside the contiguous one at a few rows.
+Also (not with ``--skip-chunk``): a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
 ``flash_attention(causal=True, causal_align="bottom_right")`` beside a non-causal run of equal
-FLOPs (Nk' = Nk - Nq/2), and the device-copy bandwidth ceiling.
+FLOPs (Nk' = Nk - Nq/2); and the device-copy bandwidth ceiling. The sweeps of calls 1-5 (the
+flags below) live in ``decode_sweeps.py``.
 
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
     python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
     python benchmarks/bench_decode.py --sweep-combine  # split counts x combine kinds (and configs) per row
+    python benchmarks/bench_decode.py --paged          # the paged-cache rows and the launch path only
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -59,6 +72,9 @@ MAX_KV_GIB = 64.0  # K + V of a row above this: skipped (SDPA's and naive's buff
 NAIVE_MAX_GIB = 16.0  # naive repeats K and V to H heads: above this it is not run
 VARIANTS = ("flash_decode", "flash_decode_lens", "decode_2kernels", "unsplit", "sdpa_default", "sdpa_flash", "naive")
 GRAPH_VARIANTS = ("flash_decode", "flash_decode_lens", "sdpa_default")  # also graph_us, host_us, issue_us
+ROUND_VARIANTS = ("flash_decode", "sdpa_default")  # timed in ROUNDS interleaved rounds per row; us = median
+ROUNDS = 3
+GRAPH_MAX_US = 2000.0  # graph_us and host_us only where a call takes less (above, the launch is < 1% of it)
 HOST_CALLS = 1000  # back-to-back calls for host_us (fewer where a call takes over 300 us)
 LAUNCH_PATH_ROWS = ((1, 32, 32, 4096), (1, 32, 8, 4096), (4, 32, 8, 4096), (1, 32, 8, 32768))
 
@@ -100,7 +116,7 @@ def graph_us(fn) -> float:
 
 def host_calls(us: float) -> int:
     """How many back-to-back calls host_us makes for a call of ``us`` microseconds (GPU time)."""
-    return HOST_CALLS if us < 300 else max(20, int(3e5 / us))
+    return HOST_CALLS if us < 300 else max(20, int(1e5 / us))
 
 
 def host_us(fn, calls=HOST_CALLS) -> tuple[float, float]:
@@ -132,11 +148,11 @@ def make_variants(H, Hkv, scale):
         return _common.naive_attention(q, k, v, False, scale)
 
     from flashlab import decode
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan as plans
 
     def decode_2kernels(q, k, v):
         choice = decode.choice_for(q, k)._replace(fused=False)
-        return kernels.forward(q, k, v, None, scale, True, choice.splits, decode.config_of(q, choice))[0]
+        return plans.forward(q, k, v, None, scale, True, choice.splits, decode.config_of(q, choice))[0]
 
     lens = {}  # cache_seqlens per batch size: every length Nk
 
@@ -169,9 +185,36 @@ def _step_inputs(B, H, Hkv, nk, seed):
     return q, k, v, lens, make_variants(H, Hkv, D ** -0.5)["sdpa_default"], {"B": B, "H": H, "Hkv": Hkv, "Nk": nk}
 
 
-def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
+
+
+def rounds_entry(runs: list) -> dict:
+    """us (median of the rounds), us_min, us_runs and the spread (max - min) / median of one variant."""
+    med = _median(runs)
+    return {"us": med, "us_min": min(runs), "us_runs": runs, "spread": (max(runs) - min(runs)) / med}
+
+
+def compare_rounds(ours: list, base: list) -> dict:
+    """Ours against the baseline over interleaved rounds: the ratio of medians (the target's
+    ratio), of minima, of each round, and whether the difference exceeds the run-to-run spread
+    (``spread``: the larger of the two variants' (max - min) / median)."""
+    ratio = _median(ours) / _median(base)
+    spread = max((max(x) - min(x)) / _median(x) for x in (ours, base))
+    per_round = [a / b for a, b in zip(ours, base)]
+    return {"ratio": ratio, "ratio_min": min(ours) / min(base), "round_ratios": per_round, "spread": spread,
+            "within_spread": abs(ratio - 1.0) <= spread,
+            "sign_resolved": all(x < 1.0 for x in per_round) or all(x > 1.0 for x in per_round)}
+
+
+def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
+    """One row of the matrix: every variant checked against SDPA FLASH, then timed; flash_decode
+    and SDPA default in ROUNDS interleaved rounds spread over the row (us = median); the read
+    roofline at the row's K/V bytes (``ceilings``: cache by byte count)."""
     import torch
 
+    import read_roofline
     from flashlab import decode
 
     dtype = getattr(torch, dtype_name)
@@ -185,62 +228,122 @@ def time_row(B, H, Hkv, nk, dtype_name="bfloat16") -> dict:
     row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "Nq": 1, "d": D, "dtype": dtype_name, "kv_bytes": kv_bytes,
            "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused, "results": {}}
     variants = make_variants(H, Hkv, scale)
+    res = row["results"]
+    runs = {name: [] for name in ROUND_VARIANTS}
+
+    def timed(name, fn):  # a backend that refuses the shape is recorded, not fatal
+        try:
+            return fn()
+        except Exception as exc:
+            res[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            return None
+
+    def one_round(order):
+        for name in order:
+            if "error" not in res[name]:
+                us = timed(name, lambda: bench_us(lambda: variants[name](q, k, v)))
+                if us is not None:
+                    runs[name].append(us)
+
     with torch.no_grad():
         ref = variants["sdpa_flash"](q, k, v).float()
-        for name, fn in variants.items():
+        for name, fn in variants.items():  # every output checked before anything is timed
             if name == "naive" and kv_bytes * H / Hkv / 2**30 > NAIVE_MAX_GIB:
-                row["results"][name] = {"skipped": f"repeated K+V over {NAIVE_MAX_GIB:.0f} GiB"}
+                res[name] = {"skipped": f"repeated K+V over {NAIVE_MAX_GIB:.0f} GiB"}
                 continue
-            try:
-                err = _common.rel_err(fn(q, k, v), ref)
-                us = bench_us(lambda: fn(q, k, v))
-                row["results"][name] = {"us": us, "tb_s": kv_bytes / us / 1e6, "rel_err_vs_sdpa_flash": err}
-                if name in GRAPH_VARIANTS:
-                    row["results"][name]["us_runs"] = [us]
-                    row["results"][name]["graph_us"] = graph_us(lambda: fn(q, k, v))
-                    calls = host_calls(us)
-                    wall, issue = host_us(lambda: fn(q, k, v), calls)
-                    row["results"][name].update(host_us=wall, issue_us=issue, host_calls=calls)
-            except Exception as exc:  # a backend that refuses the shape is recorded, not fatal
-                row["results"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            err = timed(name, lambda: _common.rel_err(fn(q, k, v), ref))
+            if err is not None:
+                res[name] = {"rel_err_vs_sdpa_flash": err}
             torch.cuda.empty_cache()
-        for name in GRAPH_VARIANTS:  # the second median, after the row's other variants
-            res = row["results"].get(name, {})
-            if "us" in res:
-                res["us_runs"].append(bench_us(lambda: variants[name](q, k, v)))
-                res["us"] = min(res["us_runs"])
-                res["tb_s"] = kv_bytes / res["us"] / 1e6
+        one_round(ROUND_VARIANTS)  # round 1
+        for name, fn in variants.items():
+            if name in ROUND_VARIANTS or "rel_err_vs_sdpa_flash" not in res[name]:
+                continue
+            us = timed(name, lambda: bench_us(lambda: fn(q, k, v)))
+            if us is not None:
+                res[name].update(us=us, tb_s=kv_bytes / us / 1e6)
+            torch.cuda.empty_cache()
+        one_round(ROUND_VARIANTS[::-1])  # round 2, the other order
+        for name in GRAPH_VARIANTS:
+            if "error" in res[name] or (res[name]["us"] if "us" in res[name] else min(runs[name])) > GRAPH_MAX_US:
+                continue
+            fn = variants[name]
+            graph = timed(name, lambda: graph_us(lambda: fn(q, k, v)))
+            if graph is not None:
+                res[name]["graph_us"] = graph
+                calls = host_calls(res[name]["us"] if "us" in res[name] else min(runs[name]))
+                wall, issue = host_us(lambda: fn(q, k, v), calls)
+                res[name].update(host_us=wall, issue_us=issue, host_calls=calls)
+        one_round(ROUND_VARIANTS)  # round 3
+        for name in ROUND_VARIANTS:
+            if "error" not in res[name] and runs[name]:
+                res[name].update(rounds_entry(runs[name]))
+                res[name]["tb_s"] = kv_bytes / res[name]["us"] / 1e6
+        if all(len(runs[name]) == ROUNDS for name in ROUND_VARIANTS):
+            row["vs_sdpa_default"] = compare_rounds(runs["flash_decode"], runs["sdpa_default"])
+        # -- the read roofline at this byte count (one pure-read kernel, best config)
+        if kv_bytes not in ceilings:
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            configs = read_roofline.CONFIGS if kv_bytes <= 2**30 else read_roofline.CONFIGS_LARGE
+            ceilings[kv_bytes] = read_roofline.ceiling(k, v, sms, lambda fn: bench_us(fn, 5, 20), configs)
+        ceiling = ceilings[kv_bytes]
+        row["read_ceiling"] = {"us": ceiling["us"], "tb_s": ceiling["tb_s"], "config": ceiling["config"]}
+        for name in ("flash_decode", "sdpa_default"):
+            if "us" in res[name]:
+                res[name]["read_fraction"] = ceiling["us"] / res[name]["us"]  # 1.0: as fast as a pure read
     del q, k, v
     torch.cuda.empty_cache()
     return row
 
 
+def read_ceiling_graph(ceilings: dict, max_bytes: float = 3e8) -> dict:
+    """At the byte counts under ``max_bytes``: the pure-read kernel's best config as a CUDA-graph
+    replay of 10 launches (us per launch; consecutive launches overlap their fixed costs, and
+    part of K and V may stay in L2 between them), beside its do_bench time."""
+    import torch
+
+    import read_roofline
+
+    out = {}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for nbytes, c in sorted(ceilings.items()):
+        if nbytes > max_bytes:
+            continue
+        block, warps, programs = (int(x) for x in c["config"].split("/"))
+        k, v = (torch.randn(nbytes // 4, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        partial = torch.empty(16 * sms, device="cuda", dtype=torch.float32)
+        out[str(nbytes)] = {"config": c["config"], "do_bench_us": c["us"],
+                            "graph_us": graph_us(lambda: read_roofline.launch(k, v, partial, block, warps, programs))}
+        del k, v
+    return out
+
+
 def launch_path() -> dict:
     """host_us of flash_decode at the small rows: the plan's direct launch of the compiled kernel
-    vs every launch through Triton's JITFunction (``kernels.flash_decode.DIRECT_LAUNCH``), beside
+    vs every launch through Triton's JITFunction (``kernels.decode_plan.DIRECT_LAUNCH``), beside
     SDPA default; and whether the direct launch was in use at all (Triton version dependent)."""
     import torch
 
     import flashlab
     from flashlab import decode
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan as plans
 
     out = {"rows": [], "direct_launch_used": None}
     for B, H, Hkv, nk in LAUNCH_PATH_ROWS:
         q, k, v, lens, sdpa, row = _step_inputs(B, H, Hkv, nk, seed=7 * nk + B)
         with torch.no_grad():
             for direct in (True, False):
-                kernels.DIRECT_LAUNCH = direct
+                plans.DIRECT_LAUNCH = direct
                 wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False))
                 row["direct" if direct else "jit"] = {"host_us": wall, "issue_us": issue}
-            kernels.DIRECT_LAUNCH = True
+            plans.DIRECT_LAUNCH = True
             wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens))  # the default: one sync per call
             row["checked"] = {"host_us": wall, "issue_us": issue}
             wall, issue = host_us(lambda: sdpa(q, k, v))
             row["sdpa_default"] = {"host_us": wall, "issue_us": issue}
         out["rows"].append(row)
-        plans = [plan for plan, _ in decode._CALLS.values()]
-        out["direct_launch_used"] = bool(plans) and all(plan.args is not None for plan in plans)
+        made = [plan for plan, _ in decode._CALLS.values()]
+        out["direct_launch_used"] = bool(made) and all(plan.args is not None for plan in made)
         del q, k, v
     return out
 
@@ -284,228 +387,136 @@ def bottom_right_chunk(B=1, H=32, Hkv=8, nq=2048, nk=32768) -> dict:
             "bottom_right_tflops": flops / t_br / 1e6}
 
 
-# ---------------------------------------------------------------- tuning (call 1)
+# ---------------------------------------------------------------- the wide config where the rule splits (call 7)
 
-TUNE_SHAPES = ((1, 32, 32, 32768), (1, 32, 8, 131072), (16, 32, 8, 32768), (4, 32, 8, 32768), (16, 32, 32, 131072),
-               (64, 32, 8, 131072))
+SPLIT_ROWS = ((1, 32, 32, 4096), (1, 32, 32, 32768), (1, 32, 32, 131072), (4, 32, 8, 4096), (4, 32, 8, 32768),
+              (4, 32, 8, 131072), (1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072))
+WIDE_SPLITS = {8: (12, 16, 32), 32: (3, 4, 8)}  # programs per split -> wide split counts (one per SM: 16, 4)
+CALL6_SPLITS = {8: 16, 32: 8}  # the rule of call 6 there: default config, two programs per SM (<= 16 splits)
 
 
-def tune() -> dict:
-    """The split rule's choice beside every power-of-two split count, and the Nk from which the
-    split-KV path beats the unsplit rung (flash_attention's DECODE_MIN_NK)."""
+def split_wide() -> dict:
+    """At the rows the rule splits (8 and 32 programs per split): the wide config at the split
+    counts of WIDE_SPLITS (one program per SM, fewer, and two waves) beside call 6's choice
+    (default config, CALL6_SPLITS) and SDPA default; every output checked against SDPA's, then
+    ROUNDS interleaved rounds (the order rotated each round), do_bench with L2 cleared; us = median."""
     import torch
 
     from flashlab import decode
-    from flashlab.kernels import attention
-    from flashlab.kernels import flash_decode as kernels
-
-    out = {"splits": [], "threshold": []}
-    for B, H, Hkv, nk in TUNE_SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(nk + B)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        kv_bytes = 2 * k.numel() * 2
-        rule = decode.splits_for(q, k)
-        for splits in sorted({1, 2, 4, 8, 16, 32, 64, 128, rule}):
-            us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
-            out["splits"].append({"shape": [B, H, Hkv, nk], "splits": splits, "rule": rule, "us": us,
-                                  "tb_s": kv_bytes / us / 1e6})
-        del q, k, v
-    for B, Hkv in ((1, 32), (1, 8), (64, 8)):
-        for nk in (16, 64, 256, 1024, 2048):
-            g = torch.Generator(device="cuda").manual_seed(nk)
-            q = torch.randn(B, 32, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-            k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
-            v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
-            split = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, decode.splits_for(q, k)), 10, 40)
-            unsplit = bench_us(lambda: attention.best_forward(q, k, v, False, D ** -0.5), 10, 40)
-            out["threshold"].append({"B": B, "Hkv": Hkv, "Nk": nk, "splits": decode.splits_for(q, k),
-                                     "split_kv_us": split, "unsplit_us": unsplit})
-    return out
-
-
-# ---------------------------------------------------------------- the rows that miss (call 4)
-
-MISS_SHAPES = ((1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072), (4, 32, 32, 4096), (16, 32, 32, 4096),
-               (64, 32, 8, 4096), (1, 32, 32, 131072))
-MISS_SPLITS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-MISS_CONFIGS = ((32, 4, 3), (64, 4, 2), (64, 4, 4), (64, 8, 3), (128, 4, 2), (128, 8, 3))  # BLOCK_N, warps, stages
-
-
-def sweep_misses() -> dict:
-    """For the rows still over SDPA default after call 3: do_bench (L2 cleared) of the split-KV
-    kernel at every split count of MISS_SPLITS (default config) and at the rule's split count
-    under each of MISS_CONFIGS, beside SDPA default on the same inputs."""
-    import torch
-
-    from flashlab import decode
+    from flashlab.kernels import decode_plan as plans
     from flashlab.kernels import flash_decode as kernels
 
     out = []
-    for B, H, Hkv, nk in MISS_SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(11 * nk + B)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        rule = decode.splits_for(q, k)
-        entry = {"shape": [B, H, Hkv, nk], "rule": rule, "sdpa_default_us": None, "splits": {}, "configs": {}}
-        with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            entry["sdpa_default_us"] = bench_us(lambda: sdpa(q, k, v), 10, 40)
-            for splits in sorted(set(MISS_SPLITS) | {rule}):
-                entry["splits"][splits] = bench_us(
-                    lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits), 10, 40)
-            for block_n, warps, stages in MISS_CONFIGS:
-                config = kernels.DecodeConfig(block_n, warps, stages)
-                try:
-                    err = _common.rel_err(kernels.forward(q, k, v, None, D ** -0.5, False, rule, config)[0], ref)
-                    us = bench_us(lambda: kernels.forward(q, k, v, None, D ** -0.5, False, rule, config), 10, 40)
-                    entry["configs"][f"{block_n}/{warps}/{stages}"] = {"us": us, "rel_err": err}
-                except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
-                    entry["configs"][f"{block_n}/{warps}/{stages}"] = {"error": f"{type(exc).__name__}: {str(exc)[:120]}"}
-        best = min(entry["splits"], key=entry["splits"].get)
-        print(f"{(B, H, Hkv, nk)}: SDPA {entry['sdpa_default_us']:.1f} us; rule {rule} splits "
-              f"{entry['splits'][rule]:.1f} us; best {best} splits {entry['splits'][best]:.1f} us; configs "
-              + " ".join(f"{c}={r.get('us', float('nan')):.1f}" for c, r in entry["configs"].items()))
-        out.append(entry)
-        del q, k, v
-        torch.cuda.empty_cache()
-    return {"rows": out}
-
-
-# ---------------------------------------------------------------- the combine and the split rule (call 5)
-
-COMBINE_ROWS = ((1, 32, 32, 4096), (4, 32, 32, 4096), (16, 32, 32, 4096), (1, 32, 32, 32768), (4, 32, 32, 32768),
-                (1, 32, 32, 131072), (1, 32, 8, 4096), (4, 32, 8, 4096), (16, 32, 8, 4096), (64, 32, 8, 4096),
-                (1, 32, 8, 32768), (4, 32, 8, 32768), (16, 32, 8, 32768), (1, 32, 8, 131072), (4, 32, 8, 131072))
-COMBINE_SPLITS = {8: (8, 12, 16, 20, 24, 33), 32: (4, 6, 8, 12, 16), 128: (1, 2, 3, 4, 6), 512: (1, 2, 4, 8)}
-COMBINES = {"fused1": (True, 1), "fused4": (True, 4), "fused8": (True, 8), "kernel2": (False, 8)}
-SWEEP_CONFIGS = ((64, 2, 3), (32, 2, 4), (64, 4, 5), (128, 4, 3), (32, 4, 6))  # BLOCK_N, warps, stages
-CONFIG_ROWS = ((4, 32, 32, 4096), (16, 32, 32, 4096), (64, 32, 8, 4096), (1, 32, 8, 4096), (1, 32, 8, 32768),
-               (4, 32, 32, 32768))
-
-
-def sweep_combine() -> dict:
-    """At every row of COMBINE_ROWS (the rows under ~300 us): do_bench (L2 cleared) of the split-KV
-    kernel, through its launch plan, at each split count of COMBINE_SPLITS[programs per split] x
-    each combine of COMBINES (fused, loading 1, 4 or 8 splits per step; or the second kernel),
-    beside SDPA default (timed at the start and the end of the row: the spread is the noise);
-    at CONFIG_ROWS also the configs of SWEEP_CONFIGS. Each variant's output is checked against
-    SDPA default's (relative error) before it is timed."""
-    import dataclasses
-
-    import torch
-
-    from flashlab.kernels import flash_decode as kernels
-
-    out = []
-    base = kernels.default_config(D, torch.bfloat16)
-    for B, H, Hkv, nk in COMBINE_ROWS:
-        g = torch.Generator(device="cuda").manual_seed(13 * nk + B + Hkv)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        entry = {"shape": [B, H, Hkv, nk], "sdpa_default_us": [], "times": {}, "configs": {}, "max_rel_err": 0.0}
-        with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
-
-            def timed(splits, config):
-                fn = lambda: kernels.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]  # noqa: E731
-                entry["max_rel_err"] = max(entry["max_rel_err"], _common.rel_err(fn(), ref))
-                return bench_us(fn, 5, 25)
-
-            for splits in COMBINE_SPLITS[B * Hkv]:
-                for name, (fused, step) in COMBINES.items():
-                    if splits == 1 and name != "fused8" or step == 4 and B * Hkv != 8:
-                        continue
-                    config = dataclasses.replace(base, fused_combine=fused, combine_step=step)
-                    entry["times"][f"{splits}/{name}"] = timed(splits, config)
-            if (B, H, Hkv, nk) in CONFIG_ROWS:
-                best = min(entry["times"], key=entry["times"].get)
-                splits_best = int(best.split("/")[0])
-                for block_n, warps, stages in SWEEP_CONFIGS:
-                    config = kernels.DecodeConfig(block_n, warps, stages, fused_combine=True, combine_step=8)
-                    for splits in sorted({splits_best, max(1, splits_best // 2)}):
-                        try:
-                            entry["configs"][f"{block_n}/{warps}/{stages}@{splits}"] = timed(splits, config)
-                        except Exception as exc:  # a config the GPU refuses (shared memory) is recorded
-                            entry["configs"][f"{block_n}/{warps}/{stages}@{splits}"] = f"{type(exc).__name__}: {str(exc)[:80]}"
-            entry["sdpa_default_us"].append(bench_us(lambda: sdpa(q, k, v), 10, 40))
-        sd = min(entry["sdpa_default_us"])
-        best = sorted(entry["times"], key=entry["times"].get)[:3]
-        print(f"{str((B, H, Hkv, nk)):>20} SDPA {entry['sdpa_default_us'][0]:.1f}/{entry['sdpa_default_us'][1]:.1f} "
-              f"err {entry['max_rel_err']:.4f} | " + " ".join(f"{n}={entry['times'][n]:.1f}({entry['times'][n] / sd:.3f})"
-                                                           for n in best))
-        print("    " + " ".join(f"{n}={t:.1f}" for n, t in entry["times"].items()))
-        if entry["configs"]:
-            print("    configs " + " ".join(f"{n}={t:.1f}" if isinstance(t, float) else f"{n}=ERR"
-                                            for n, t in entry["configs"].items()))
-        out.append(entry)
-        del q, k, v
-        torch.cuda.empty_cache()
-    return {"rows": out, "check_lengths": check_cost()}
-
-
-WIDE_ROWS = ((1, 32, 32, 4096), (1, 32, 32, 32768), (1, 32, 32, 131072), (4, 32, 8, 4096), (4, 32, 8, 32768),
-             (4, 32, 8, 131072), (1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072))
-
-
-def sweep_wide() -> dict:
-    """At the small grids (8 and 32 programs per split), the rule's choice beside the wide config
-    at the splits that put one program on every SM (128 programs), do_bench (L2 cleared), beside
-    SDPA default: whether the wide config also pays where the rule splits (not adopted: a lead)."""
-    import torch
-
-    from flashlab import decode
-    from flashlab.kernels import flash_decode as kernels
-
-    out = []
-    for B, H, Hkv, nk in WIDE_ROWS:
+    for B, H, Hkv, nk in SPLIT_ROWS:
         g = torch.Generator(device="cuda").manual_seed(17 * nk + B + Hkv)
         q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
         k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
         sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        programs = B * Hkv
+
+        def split_kv(splits, wide):
+            config = kernels.config_for(D, torch.bfloat16, wide, splits <= decode.FUSED_MAX_SPLITS)
+            return lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]
+
+        fns = {"sdpa_default": lambda: sdpa(q, k, v),
+               f"default@{CALL6_SPLITS[programs]}": split_kv(CALL6_SPLITS[programs], False)}
+        fns.update({f"wide@{splits}": split_kv(splits, True) for splits in WIDE_SPLITS[programs]})
         choice = decode.choice_for(q, k)
-        wide_splits = max(1, 128 // (B * Hkv))
-        wide = kernels.config_for(D, torch.bfloat16, True, wide_splits <= decode.FUSED_MAX_SPLITS)
+        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
+               "rel_err": {}, "runs": {name: [] for name in fns}}
         with torch.no_grad():
             ref = sdpa(q, k, v).float()
-            fns = {"sdpa_default": lambda: sdpa(q, k, v),
-                   "rule": lambda: kernels.forward(q, k, v, None, D ** -0.5, False, choice.splits,
-                                                   decode.config_of(q, choice))[0],
-                   f"wide@{wide_splits}": lambda: kernels.forward(q, k, v, None, D ** -0.5, False, wide_splits, wide)[0]}
-            row = {"shape": [B, H, Hkv, nk], "rule_splits": choice.splits}
             for name, fn in fns.items():
-                row[name] = {"us": bench_us(fn, 10, 40), "rel_err": _common.rel_err(fn(), ref)}
-        print("wide sweep:", row["shape"], " ".join(f"{n}={r['us']:.1f}" for n, r in row.items() if isinstance(r, dict)))
+                row["rel_err"][name] = _common.rel_err(fn(), ref)
+            names = list(fns)
+            for r in range(ROUNDS):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    row["runs"][name].append(bench_us(fns[name], 10, 40))
+        row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
+        row["spread"] = {name: (max(runs) - min(runs)) / _median(runs) for name, runs in row["runs"].items()}
+        best = min((n for n in fns if n != "sdpa_default"), key=row["us"].get)
+        row["best"] = best
+        print(f"split/wide {str((B, H, Hkv, nk)):>20} rule {row['rule']:>10} best {best:>10} | "
+              + " ".join(f"{n}={row['us'][n]:.1f}({100 * row['spread'][n]:.1f}%)" for n in fns))
         out.append(row)
         del q, k, v
+        torch.cuda.empty_cache()
     return {"rows": out}
 
 
-def check_cost(rows=((1, 32, 8, 4096), (4, 32, 32, 4096), (1, 32, 8, 32768))) -> list:
-    """host_us and issue_us of flash_decode with cache_seqlens, the host check of the lengths on
-    (the default: one sync per call) and off (``check_lengths=False``), beside SDPA default."""
+# ---------------------------------------------------------------- a paged cache (call 7)
+
+PAGED_ROWS = ((1, 32, 8, 32768), (1, 32, 32, 131072), (16, 32, 8, 32768), (64, 32, 32, 4096))
+PAGE_SIZES = (16, 256)
+
+
+def paged_cache(seed=3) -> dict:
+    """At PAGED_ROWS: flash_decode on the contiguous cache beside the same cache paged (pages of
+    PAGE_SIZES keys; the physical blocks in a shuffled order, so logically adjacent pages lie
+    apart), SDPA default on the contiguous one. With pages smaller than the config's BLOCK_N the
+    kernel looks a page up per key row (``paged16``); ``paged16_tile16`` shrinks the tile to the
+    page instead (what the kernel did before call 7). ``paged{page}_late``: the block-table entries
+    read in the step that uses them, not a step ahead (call 7's kernel). Paged calls with ``check_lengths=False``
+    (no host copy of the table). Outputs checked against SDPA's; ROUNDS rotated rounds, median."""
+    import dataclasses
+
     import torch
 
     import flashlab
+    from flashlab import decode
+    from flashlab.kernels import decode_plan as plans
 
     out = []
-    for B, H, Hkv, nk in rows:
-        q, k, v, lens, sdpa, row = _step_inputs(B, H, Hkv, nk, seed=5 * nk + B)
+    for B, H, Hkv, nk in PAGED_ROWS:
+        g = torch.Generator(device="cuda").manual_seed(seed * nk + B + Hkv)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        choice = decode.choice_for(q, k)
+        fns = {"sdpa_default": lambda: sdpa(q, k, v), "contiguous": lambda: flashlab.flash_decode(q, k, v)}
+        caches = {}
+        for page in PAGE_SIZES:
+            blocks = B * nk // page
+            perm = torch.randperm(blocks, generator=torch.Generator().manual_seed(seed + page)).cuda()  # (blocks,)
+            table = perm.view(B, nk // page).to(torch.int32)  # (B, max_blocks): logical -> physical block
+            paged = []
+            for t in (k, v):
+                logical = t.view(B, Hkv, nk // page, page, D).permute(0, 2, 1, 3, 4).reshape(blocks, Hkv, page, D)
+                phys = torch.empty_like(logical)  # (num_blocks, Hkv, page, d)
+                phys[perm] = logical
+                paged.append(phys)
+                del logical
+            caches[page] = (paged[0], paged[1], table)
+            kp, vp, tb = caches[page]
+            fns[f"paged{page}"] = (lambda kp=kp, vp=vp, tb=tb: flashlab.flash_decode(
+                q, kp, vp, block_table=tb, check_lengths=False))
+            config = decode.config_of(q, choice)
+            late = dataclasses.replace(config, page_prefetch=False)  # the table read in the step (call 7)
+            fns[f"paged{page}_late"] = (lambda kp=kp, vp=vp, tb=tb: plans.forward(
+                q, kp, vp, None, D ** -0.5, True, choice.splits, late, block_table=tb)[0])
+            if page < config.block_n:
+                small = dataclasses.replace(config, block_n=page)
+                fns[f"paged{page}_tile{page}"] = (lambda kp=kp, vp=vp, tb=tb, small=small: plans.forward(
+                    q, kp, vp, None, D ** -0.5, True, choice.splits, small, block_table=tb)[0])
+        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
+               "kv_bytes": 2 * k.numel() * 2, "rel_err": {}, "runs": {name: [] for name in fns}}
         with torch.no_grad():
-            for name, fn in (("check_on", lambda: flashlab.flash_decode(q, k, v, lens)),
-                             ("check_off", lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False)),
-                             ("sdpa_default", lambda: sdpa(q, k, v))):
-                wall, issue = host_us(fn)
-                row[name] = {"host_us": wall, "issue_us": issue, "us": bench_us(fn, 10, 40)}
-        print("check_lengths cost:", {n: (r if not isinstance(r, dict) else {f: round(x, 1) for f, x in r.items()})
-                                      for n, r in row.items()})
+            ref = sdpa(q, k, v).float()
+            for name, fn in fns.items():
+                row["rel_err"][name] = _common.rel_err(fn(), ref)
+            names = list(fns)
+            for r in range(ROUNDS):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    row["runs"][name].append(bench_us(fns[name], 10, 40))
+        row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
+        row["tb_s"] = {name: row["kv_bytes"] / us / 1e6 for name, us in row["us"].items()}
+        print(f"paged {str((B, H, Hkv, nk)):>20} {row['rule']:>10} | "
+              + " ".join(f"{n}={row['us'][n]:.1f}" for n in fns)
+              + f" | max err {max(row['rel_err'].values()):.4f}")
         out.append(row)
-        del q, k, v
-    return out
+        del q, k, v, caches, fns
+        torch.cuda.empty_cache()
+    return {"rows": out}
 
 
 def print_table(rows_out):
@@ -527,19 +538,24 @@ def print_table(rows_out):
 
 
 def print_summary(rows_out):
-    """The target table: flash_decode vs SDPA default per row (us, ratio, TB/s, host_us, graph_us)."""
-    print(f"{'row (B,H,Hkv,Nk)':>20} {'spl':>5} {'ours us':>9} {'SDPA us':>9} {'ratio':>6} {'TB/s':>5} "
-          f"{'host ours':>9} {'host SDPA':>9} {'graph ours':>10} {'graph SDPA':>10} {'lens us':>8}")
+    """The target table: flash_decode vs SDPA default per row (us = median of the rounds, ratio,
+    spread, TB/s, the read ceiling and the fraction of it, host_us, graph_us)."""
+    print(f"{'row (B,H,Hkv,Nk)':>20} {'spl':>5} {'ours us':>9} {'SDPA us':>9} {'ratio':>6} {'min':>6} {'spread':>6} "
+          f"{'in?':>3} {'TB/s':>5} {'read us':>8} {'ours/rd':>7} {'sdpa/rd':>7} {'host ours':>9} {'host SDPA':>9} "
+          f"{'graph ours':>10} {'graph SDPA':>10}")
     for r in rows_out:
         if r.get("skipped"):
             continue
-        fd, sd, fl = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default", "flash_decode_lens"))
+        fd, sd = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default"))
+        cmp_, ceiling = r.get("vs_sdpa_default", {}), r.get("read_ceiling", {})
         nan = float("nan")
         kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
         print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {kind:>5} {fd.get('us', nan):>9.1f} "
-              f"{sd.get('us', nan):>9.1f} {fd.get('us', nan) / sd.get('us', nan):>6.2f} {fd.get('tb_s', nan):>5.2f} "
-              f"{fd.get('host_us', nan):>9.1f} {sd.get('host_us', nan):>9.1f} {fd.get('graph_us', nan):>10.1f} "
-              f"{sd.get('graph_us', nan):>10.1f} {fl.get('us', nan):>8.1f}")
+              f"{sd.get('us', nan):>9.1f} {cmp_.get('ratio', nan):>6.3f} {cmp_.get('ratio_min', nan):>6.3f} "
+              f"{100 * cmp_.get('spread', nan):>5.2f}% {'y' if cmp_.get('within_spread') else 'n':>3} "
+              f"{fd.get('tb_s', nan):>5.2f} {ceiling.get('us', nan):>8.1f} {1 / fd.get('read_fraction', nan):>7.3f} "
+              f"{1 / sd.get('read_fraction', nan):>7.3f} {fd.get('host_us', nan):>9.1f} {sd.get('host_us', nan):>9.1f} "
+              f"{fd.get('graph_us', nan):>10.1f} {sd.get('graph_us', nan):>10.1f}")
 
 
 def main(argv=None):
@@ -548,7 +564,8 @@ def main(argv=None):
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--sweep-misses", action="store_true", help="split counts and configs at the rows that miss")
     parser.add_argument("--sweep-combine", action="store_true", help="split counts x combines (and configs) per row")
-    parser.add_argument("--with-wide-sweep", action="store_true", help="full run: also the wide config at small grids")
+    parser.add_argument("--skip-chunk", action="store_true", help="full run without the bottom-right chunk")
+    parser.add_argument("--paged", action="store_true", help="only the paged-cache rows and the launch path")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -560,18 +577,29 @@ def main(argv=None):
         print(refusal)
         return 2
     out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else _common.REPO / "benchmarks" / "results"
+    if args.sweep_combine or args.sweep_misses or args.tune:
+        import decode_sweeps  # the sweeps of calls 1-5
     if args.sweep_combine:
         t0 = time.time()
-        payload = {"environment": _common.environment(), "sweep_combine": sweep_combine()}
+        payload = {"environment": _common.environment(), "sweep_combine": decode_sweeps.sweep_combine()}
         payload["wall_s"] = time.time() - t0
         _common.write_json(args.out or out_dir / "decode_sweep_combine.json", payload)
         return 0
     if args.sweep_misses:
-        payload = {"environment": _common.environment(), "sweep_misses": sweep_misses()}
+        payload = {"environment": _common.environment(), "sweep_misses": decode_sweeps.sweep_misses()}
         _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
         return 0
+    if args.paged:
+        t0 = time.time()
+        payload = {"environment": _common.environment(), "paged": paged_cache(), "launch_path": launch_path()}
+        payload["wall_s"] = time.time() - t0
+        _common.write_json(args.out or out_dir / "decode_paged.json", payload)
+        for r in payload["launch_path"]["rows"]:
+            print("launch path (host_us, issue_us):", r)
+        print("direct launch used:", payload["launch_path"]["direct_launch_used"])
+        return 0
     if args.tune:
-        payload = {"environment": _common.environment(), "tune": tune()}
+        payload = {"environment": _common.environment(), "tune": decode_sweeps.tune()}
         _common.write_json(args.out or out_dir / "decode_tune.json", payload)
         for s in payload["tune"]["splits"]:
             print("splits", s)
@@ -579,6 +607,7 @@ def main(argv=None):
             print("threshold", t)
         return 0
     t0 = time.time()
+    out_path = args.out or out_dir / "bench_decode.json"
     payload = {"environment": _common.environment(), "method": {
         "time": "median of triton.testing.do_bench(warmup=25 ms, rep=100 ms), L2 cleared before every run",
         "bandwidth": "bytes of K and V read (2*B*Hkv*Nk*d*2 B) / time",
@@ -586,31 +615,49 @@ def main(argv=None):
         "inputs": "torch.randn, bf16, d = 128, Nq = 1, cache_seqlens None (every key valid); "
                   "flash_decode_lens: cache_seqlens = Nk for every sequence, check_lengths=False (the "
                   "sync-free step: no host check of the lengths; launch_path.checked times the default check)",
-        "repeats": "flash_decode, flash_decode_lens, sdpa_default: us = the smaller of two do_bench medians "
-                   "(us_runs), one before and one after the row's other variants",
+        "repeats": f"flash_decode and sdpa_default: {ROUNDS} interleaved rounds per row (start; after the other "
+                   "variants, reverse order; after the host timings); us = median of the rounds' do_bench "
+                   "medians (us_runs), us_min the smallest; vs_sdpa_default: ratio of medians, per-round "
+                   "ratios, spread = larger (max - min) / median of the two, within_spread = |ratio - 1| <= spread",
+        "read_ceiling": "best do_bench median (warmup 5 ms, rep 20 ms, L2 cleared) of a pure-read Triton kernel "
+                        "(read_roofline.py) over the row's K and V, over read_roofline.CONFIGS",
         "host_us": "wall time of host_calls back-to-back calls / host_calls, torch.cuda.synchronize before "
                    "and after (10 calls of warm-up first); issue_us: the host's time to issue them"}}
-    payload["copy_ceiling"] = copy_ceiling()
-    rows_out = []
+    phases = payload["phase_s"] = {}
+
+    def phase(name, fn):
+        t = time.time()
+        payload[name] = fn()
+        phases[name] = round(time.time() - t, 1)
+        _common.write_json(out_path, payload)
+
+    phase("copy_ceiling", copy_ceiling)
+    phase("split_wide", split_wide)
+    rows_out, ceilings = [], {}
+    t = time.time()
     for B, H, Hkv, nk, skip in rows():
         if skip:
             rows_out.append({"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "skipped": skip})
             continue
-        rows_out.append(time_row(B, H, Hkv, nk))
+        rows_out.append(time_row(B, H, Hkv, nk, ceilings))
         payload["rows"] = rows_out
-        _common.write_json(args.out or out_dir / "bench_decode.json", payload)
-    payload["launch_path"] = launch_path()
-    if args.with_wide_sweep:
-        payload["sweep_wide"] = sweep_wide()
-    payload["bottom_right_chunk"] = [bottom_right_chunk(Hkv=8), bottom_right_chunk(Hkv=32)]
+        payload["read_ceilings"] = {str(n): c for n, c in sorted(ceilings.items())}
+        _common.write_json(out_path, payload)
+    phases["rows"] = round(time.time() - t, 1)
+    phase("paged", paged_cache)
+    phase("read_ceiling_graph", lambda: read_ceiling_graph(ceilings))
+    phase("launch_path", launch_path)
+    if not args.skip_chunk:
+        phase("bottom_right_chunk", lambda: [bottom_right_chunk(Hkv=8), bottom_right_chunk(Hkv=32)])
     payload["wall_s"] = time.time() - t0
-    _common.write_json(args.out or out_dir / "bench_decode.json", payload)
-    print(f"copy ceiling: {payload['copy_ceiling']['tb_s']:.2f} TB/s (read + written)")
-    for br in payload["bottom_right_chunk"]:
+    _common.write_json(out_path, payload)
+    print(f"copy ceiling: {payload['copy_ceiling']['tb_s']:.2f} TB/s (read + written); phases (s): {phases}")
+    for br in payload.get("bottom_right_chunk", []):
         print("bottom-right chunk:", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in br.items()})
     for r in payload["launch_path"]["rows"]:
         print("launch path (host_us, issue_us):", r)
     print("direct launch used:", payload["launch_path"]["direct_launch_used"])
+    print("read ceiling in graph replays:", payload["read_ceiling_graph"])
     print_table(rows_out)
     print_summary(rows_out)
     return 0

@@ -25,21 +25,27 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the "interpreter" tes
 SMS = 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
 
 
-def test_split_rule_splits_a_small_grid_up_to_two_programs_per_sm():
-    assert decode.split_rule(1, 32, 1, 32768, SMS) == (8, False, True)  # 256 programs: two per SM, fused
-    assert decode.split_rule(4, 8, 1, 4096, SMS) == (8, False, True)
-    assert decode.split_rule(1, 16, 1, 32768, SMS) == (16, False, True)  # 256
+def test_split_rule_splits_a_small_grid_to_one_wide_program_per_sm():
+    assert decode.split_rule(1, 32, 1, 32768, SMS) == (4, True, True)  # 128 programs, fused combine
+    assert decode.split_rule(4, 8, 1, 4096, SMS) == (4, True, True)
+    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, True, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS) == (8, True, True)
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, True, False)  # 126 splits: the combine kernel
 
 
-def test_split_rule_stops_at_one_program_per_sm_where_two_take_too_many_splits():
-    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, False, True)  # 128 programs; two per SM: 33 splits
-    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, False, False)  # 126 splits: the combine kernel
-    assert decode.split_rule(1, 4, 1, 1 << 20, SMS).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
+def test_split_rule_without_a_wide_config_splits_up_to_two_programs_per_sm():
+    assert decode.split_rule(1, 32, 1, 32768, SMS, has_wide=False) == (8, False, True)  # 256 programs
+    assert decode.split_rule(4, 8, 1, 4096, SMS, has_wide=False) == (8, False, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS, has_wide=False) == (16, False, True)  # 256
+    # two per SM would take 33 splits: one per SM instead
+    assert decode.split_rule(1, 8, 1, 131072, SMS, has_wide=False) == (16, False, True)
+    assert decode.split_rule(1, 4, 1, 1 << 20, SMS, has_wide=False).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
 
 
 def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
     assert decode.split_rule(4, 32, 1, 4096, SMS) == (1, True, True)  # 128 programs: wide config
     assert decode.split_rule(64, 8, 1, 131072, SMS) == (1, True, True)  # 512
+    assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == (1, False, True)
     assert decode.split_rule(64, 32, 1, 32768, SMS) == (1, False, True)  # 2048 >= 7 waves of 264: default config
     assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
@@ -54,20 +60,25 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
     import random
 
     rng = random.Random(0)
-    for _ in range(300):
+    for _ in range(400):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
         max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
-        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm)
+        has_wide = rng.random() < 0.5
+        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
-        case = (batch, kv_heads, rows, max_len, sms, per_sm, choice)
+        fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
-        assert not wide or splits == 1, f"the wide config runs unsplit: {case}"
-        if programs >= decode.ONE_WAVE_FILL * sms:
-            assert splits == 1, f"a grid that fills every SM is not split: {case}"
+        assert not wide or has_wide, f"the wide config where none exists: {case}"
+        if programs >= decode.MANY_WAVES * sms * per_sm:
+            assert (splits, wide) == (1, False), f"a grid of many waves runs unsplit, default config: {case}"
+        elif programs >= decode.ONE_WAVE_FILL * sms:
+            assert (splits, wide) == (1, has_wide), f"a grid that fills every SM runs unsplit: {case}"
+        elif has_wide:
+            assert wide and splits == min(fewest, cap), f"a small grid: one wide program per SM: {case}"
         elif splits < cap:  # not capped: every SM gets a program; more only for a full second one
             assert programs * splits >= decode.ONE_WAVE_FILL * sms, case
-            fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)
             assert splits == fewest or (programs * splits <= sms * per_sm
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
@@ -76,6 +87,9 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
 def test_split_rule_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="batch"):
         decode.split_rule(bad, 8, 1, 1024, 132)
+    if bad is not True:
+        with pytest.raises(ValueError, match="has_wide"):
+            decode.split_rule(1, 8, 1, 1024, 132, 2, bad)
 
 
 # --------------------------------------------------------------------------- interpreter checks
@@ -138,11 +152,12 @@ def test_flash_decode_gives_one_answer_whatever_the_number_of_splits():
 @pytest.mark.parametrize("step", [1, 4])
 def test_fused_combine_matches_the_combine_kernel(step, poison):
     """5 splits merged 1 or 4 at a time (the last step part empty), and by the second kernel."""
+    from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     q, k, v, seqlens = _inputs(2, 8, 1, 3, 80, 16, torch.float32, [80, 30], seed=9)
     base = kernels.default_config(16, torch.float32)
-    fused, separate = (kernels.forward(q, k, v, seqlens, 0.25, True, 5, dataclasses.replace(
+    fused, separate = (decode_plan.forward(q, k, v, seqlens, 0.25, True, 5, dataclasses.replace(
         base, fused_combine=f, combine_step=step)) for f in (True, False))
     ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens, scale=0.25)
     for name, (o, lse) in (("fused", fused), ("combine kernel", separate)):
@@ -231,6 +246,28 @@ def test_paged_cache_matches_the_contiguous_reference(splits, poison):
     assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+def test_paged_cache_with_pages_smaller_than_the_tile_looks_up_every_row(prefetch, poison):
+    """BLOCK_N = 32 over 16-key pages: each tile spans two pages, so each key row finds its own
+    (its table entries read a step ahead, or in the step)."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=23)
+    config = dataclasses.replace(kernels.INTERPRETER_DECODE_CONFIG, block_n=32, page_prefetch=prefetch)
+    o, lse = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 2, config, block_table=table)
+    ref_o, ref_lse = decode.decode_reference(q, decode.paged_to_contiguous(k, table),
+                                             decode.paged_to_contiguous(v, table), seqlens)
+    assert not o.isnan().any(), "NaN in o: a block or row past a sequence's length was read"
+    assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, "wrong rows gathered across pages"
+    assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
+    bad = torch.where(table == table[2, 1], 99, table)  # sequence 2's second page (of 3): no such block
+    o_bad, lse_bad = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 2, config, block_table=bad)
+    assert o_bad[2].isnan().all() and lse_bad[2].isnan().all(), "a row's page naming no block: NaN expected"
+    assert (o_bad[:2].double().cpu() - ref_o[:2]).abs().max().item() < 1e-5, "other sequences are unaffected"
+
+
 def test_paged_cache_rejects_bad_tables_naming_the_argument():
     q, k, v, table, seqlens = _paged_inputs(2, 4, 2, 1, 16, 16, 3, 8, [40, 9], seed=4)
     for bad, match in ((table.long(), "block_table.dtype"), (table[:1], "block_table.shape")):
@@ -264,13 +301,18 @@ def test_paged_cache_entry_naming_no_block_gives_nan_for_its_sequence_only(split
 def test_paged_cache_on_gpu(dtype, poison):
     q, k, v, table, seqlens = _paged_inputs(4, 32, 8, 3, 128, 64, 40, 200, [2560, 3, 1000, 65], seed=8,
                                             dtype=dtype, device="cuda")
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels.attention import allowed_error, max_error
+
     o = decode.flash_decode(q, k, v, seqlens, block_table=table)
     kk, vv = decode.paged_to_contiguous(k, table), decode.paged_to_contiguous(v, table)
     ref, _ = decode.decode_reference(q, kk, vv, seqlens)
     same, _ = decode.decode_reference(q, kk, vv, seqlens, upcast=False)
-    from flashlab.kernels.attention import allowed_error, max_error
-
     assert max_error(o.cpu(), ref) <= allowed_error(ref, same.cpu())
+    choice = decode.choice_for(q, kk)  # the table read in the step instead of a step ahead
+    config = dataclasses.replace(decode.config_of(q, choice), page_prefetch=False)
+    o_late = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, choice.splits, config, block_table=table)[0]
+    assert torch.equal(o_late, o), "reading the table a step ahead changed the result"
 
 
 # --------------------------------------------------------------------------------- bad input
@@ -321,12 +363,12 @@ def test_bad_lengths_raise_naming_cache_seqlens_or_give_nan_with_the_check_off(c
 
 @pytest.mark.interpreter
 def test_steady_state_call_skips_the_host_checks_and_reuses_the_plan(monkeypatch, poison):
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan
 
     decode.clear_plans()
     q, k, v, s = _good()
     decode.flash_decode(q, k, v, s, return_lse=True)  # checked, then planned
-    plans = dict(kernels._PLANS)
+    plans = dict(decode_plan._PLANS)
 
     def checks_again(*args):
         raise AssertionError("the host checks ran again")
@@ -334,7 +376,7 @@ def test_steady_state_call_skips_the_host_checks_and_reuses_the_plan(monkeypatch
     monkeypatch.setattr(decode, "_check_decode_inputs", checks_again)
     q2, k2, v2, s2 = _inputs(2, 4, 2, 2, 20, 16, torch.float32, [7, 20], seed=31)  # same shapes, new values
     o, lse = decode.flash_decode(q2, k2, v2, s2, return_lse=True)
-    assert kernels._PLANS == plans, "a known shape made a new plan"
+    assert decode_plan._PLANS == plans, "a known shape made a new plan"
     ref_o, ref_lse = decode.decode_reference(q2, k2, v2, s2)
     assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5, "the reused plan (and its scratch) gave a wrong o"
     assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-5
@@ -402,16 +444,17 @@ def test_flash_decode_on_gpu_within_twice_pytorch_error(case, dtype, poison):
 def test_fused_combine_is_repeatable_on_gpu(poison):
     """The fused combine hands partial states between programs through an atomic count: a missing
     barrier or fence would show as results that change from run to run. 20 runs, bitwise equal."""
+    from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     q, k, v, seqlens = _inputs(8, 32, 8, 4, 30000, 128, torch.bfloat16, [30000, 4, 17, 4096, 29999, 5, 300, 12345],
                                seed=13, device="cuda")
     config = kernels.default_config(128, torch.bfloat16)
-    separate = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64,
+    separate = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, 64,
                                kernels.DecodeConfig(config.block_n, config.num_warps, config.num_stages, False))
-    first = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
+    first = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
     for _ in range(20):
-        o, lse = kernels.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
+        o, lse = decode_plan.forward(q, k, v, seqlens, 128 ** -0.5, True, 64, config)
         assert torch.equal(o, first[0]) and torch.equal(lse, first[1]), "fused combine changed between runs"
     assert (first[0].float() - separate[0].float()).abs().max().item() < 1e-2
     assert (first[1] - separate[1]).abs().max().item() < 1e-5
@@ -421,7 +464,7 @@ def test_fused_combine_is_repeatable_on_gpu(poison):
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's
     result bit for bit, and no call (first or later) may synchronise with the GPU."""
-    from flashlab.kernels import flash_decode as kernels
+    from flashlab.kernels import decode_plan
     from flashlab.kernels.attention import allowed_error, max_error
 
     decode.clear_plans()
@@ -438,7 +481,7 @@ def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
             decode.flash_decode(q, k, v, s)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
+    monkeypatch.setattr(decode_plan, "DIRECT_LAUNCH", False)
     jit = decode.flash_decode(q, k, v, s, return_lse=True)
     for name, got in (("first", first), ("direct", direct)):
         assert torch.equal(got[0], jit[0]) and torch.equal(got[1], jit[1]), f"{name} launch differs from the JIT's"
@@ -450,17 +493,18 @@ def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
 @pytest.mark.gpu
 def test_combine_kernel_direct_launch_matches_triton_launch(monkeypatch):
     """The two-kernel path: after the first call the plan launches both compiled kernels itself."""
+    from flashlab.kernels import decode_plan
     from flashlab.kernels import flash_decode as kernels
 
     decode.clear_plans()
     q, k, v, s = _inputs(2, 32, 8, 1, 9000, 128, torch.bfloat16, [9000, 333], seed=45, device="cuda")
     config = dataclasses.replace(kernels.default_config(128, torch.bfloat16), fused_combine=False)
-    first = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
-    plan = kernels.plan_for(q, k, v, s, None, True, 24, config)
+    first = decode_plan.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    plan = decode_plan.plan_for(q, k, v, s, None, True, 24, config)
     assert plan.args is not None and plan.combine_args is not None, "the plan kept no compiled combine"
-    direct = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
-    monkeypatch.setattr(kernels, "DIRECT_LAUNCH", False)
-    jit = kernels.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    direct = decode_plan.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
+    monkeypatch.setattr(decode_plan, "DIRECT_LAUNCH", False)
+    jit = decode_plan.forward(q, k, v, s, 128 ** -0.5, True, 24, config)
     for name, got in (("first", first), ("direct", direct)):
         assert torch.equal(got[0], jit[0]) and torch.equal(got[1], jit[1]), f"{name} launch differs from the JIT's"
     ref_o, ref_lse = decode.decode_reference(q, k, v, s)
@@ -515,3 +559,17 @@ def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_cach
     assert "on 1 of 3 rows, within 1.02x on 2" in text and "B=1 H=32 Hkv=8 Nk=4096 1.25x" in text, text
     assert ">= 3.5 TB/s on 1 of 2 rows" in text and "flash_decode 15-15 us, SDPA default 30-30 us" in text, text
     assert "flash_decode 20.0 us, SDPA default 16.0 us" in text, text
+
+
+def test_results_summary_names_rows_over_the_spread_and_the_read_roofline():
+    def row(B, ours, sdpa, spread, read_us):
+        return {"B": B, "H": 32, "Hkv": 8, "Nk": 4096, "kv_bytes": B * 2**29, "read_ceiling": {"us": read_us},
+                "vs_sdpa_default": {"ratio": ours / sdpa, "spread": spread, "within_spread": abs(ours / sdpa - 1) <= spread},
+                "results": {"flash_decode": {"us": ours, "tb_s": 4.0}, "sdpa_default": {"us": sdpa}}}
+
+    text = decode_results.results_summary({"rows": [row(1, 101.0, 100.0, 0.02, 50.0), row(4, 103.0, 100.0, 0.01, 100.0),
+                                                    row(16, 99.0, 100.0, 0.01, 99.0)]})
+    assert "of the 2 rows over SDPA default, 1 differ" in text, text
+    assert "B=4 H=32 Hkv=8 Nk=4096 1.030x (over the spread)" in text and "B=1 H=32 Hkv=8 Nk=4096 1.010x" not in text, text
+    assert "smallest row (B=1 H=32 Hkv=8 Nk=4096, pure read 50.0 us) flash_decode 2.02x, SDPA default 2.00x" in text, text
+    assert "from 2 GiB of K and V up flash_decode 1.00-1.03x" in text, text

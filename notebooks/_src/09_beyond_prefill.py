@@ -118,10 +118,11 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # partial state. On the H200 (`benchmarks/results/decode_sweep_combine_call5.json`): a grid that
 # already gives each of the 132 SMs a program runs unsplit, with a *wide* tile (128 keys, one
 # program per SM): 128 programs took 75.6 us against 78.4 us cut into 2 splits of the default
-# config (64 keys, two programs per SM). A smaller grid is split until every SM holds two
-# programs, unless that takes more than 16 splits: one sequence with 8 kv heads (4k keys) took
-# 15.3 us cut into 16 splits and 19.0 us into 33. Up to 16 splits the last program to finish
-# merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
+# config (64 keys, two programs per SM). A smaller grid is split until every SM holds one wide
+# program (`benchmarks/results/bench_decode.json`, `split_wide`): one sequence with 8 kv heads
+# and 128k keys took 138.3 us in 16 splits of the wide config against 140.7 us in 16 of the
+# default one and 141.6 us in 32 wide splits (two waves). Up to 16 splits the last program to
+# finish merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
 
 # %%
 from flashlab import decode, decode_results
@@ -172,15 +173,18 @@ print(decode_results.results_table())
 
 # %% [markdown]
 # What the table says (`benchmarks/results/bench_decode.json`; `benchmarks/NOTES.md`, decode
-# section, calls 5-6): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.7 TB/s on 14 of
-# 15 rows, near the 4.25 TB/s the device copy reached; the exception is the smallest, one
-# sequence with 8 kv heads (134 MB, 2.7 TB/s; SDPA 2.7 too), where a launch's fixed costs are
-# a fifth of a 50-us step. It matches or beats SDPA's time on 12 of 23 rows and is within 1.013x
-# on the others. Python matters at decode: each call once took 82-195 us of host time (Triton's
-# generic launch plus checks) for 10-50 us of GPU work; with a launch plan per shape (checks
-# once, scratch reused, the compiled kernel launched directly) it takes 15-25 us, and no row is
-# host-bound. Checking the values in `cache_seqlens` on the host, which `flash_decode` does by
-# default, costs a synchronisation: 24-37 us per call on that machine; `check_lengths=False`
+# section, calls 5-8): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.6 TB/s on 14 of
+# 15 rows, near the 4.28 TB/s the device copy reached; the exception is the smallest, one
+# sequence with 8 kv heads (134 MB, 2.7 TB/s; SDPA 2.6). There even a kernel that does nothing
+# but read those 134 MB takes 42.7 us (3.1 TB/s): a single launch of that size cannot stream at
+# full bandwidth, and `flash_decode` takes 1.16x that pure read. It matches or beats SDPA's time
+# on 13 of 23 rows; 7 of the other 10 differ from SDPA by less than the spread between three
+# interleaved timing rounds, and all are within 1.008x. Python matters at decode: each call once
+# took 82-195 us of host time (Triton's generic launch plus checks) for 10-50 us of GPU work;
+# with a launch plan per shape (checks once, scratch reused, the compiled kernel launched
+# directly) it takes 13-23 us to issue, and no row is host-bound. Checking the values in
+# `cache_seqlens` on the host, which `flash_decode` does by default, costs a synchronisation:
+# 32-45 us per call on that machine (`results/decode_paged_call8.json`); `check_lengths=False`
 # skips it (a bad length then gives NaN for its sequence instead of an error).
 
 # %%

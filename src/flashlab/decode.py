@@ -209,7 +209,7 @@ def _bind_fast_path() -> None:
     global _FAST_PATH
     import torch
 
-    from .kernels.flash_decode import current_stream
+    from .kernels.decode_plan import current_stream
 
     current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else (lambda: -1)
     _FAST_PATH = (current_device, current_stream)
@@ -260,7 +260,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     kernel still checks the values and gives NaN in that sequence's o and lse instead of
     reading memory it must not. Every other argument is checked on the host, once per distinct
     (shapes, strides, dtypes, devices, options): later calls of the same kind reuse the checked
-    launch plan (``kernels.flash_decode.DecodePlan``).
+    launch plan (``kernels.decode_plan.DecodePlan``).
     """
     try:
         key = _call_key(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
@@ -278,21 +278,21 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
         raise TypeError(f"check_lengths must be True or False, got {check_lengths!r}")
     if check_lengths:
         _check_values(q, k_cache, cache_seqlens, block_table)
-    from .kernels import flash_decode as kernels
+    from .kernels import decode_plan
     from .kernels.attention import on_device
 
     # the rule sees the logical length (a paged cache: max_blocks * page size)
     n_max = block_table.shape[1] * k_cache.shape[2] if block_table is not None else None
     choice = choice_for(q, k_cache, num_splits, n_max)
     with on_device(q):
-        plan = kernels.plan_for(q, k_cache, v_cache, cache_seqlens, block_table, True, choice.splits,
+        plan = decode_plan.plan_for(q, k_cache, v_cache, cache_seqlens, block_table, True, choice.splits,
                                 config_of(q, choice))
         o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
         if _FAST_PATH is None:
             _bind_fast_path()
             key = _call_key(q, k_cache, v_cache, cache_seqlens, scale, num_splits, return_lse, block_table)
         if key is not None and plan.cached:
-            if len(_CALLS) >= kernels.MAX_PLANS:
+            if len(_CALLS) >= decode_plan.MAX_PLANS:
                 _CALLS.clear()
             _CALLS[key] = (plan, scale_value)
     return (o, lse) if return_lse else o
@@ -300,10 +300,10 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
 
 def clear_plans() -> None:
     """Forget every checked call and launch plan (frees their scratch buffers)."""
-    from .kernels import flash_decode as kernels
+    from .kernels import decode_plan
 
     _CALLS.clear()
-    kernels.clear_plans()
+    decode_plan.clear_plans()
 
 
 def decode_reference(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = None, upcast: bool = True):
@@ -447,13 +447,12 @@ def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_a
                          "would see no key; give at least as many keys as queries")
     grad = _needs_grad(q, k, v)
     if not grad and decode_shape(q, k, causal, causal_align):
-        from .kernels import attention
-        from .kernels import flash_decode as kernels
+        from .kernels import attention, decode_plan
 
         choice = choice_for(q, k)
         with attention.on_device(q):
-            o, lse = kernels.forward(q, k, v, None, scale, bottom_right_mask(q, k, causal, causal_align),
-                                     choice.splits, config_of(q, choice))
+            o, lse = decode_plan.forward(q, k, v, None, scale, bottom_right_mask(q, k, causal, causal_align),
+                                         choice.splits, config_of(q, choice))
     elif bottom_right and not grad:
         o, lse = _bottom_right(q, k, v, scale)
     elif bottom_right:

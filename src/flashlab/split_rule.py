@@ -36,58 +36,69 @@ def wave_efficiency(programs: int, slots: int) -> float:
 
 
 def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
-               programs_per_sm: int = 2) -> SplitChoice:
+               programs_per_sm: int = 2, has_wide: bool = True) -> SplitChoice:
     """How to cut a decode step across the GPU: splits, tile config and combine (the split rule).
 
     The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
     query tiles per kv group, 1 unless GROUP * Nq > 64); ``sms`` SMs hold ``programs_per_sm`` of
     the default config's programs each (``kernels.flash_decode.programs_per_sm``): ``slots``.
+    ``has_wide``: whether the *wide* config exists for this head dim and dtype (128-key tiles,
+    3 stages, 192 KB of shared memory: one program per SM with as many bytes in flight as two
+    default ones; 16-bit, d = 128, ``kernels.flash_decode.has_wide_config``).
     Decode is memory-bound and every program streams the same number of keys; what costs time is
     an idle tail (a partly filled last wave, late programs finishing alone) and, per split, the
-    merge of the partial states. Measured on an H200 (benchmarks/NOTES.md, decode, calls 1-5):
+    merge of the partial states. Measured on an H200 (benchmarks/NOTES.md, decode, calls 1-7):
 
     * **large grid** (``programs >= MANY_WAVES * slots``): no split, default config.
-    * **the grid fills every SM once** (``programs >= ONE_WAVE_FILL * sms``): no split, and the
-      *wide* config (128-key tiles, 3 stages: one program per SM with as many bytes in flight as
-      two default ones). Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at
-      4k keys, 486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255). Where no wide config
-      exists (fp32, head dims other than 128) the default config runs unsplit.
-    * **small grid**: split. Two programs per SM (the most splits that fill ``slots`` to
-      ``ONE_WAVE_FILL``) if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else the
-      fewest splits that fill every SM once: each split adds partials to merge, and past ~16 the
-      merge costs more than the second program per SM gains (call 5, 8 programs: 16 splits 15.3 /
-      49.2 us vs 33 splits 19.0 / 51.5 us at 4k / 32k keys; 32 programs: 8 splits best).
+    * **the grid fills every SM once** (``programs >= ONE_WAVE_FILL * sms``): no split, wide
+      config. Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at 4k keys,
+      486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255).
+    * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
+      ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4). Call 7, 128k keys:
+      138.3 us vs 140.7 for the default config at 16 splits (8 programs), 490.9 / 490.4 vs
+      493.5 / 494.2 at 8 (32 programs); at 32k 0.9-1.6% faster, at 4k within the rounds' spread;
+      fewer wide splits (96 programs) 0.2-2.5% slower at 32k / 128k, two waves of them 0.6-8%
+      slower there and 13-17% at 4k.
+      Without a wide config: two default programs per SM (the most splits that fill ``slots``)
+      if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else one per SM (call 5).
 
     Splits are capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len``
     and at most ``MAX_SPLITS``. The combine: fused (the last split to finish merges, one launch)
     up to ``FUSED_MAX_SPLITS`` splits, else the second kernel (one program per query row, which
     spreads a long merge; call 5 at 33 splits: 17.2 vs 19.0 us). Examples on an H200 (132 SMs,
-    2 programs each): 8 programs -> 16 splits; 32 -> 8; 128 -> 1, wide; 512 -> 1, wide; 2048 -> 1.
+    2 default programs each): 8 programs -> 16 splits, wide; 32 -> 4, wide; 128 -> 1, wide;
+    512 -> 1, wide; 2048 -> 1, default.
     """
     for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
                         ("max_len", max_len), ("sms", sms), ("programs_per_sm", programs_per_sm)):
         if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
                 or value < 1:
             raise ValueError(f"{name}={value!r} must be an int >= 1")
+    if not isinstance(has_wide, bool):
+        raise ValueError(f"has_wide={has_wide!r} must be True or False")
     programs = batch * kv_heads * row_blocks
     slots = sms * programs_per_sm
     if programs >= MANY_WAVES * slots:
         return SplitChoice(1, False, True)
     if programs >= ONE_WAVE_FILL * sms:
-        return SplitChoice(1, True, True)
+        return SplitChoice(1, has_wide, True)
     cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
+    one_per_sm = -(-int(math.ceil(ONE_WAVE_FILL * sms)) // programs)
     two_per_sm = slots // programs
-    if programs * two_per_sm >= ONE_WAVE_FILL * slots and two_per_sm <= SECOND_PER_SM_MAX_SPLITS:
+    if has_wide:
+        splits = one_per_sm
+    elif programs * two_per_sm >= ONE_WAVE_FILL * slots and two_per_sm <= SECOND_PER_SM_MAX_SPLITS:
         splits = two_per_sm
     else:
-        splits = -(-int(math.ceil(ONE_WAVE_FILL * sms)) // programs)
+        splits = one_per_sm
     splits = max(1, min(splits, cap))
-    return SplitChoice(splits, False, splits <= FUSED_MAX_SPLITS)
+    return SplitChoice(splits, has_wide, splits <= FUSED_MAX_SPLITS)
 
 
-def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int, programs_per_sm: int = 2) -> int:
+def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int, programs_per_sm: int = 2,
+               has_wide: bool = True) -> int:
     """The number of splits of :func:`split_rule`."""
-    return split_rule(batch, kv_heads, row_blocks, max_len, sms, programs_per_sm).splits
+    return split_rule(batch, kv_heads, row_blocks, max_len, sms, programs_per_sm, has_wide).splits
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,13 +123,15 @@ def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: i
               sms: int) -> SplitChoice:
     import torch
 
-    from .kernels.flash_decode import block_m_for, default_config, head_dim_padded, programs_per_sm
+    from .kernels.flash_decode import block_m_for, default_config, has_wide_config, head_dim_padded, programs_per_sm
 
     rows = (H // Hkv) * Nq
     row_blocks = -(-rows // block_m_for(rows))
     head_dim = head_dim_padded(d)
-    config = default_config(head_dim, torch.float32 if is_fp32 else torch.float16)
-    return split_rule(B, Hkv, row_blocks, n_max, sms, programs_per_sm(config, head_dim, itemsize))
+    dtype = torch.float32 if is_fp32 else torch.float16  # the configs depend on the item size only
+    config = default_config(head_dim, dtype)
+    return split_rule(B, Hkv, row_blocks, n_max, sms, programs_per_sm(config, head_dim, itemsize),
+                      has_wide_config(head_dim, dtype))
 
 
 def choice_for(q, k, num_splits_arg=None, n_max: int | None = None) -> SplitChoice:

@@ -27,8 +27,12 @@ query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key 
 ``m_i = -inf, l_i = 0`` and writes ``lse_s = -inf, o_s = 0``, which the combine weighs by 0.
 
 Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv, PAGE_SIZE, d)
-and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Since
-BLOCK_N divides PAGE_SIZE, each K/V tile lies in one page: one table look-up per tile.
+and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Where
+BLOCK_N divides PAGE_SIZE each K/V tile lies in one page: one table look-up per tile; smaller
+pages (16 keys, say) keep the config's BLOCK_N and look a page up per key row (a gather). The
+loop reads the next tile's entries one step ahead (``DecodeConfig.page_prefetch``): a look-up in
+the same step delayed that step's K/V loads by a dependent global read (benchmarks/NOTES.md,
+decode, call 7: 1.2-1.4x the contiguous cache's time at one program per SM).
 
 Checked in the kernel too (``flashlab.decode.flash_decode`` raises on them by default, at the
 cost of a host sync; with ``check_lengths=False`` only this check remains): a length outside
@@ -38,18 +42,16 @@ memory; that sequence's ``o`` and ``lse`` become NaN (a split passes NaN in its 
 
 Outputs: ``o`` (B, H, Nq, d) in q's dtype and ``lse`` (B, H, Nq) float32, natural log. Inputs are
 assumed validated (``flashlab.decode``); the number of splits and the config (default or wide,
-``config_for``) come from ``flashlab.split_rule.split_rule``.
-The launch plans at the end of the file keep what repeats between calls of one shape.
+``config_for``) come from ``flashlab.split_rule.split_rule``. The launch plans that keep what
+repeats between calls of one shape, and ``forward``, are in ``flashlab.kernels.decode_plan``.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import os
 from dataclasses import dataclass
 
 from . import _mode
-from .flash_fwd import _dot, dot_precision, head_dim_padded, new_output
+from .flash_fwd import _dot, head_dim_padded  # noqa: F401  (head_dim_padded: for flashlab.split_rule)
 
 triton = _mode.triton()
 import torch  # noqa: E402
@@ -69,6 +71,7 @@ class DecodeConfig:
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     fused_combine: bool = True  # the last split of a group combines (one launch); False: a second kernel
     combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
+    page_prefetch: bool = True  # paged cache: read the next tile's block-table entries a step ahead
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -87,14 +90,20 @@ def default_config(head_dim: int, dtype: torch.dtype) -> DecodeConfig:
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
+def has_wide_config(head_dim: int, dtype: torch.dtype) -> bool:
+    """Whether ``config_for(..., wide=True)`` differs from the default: 16-bit, d = 128, compiled.
+    Other head dims and fp32 keep the default (not measured; fp32 would not fit), and so does the
+    interpreter."""
+    return head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter()
+
+
 def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
     """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
-    ``wide`` twice its K/V tile: at 16-bit, d = 128, BLOCK_N = 128 with 3 stages, 192 KB of shared
-    memory, one program per SM with as many bytes in flight as two default ones (measured on an
-    H200, benchmarks/NOTES.md, call 5). Only there: other head dims and fp32 keep the default
-    (not measured; fp32 would not fit), and so does the interpreter."""
+    ``wide`` twice its K/V tile where :func:`has_wide_config`: BLOCK_N = 128 with 3 stages, 192 KB
+    of shared memory, one program per SM with as many bytes in flight as two default ones
+    (measured on an H200, benchmarks/NOTES.md, calls 5-7)."""
     config = default_config(head_dim, dtype)
-    if wide and head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter():
+    if wide and has_wide_config(head_dim, dtype):
         config = dataclasses.replace(config, block_n=2 * config.block_n)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
 
@@ -121,6 +130,18 @@ def combine_step_for(config: DecodeConfig, block_m: int, head_dim: int) -> int:
     return step
 
 
+@triton.jit
+def _table_entries(table_row, start, hi, stride_bb, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Block-table entries of the keys [start, start + BLOCK_N) of one sequence: one scalar where
+    the tile lies in one page, else one per key row (BLOCK_N,); 0 for keys at or past hi (unread)."""
+    if PAGE_SIZE >= BLOCK_N:
+        entries = tl.load(table_row + (start // PAGE_SIZE) * stride_bb, mask=start < hi, other=0)
+    else:
+        offs = start + tl.arange(0, BLOCK_N)
+        entries = tl.load(table_row + (offs // PAGE_SIZE) * stride_bb, mask=offs < hi, other=0)
+    return entries
+
+
 # --------------------------------------------------------------------------------------------
 # Kernel 1: one program per (split, batch x kv head, row block)
 # --------------------------------------------------------------------------------------------
@@ -134,7 +155,7 @@ def _decode_split_kv(
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -177,18 +198,39 @@ def _decode_split_kv(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     bad_pages = tl.full([], 0, tl.int32)  # paged: table entries of this chunk that name no block
+    if PAGED:
+        # -- the first tile's table entries; with PAGE_PREFETCH the loop reads each next tile's one
+        #    step ahead, so the table read's latency overlaps a tile of work instead of holding up
+        #    that tile's K/V loads (a program alone on its SM has nothing else to hide it behind)
+        table_row = BlockTable + off_z * stride_bz
+        page_next = _table_entries(table_row, lo, hi, stride_bb, PAGE_SIZE, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi  # never load at or past L_b
         if PAGED:
-            # -- paged cache: the tile lies in one page (BLOCK_N divides PAGE_SIZE); look its block up
-            page = tl.load(BlockTable + off_z * stride_bz + (start_n // PAGE_SIZE) * stride_bb).to(tl.int64)
+            if PAGE_PREFETCH:
+                page = page_next
+                page_next = _table_entries(table_row, start_n + BLOCK_N, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+            else:
+                page = _table_entries(table_row, start_n, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+            page = page.to(tl.int64)
+        if PAGED and PAGE_SIZE >= BLOCK_N:
+            # -- paged cache, the tile within one page (BLOCK_N divides PAGE_SIZE): one entry
             page_bad = (page < 0) | (page >= NUM_BLOCKS)  # checked here, not on the host: NaN outputs
             bad_pages += page_bad.to(tl.int32)
             page = tl.where(page_bad, 0, page)
             offs_row = start_n % PAGE_SIZE + tl.arange(0, BLOCK_N)  # rows inside the physical block
             k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
             v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
+        elif PAGED:
+            # -- paged cache, the tile across BLOCK_N // PAGE_SIZE pages: an entry per key row (a
+            #    gather of whole rows); entries at or past hi are never read
+            page_bad = key_ok & ((page < 0) | (page >= NUM_BLOCKS))  # (BLOCK_N,)
+            bad_pages += tl.sum(page_bad.to(tl.int32), 0)
+            page = tl.where(page_bad, 0, page)
+            offs_row = offs_n % PAGE_SIZE  # (BLOCK_N,) rows inside their physical blocks
+            k_tile = k_base + page[:, None] * stride_kz + offs_row[:, None] * stride_kn
+            v_tile = v_base + page[:, None] * stride_vz + offs_row[:, None] * stride_vn
         else:
             k_tile = k_base + offs_n[:, None] * stride_kn
             v_tile = v_base + offs_n[:, None] * stride_vn
@@ -303,211 +345,3 @@ def _combine_splits(
     off_z = row // (N_Q * H)
     tl.store(Out + off_z * stride_oz + off_h * stride_oh + off_i * stride_om + offs_d * stride_ok,
              o.to(Out.dtype.element_ty), mask=offs_d < D_HEAD)
-
-
-# --------------------------------------------------------------------------------------------
-# Launch plans: what the launches of one shape need, computed once
-# --------------------------------------------------------------------------------------------
-# A decode step is tens of microseconds of GPU work, so the host's time per call matters as much
-# (benchmarks/NOTES.md, decode section). A plan holds, per (shapes, strides, dtype, device,
-# stream, options): the grid, every argument that does not change between calls, the split-KV
-# scratch (partial o and lse, the tile counters, which the kernel leaves at 0) and, after the
-# first launch through Triton's JITFunction, the compiled kernel, which later calls launch
-# directly (``CompiledKernel.run``: Triton 3.6 and 3.7 take the same arguments there).
-SPLIT_KV_PARAMS = tuple(inspect.signature(_decode_split_kv.fn).parameters)  # the kernel's arguments, in order
-assert SPLIT_KV_PARAMS[:11] == ("Q", "K", "V", "SeqLens", "BlockTable", "Out", "LSE", "OPart", "LSEPart",
-                                "Counters", "sm_scale"), SPLIT_KV_PARAMS[:11]
-COMBINE_PARAMS = tuple(inspect.signature(_combine_splits.fn).parameters)
-assert COMBINE_PARAMS[:4] == ("OPart", "LSEPart", "Out", "LSE"), COMBINE_PARAMS[:4]
-MAX_PLANS = 64  # plans kept (each holds its scratch); the cache is emptied when full
-DIRECT_LAUNCH = True  # False: every launch goes through JITFunction (to compare the two paths)
-_PLANS: dict = {}
-
-
-def current_stream(device_index: int):
-    """Raw handle of the device's current CUDA stream; None for a CPU tensor (the interpreter)."""
-    return torch._C._cuda_getCurrentRawStream(device_index) if device_index >= 0 else None
-
-
-def _hooks_idle() -> bool:
-    """True when no Triton launch hook (a profiler's) is installed: a direct launch skips them.
-    (Triton 3.6 and 3.7 keep them as HookChain objects with a ``calls`` list; older ones as None.)"""
-    enter, leave = _RUNTIME_KNOBS.launch_enter_hook, _RUNTIME_KNOBS.launch_exit_hook
-    return all(hook is None or getattr(hook, "calls", True) == [] for hook in (enter, leave))
-
-
-def _poison_requested() -> bool:
-    """``FLASHLAB_POISON=1`` (see ``flash_fwd.new_output``), read without ``os.environ``'s key
-    encoding where the platform allows (it costs microseconds per call)."""
-    data = getattr(os.environ, "_data", None)
-    if data is not None and _POISON_KEY is not None:
-        value = data.get(_POISON_KEY)
-        return value is not None and os.environ.decodevalue(value) == "1"
-    return os.environ.get("FLASHLAB_POISON") == "1"
-
-
-try:
-    from triton import knobs as _knobs
-
-    _RUNTIME_KNOBS = _knobs.runtime
-except ImportError:  # an older Triton: no knobs, so no hooks to honour this way
-    _RUNTIME_KNOBS = type("NoHooks", (), {"launch_enter_hook": None, "launch_exit_hook": None})
-_POISON_KEY = os.environ.encodekey("FLASHLAB_POISON") if hasattr(os.environ, "encodekey") else None
-
-
-def _capturing(q) -> bool:
-    return q.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-class DecodePlan:
-    """The launch of one decode shape. ``plan(q, k, v, seqlens, block_table, scale, return_lse)``
-    -> (o (B, H, Nq, d), lse (B, H, Nq) float32, the plan's own buffer unless ``return_lse``)."""
-
-    def __init__(self, q, k, v, seqlens, block_table, causal: bool, num_splits: int, config: DecodeConfig | None):
-        B, H, Nq, d = q.shape
-        Hkv = k.shape[1]
-        paged = block_table is not None
-        n_max = block_table.shape[1] * k.shape[2] if paged else k.shape[2]
-        group = H // Hkv
-        config = config or default_config(head_dim_padded(d), q.dtype)
-        if paged and k.shape[2] < config.block_n:  # a tile must lie within one page
-            config = dataclasses.replace(config, block_n=k.shape[2])
-        block_m = block_m_for(group * Nq)
-        row_blocks = triton.cdiv(group * Nq, block_m)
-        split = num_splits > 1
-        fused = split and config.fused_combine
-        f32 = torch.float32
-        self.o_shape, self.lse_shape, self.dtype, self.device = (B, H, Nq, d), (B, H, Nq), q.dtype, q.device
-        self.lse = torch.empty(self.lse_shape, dtype=f32, device=q.device)  # lse nobody asked for; a placeholder pointer
-        if split:
-            self.o_part = torch.empty(B * H * Nq, num_splits, d, dtype=f32, device=q.device)  # (rows, splits, d)
-            self.lse_part = torch.empty(B * H * Nq, num_splits, dtype=f32, device=q.device)  # (rows, splits)
-        else:
-            self.o_part = self.lse_part = self.lse  # unused by the kernel
-        self.counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else self.lse
-        self.grid = (num_splits, B * Hkv, row_blocks)
-        o_strides = (H * Nq * d, Nq * d, d, 1)  # a fresh contiguous o
-        values = dict(Q=q, K=k, V=v, SeqLens=self.lse, BlockTable=self.lse, Out=None, LSE=None, OPart=self.o_part,
-                      LSEPart=self.lse_part, Counters=self.counters, sm_scale=None)
-        for name, strides in (("q", q.stride()), ("k", k.stride()), ("v", v.stride()), ("o", o_strides)):
-            values.update(zip((f"stride_{name}z", f"stride_{name}h", f"stride_{name}m" if name in "qo" else
-                               f"stride_{name}n", f"stride_{name}k"), strides))
-        values.update(stride_bz=block_table.stride()[0] if paged else 0, stride_bb=block_table.stride()[1] if paged else 0,
-                      H_KV=Hkv, GROUP=group, N_Q=Nq, N_MAX=n_max, NUM_SPLITS=num_splits,
-                      NUM_BLOCKS=k.shape[0] if paged else 1,
-                      HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
-                      PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1,
-                      HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
-                      COMBINE_STEP=combine_step_for(config, block_m, head_dim_padded(d)),
-                      DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
-        assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
-        self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors
-        self.options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
-        self.combine = None if not split or fused else (
-            (B * H * Nq,), dict(OPart=self.o_part, LSEPart=self.lse_part, Out=None, LSE=None,
-                                stride_oz=o_strides[0], stride_oh=o_strides[1], stride_om=o_strides[2],
-                                stride_ok=o_strides[3], H=H, N_Q=Nq, NUM_SPLITS=num_splits,
-                                HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_S=max(2, triton.next_power_of_2(num_splits))),
-            dict(num_warps=4 if d >= 128 else 2))
-        self.combine_kernel = None  # the combine's CompiledKernel and arguments (direct launch), as above
-        self.combine_args = None
-        self.direct = q.is_cuda  # the interpreter has no compiled kernel
-        self.stream = current_stream(q.get_device())
-        self.kernel = None  # the CompiledKernel, after the first launch
-        self.args = None  # every kernel argument in order, pointers as ints (direct launch)
-        self.cached = False  # kept by plan_for (not when made during a CUDA graph capture)
-
-    def __call__(self, q, k, v, seqlens, block_table, scale: float, return_lse: bool):
-        o = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)  # (B, H, Nq, d)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device) if return_lse else self.lse
-        if _poison_requested():  # tests: an element never written, or stale scratch, shows
-            for t in (o, lse, self.o_part, self.lse_part):
-                t.fill_(float("nan"))
-        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-                0 if seqlens is None else seqlens.data_ptr(), 0 if block_table is None else block_table.data_ptr())
-        bits = ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
-        # the compiled kernel assumed 16-byte aligned pointers (Triton specialises on it): others go through the JIT
-        if self.args is not None and not bits & 15 and DIRECT_LAUNCH and _hooks_idle():
-            args = self.args.copy()
-            args[0], args[1], args[2], args[5], args[6], args[10] = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], scale
-            if seqlens is not None:
-                args[3] = ptrs[5]
-            if block_table is not None:
-                args[4] = ptrs[6]
-            kernel = self.kernel
-            kernel.run(*self.grid, self.stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
-        else:
-            values = dict(self.values, Q=q, K=k, V=v, Out=o, LSE=lse, sm_scale=scale)
-            if seqlens is not None:
-                values["SeqLens"] = seqlens
-            if block_table is not None:
-                values["BlockTable"] = block_table
-            kernel = _decode_split_kv[self.grid](**values, **self.options)
-            if self.direct and self.args is None and not bits & 15 and all(
-                    hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
-                self.kernel = kernel
-                self.args = [values[n].data_ptr() if isinstance(values[n], torch.Tensor) else values[n]
-                             for n in SPLIT_KV_PARAMS]
-        if self.combine is not None:
-            self._combine(o, lse, ptrs[3], ptrs[4])
-        return o, lse
-
-    def _combine(self, o, lse, o_ptr: int, lse_ptr: int) -> None:
-        """The second kernel: merge the splits' partial states into o and lse (directly launched
-        after its first launch, as the split kernel)."""
-        grid, values, options = self.combine
-        if self.combine_args is not None and DIRECT_LAUNCH and _hooks_idle():
-            args = self.combine_args.copy()
-            args[2], args[3] = o_ptr, lse_ptr
-            kernel = self.combine_kernel
-            kernel.run(grid[0], 1, 1, self.stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
-            return
-        kernel = _combine_splits[grid](**dict(values, Out=o, LSE=lse), **options)
-        if self.direct and self.combine_args is None and all(
-                hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
-            self.combine_kernel = kernel
-            self.combine_args = [values[n].data_ptr() if isinstance(values[n], torch.Tensor) else
-                                 (o_ptr if n == "Out" else lse_ptr if n == "LSE" else values[n]) for n in COMBINE_PARAMS]
-
-
-def plan_key(q, k, v, seqlens, block_table, causal: bool, num_splits: int, config):
-    """What a plan depends on (validated inputs: k's and v's dtype and device are q's)."""
-    device = q.get_device()
-    return (q.shape, q.stride(), q.dtype, device, k.shape, k.stride(), v.stride(),
-            None if seqlens is None else seqlens.stride(),
-            None if block_table is None else (block_table.shape, block_table.stride()),
-            causal, num_splits, config, current_stream(device))
-
-
-def plan_for(q, k, v, seqlens, block_table, causal: bool, num_splits: int,
-             config: DecodeConfig | None = None) -> DecodePlan:
-    """The cached plan of these (validated) inputs, made on first use. Not cached while a CUDA
-    graph is being captured (its scratch would come from the graph's memory pool)."""
-    key = plan_key(q, k, v, seqlens, block_table, causal, num_splits, config)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = DecodePlan(q, k, v, seqlens, block_table, causal, num_splits, config)
-        if not _capturing(q):
-            if len(_PLANS) >= MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
-            plan.cached = True
-    return plan
-
-
-def clear_plans() -> None:
-    """Forget every plan (and free its scratch)."""
-    _PLANS.clear()
-
-
-def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None,
-            block_table=None):
-    """Split-KV attention of validated inputs. q (B, H, Nq, d); k, v (B, Hkv, N_max, d); seqlens
-    (B,) int32 on q's device, or None for N_max everywhere. Returns (o (B, H, Nq, d) in q's dtype,
-    lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i).
-    Paged cache: ``block_table`` (B, max_blocks) int32 and k, v (num_blocks, Hkv, page_size, d),
-    page_size a power of two >= 16; logical key j of sequence b is row j % page_size of block
-    block_table[b, j // page_size]; N_max = max_blocks * page_size. A length outside Nq..N_max, or
-    a used table entry outside 0..num_blocks - 1, gives NaN in that sequence's o and lse."""
-    plan = plan_for(q, k, v, seqlens, block_table, bool(causal), num_splits, config)
-    return plan(q, k, v, seqlens, block_table, float(scale), True)

@@ -1,0 +1,80 @@
+"""The read roofline of a decode step: how fast ONE kernel launch can read K and V, and nothing else.
+
+A decode step must read the KV cache once; its floor is bytes / bandwidth. The device-copy
+bandwidth (read + written) is a ceiling for large copies but not for a single launch of 16-500 MB
+timed on its own with the L2 cleared, where the launch, the first loads' latency and the last
+programs' tail are a visible share of the time. So the benchmark measures the ceiling directly:
+``_read_sum`` is a Triton kernel in which each program streams one contiguous slice of K and the
+same slice of V (both seen as flat arrays) and reduces it to one fp32 number: it reads exactly
+the bytes a decode step reads, does next to no arithmetic and writes one float per program. Its
+time, best over grid sizes and tile sizes (``CONFIGS``) and measured as the decode rows are
+(``triton.testing.do_bench`` median, L2 cleared before every run), is the read roofline at that
+byte count; a decode kernel's time over it says how much of a step is not reading.
+
+Imported by ``bench_decode.py`` on a GPU machine only (Triton at import).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# (BLOCK elements per tensor per step, warps, programs per SM): 132 SMs on an H200
+CONFIGS = tuple((block, warps, per_sm) for block, warps in ((2048, 4), (4096, 8), (8192, 8))
+                for per_sm in (1, 2, 4, 8, 16))
+CONFIGS_LARGE = tuple(c for c in CONFIGS if c[0] >= 4096 and c[2] in (2, 4, 8))  # over 1 GiB: fewer, to save time
+
+
+@triton.jit
+def _read_sum(K, V, Out, N, PER_PROGRAM, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    # -- this program's slice [start, min(start + PER_PROGRAM, N)) of K and of V (flat)
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * PER_PROGRAM
+    end = tl.minimum(start + PER_PROGRAM, N)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    # -- stream it: two loads per step, summed so that no load can be dropped
+    for off in range(start, end, BLOCK):
+        idx = off + offs
+        if EVEN:  # N a multiple of BLOCK: every step is whole (PER_PROGRAM is a multiple of BLOCK)
+            acc += tl.load(K + idx).to(tl.float32) + tl.load(V + idx).to(tl.float32)
+        else:
+            ok = idx < N  # only the last slice's last step is partial
+            acc += tl.load(K + idx, mask=ok, other=0.0).to(tl.float32) + tl.load(V + idx, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Out + pid, tl.sum(acc, 0))
+
+
+def launch(k, v, out, block: int, warps: int, programs: int):
+    """One launch reading every element of k and v (same numel, contiguous) with ``programs``
+    programs; ``out`` holds at least ``programs`` fp32 (one partial sum each)."""
+    n = k.numel()
+    per_program = triton.cdiv(triton.cdiv(n, programs), block) * block  # whole BLOCKs per program
+    grid = triton.cdiv(n, per_program)
+    _read_sum[(grid,)](k, v, out, n, per_program, BLOCK=block, EVEN=n % block == 0, num_warps=warps)
+    return grid
+
+
+def check(k, v, out) -> float:
+    """Relative error of the kernel's total against torch's sum in fp64 (the kernel must read it all)."""
+    import torch
+
+    grid = launch(k, v, out, 4096, 8, 264)
+    got = out[:grid].double().sum().item()
+    want = sum(part.double().sum().item() for t in (k, v) for part in t.reshape(-1).split(1 << 28))  # 2 GB at a time
+    return abs(got - want) / max(1.0, abs(want))
+
+
+def ceiling(k, v, sms: int, bench_us, configs=CONFIGS) -> dict:
+    """Time every config of ``configs`` on k and v with ``bench_us(fn) -> us``; the best and all.
+    Returns {"bytes", "us", "tb_s", "config": "BLOCK/warps/programs", "all": {config: us}, "rel_err"}."""
+    import torch
+
+    out = torch.empty(16 * sms, dtype=torch.float32, device=k.device)
+    err = check(k, v, out)
+    times = {}
+    for block, warps, per_sm in configs:
+        programs = per_sm * sms
+        times[f"{block}/{warps}/{programs}"] = bench_us(lambda: launch(k, v, out, block, warps, programs))
+    best = min(times, key=times.get)
+    nbytes = 2 * k.numel() * k.element_size()
+    return {"bytes": nbytes, "us": times[best], "tb_s": nbytes / times[best] / 1e6, "config": best,
+            "all": times, "rel_err_of_sum": err}
