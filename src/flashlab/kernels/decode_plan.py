@@ -14,12 +14,12 @@ benchmark compares the two paths). :func:`forward` is the kernels' entry point f
 from __future__ import annotations
 
 import inspect
-import os
 
 from . import _mode
 from .flash_decode import (DecodeConfig, _combine_splits, _decode_split_kv, block_m_for, combine_step_for,
                            default_config)
 from .flash_fwd import dot_precision, head_dim_padded
+from .launch_plan import hooks_idle, poison_requested
 
 triton = _mode.triton()
 import torch  # noqa: E402
@@ -37,32 +37,6 @@ _PLANS: dict = {}
 def current_stream(device_index: int):
     """Raw handle of the device's current CUDA stream; None for a CPU tensor (the interpreter)."""
     return torch._C._cuda_getCurrentRawStream(device_index) if device_index >= 0 else None
-
-
-def _hooks_idle() -> bool:
-    """True when no Triton launch hook (a profiler's) is installed: a direct launch skips them.
-    (Triton 3.6 and 3.7 keep them as HookChain objects with a ``calls`` list; older ones as None.)"""
-    enter, leave = _RUNTIME_KNOBS.launch_enter_hook, _RUNTIME_KNOBS.launch_exit_hook
-    return all(hook is None or getattr(hook, "calls", True) == [] for hook in (enter, leave))
-
-
-def _poison_requested() -> bool:
-    """``FLASHLAB_POISON=1`` (see ``flash_fwd.new_output``), read without ``os.environ``'s key
-    encoding where the platform allows (it costs microseconds per call)."""
-    data = getattr(os.environ, "_data", None)
-    if data is not None and _POISON_KEY is not None:
-        value = data.get(_POISON_KEY)
-        return value is not None and os.environ.decodevalue(value) == "1"
-    return os.environ.get("FLASHLAB_POISON") == "1"
-
-
-try:
-    from triton import knobs as _knobs
-
-    _RUNTIME_KNOBS = _knobs.runtime
-except ImportError:  # an older Triton: no knobs, so no hooks to honour this way
-    _RUNTIME_KNOBS = type("NoHooks", (), {"launch_enter_hook": None, "launch_exit_hook": None})
-_POISON_KEY = os.environ.encodekey("FLASHLAB_POISON") if hasattr(os.environ, "encodekey") else None
 
 
 def _capturing(q) -> bool:
@@ -128,14 +102,14 @@ class DecodePlan:
     def __call__(self, q, k, v, seqlens, block_table, scale: float, return_lse: bool):
         o = torch.empty(self.o_shape, dtype=self.dtype, device=self.device)  # (B, H, Nq, d)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device) if return_lse else self.lse
-        if _poison_requested():  # tests: an element never written, or stale scratch, shows
+        if poison_requested():  # tests: an element never written, or stale scratch, shows
             for t in (o, lse, self.o_part, self.lse_part):
                 t.fill_(float("nan"))
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
                 0 if seqlens is None else seqlens.data_ptr(), 0 if block_table is None else block_table.data_ptr())
         bits = ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
         # the compiled kernel assumed 16-byte aligned pointers (Triton specialises on it): others go through the JIT
-        if self.args is not None and not bits & 15 and DIRECT_LAUNCH and _hooks_idle():
+        if self.args is not None and not bits & 15 and DIRECT_LAUNCH and hooks_idle():
             args = self.args.copy()
             args[0], args[1], args[2], args[5], args[6], args[10] = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], scale
             if seqlens is not None:
@@ -164,7 +138,7 @@ class DecodePlan:
         """The second kernel: merge the splits' partial states into o and lse (directly launched
         after its first launch, as the split kernel)."""
         grid, values, options = self.combine
-        if self.combine_args is not None and DIRECT_LAUNCH and _hooks_idle():
+        if self.combine_args is not None and DIRECT_LAUNCH and hooks_idle():
             args = self.combine_args.copy()
             args[2], args[3] = o_ptr, lse_ptr
             kernel = self.combine_kernel
