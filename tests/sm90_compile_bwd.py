@@ -1,8 +1,9 @@
 """Compile the Gluon backward (``bwd_gluon_ws``) for an sm90 GPU on a machine that has none; print its resource report as JSON.
 
-    python tests/sm90_compile_bwd.py HEAD_DIM CAUSAL DTYPE [NBUF DQ_SPLIT DQ_REDUCE]
+    python tests/sm90_compile_bwd.py HEAD_DIM CAUSAL DTYPE [NBUF DQ_SPLIT DQ_REDUCE [FLAGS...]]
 
-(DQ_SPLIT "d", "keys" or "-" for the head dim's default; DQ_REDUCE "tma" or "atomic".)
+(DQ_SPLIT "d", "keys" or "-" for the head dim's default; DQ_REDUCE "tma" or "atomic"; FLAGS any of
+"lag" (lag_dq), "late" (early_dq off), "hf" (heavy_first).)
 Same stand-in driver as tests/sm90_compile.py (tests/standin_gpu.py); run in its own process.
 """
 import json
@@ -23,7 +24,9 @@ def main() -> None:
     d, causal, dtype = int(sys.argv[1]), sys.argv[2] == "1", getattr(torch, sys.argv[3])
     cfg = gb.default_config(d)
     if len(sys.argv) > 6:
-        cfg = gb.GluonBwdConfig(int(sys.argv[4]), "" if sys.argv[5] == "-" else sys.argv[5], sys.argv[6])
+        flags = sys.argv[7:]
+        cfg = gb.GluonBwdConfig(int(sys.argv[4]), "" if sys.argv[5] == "-" else sys.argv[5], sys.argv[6],
+                                early_dq="late" not in flags, lag_dq="lag" in flags, heavy_first="hf" in flags)
     q = torch.zeros(1, 4, 300, d, dtype=dtype)  # (B, H, N, d): CPU tensors; only dtype and alignment matter
     kv = torch.zeros(1, 2, 300, d, dtype=dtype)  # (B, Hkv, N, d): grouped-query attention, GROUP = 2
     lse = torch.zeros(1, 4, 300, dtype=torch.float32)

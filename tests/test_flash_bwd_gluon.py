@@ -39,6 +39,7 @@ def _compile(d, causal, dtype, *config):
     (128, False, "bfloat16", (2, "d", "tma")),  # consumers exchange dS^T, each reduces half of dQ's columns
     (128, True, "float16", (2, "d", "atomic")),  # per-element atomics: the fallback where Gluon lacks the reduce
     (64, True, "bfloat16", (2, "keys", "tma")),  # each consumer reduces dQ over its own 64 keys
+    (128, True, "bfloat16", (2, "d", "tma", "lag", "hf")),  # dQ a step behind (two dS^T buffers), heavy first
 ])
 def test_compiles_for_sm90_without_spills(d, causal, dtype, config):
     report = _compile(d, causal, dtype, *config)
@@ -161,18 +162,26 @@ def test_gluon_backward_matches_float64_on_gpu(dtype, case, reduce, monkeypatch)
         assert err <= allowed, f"seed={seed} {CASES[case]} {reduce}: d{name} error {err:.3g} > allowed {allowed:.3g}"
 
 
+VARIANTS = [  # head dim, GluonBwdConfig fields: every schedule the bench may time
+    (128, dict(dq_split="d")), (128, dict(dq_split="keys")), (64, dict(dq_split="keys")),
+    (128, dict(lag_dq=True)), (128, dict(early_dq=False)), (128, dict(heavy_first=True)),
+    (128, dict(lag_dq=True, heavy_first=True)), (128, dict(lag_dq=True, num_buffers=3)),
+    (64, dict(heavy_first=True)), (64, dict(num_buffers=3)), (64, dict(early_dq=False)),
+]
+
+
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("d, split", [(128, "d"), (128, "keys"), (64, "keys")])
-@pytest.mark.parametrize("nbuf", [2, 3])
-def test_gluon_backward_configs_agree_with_float64_on_gpu(d, split, nbuf):
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_gluon_backward_schedules_agree_with_float64_on_gpu(variant, causal):
     from flashlab.kernels.attention import allowed_error, max_error
 
-    if gb.GluonBwdConfig(nbuf, split).smem_bytes(d) > 227 * 1024:
-        pytest.skip("does not fit shared memory")
-    seed = d + nbuf + len(split)
-    cfg = gb.GluonBwdConfig(nbuf, split, gb.default_config(d).dq_reduce)
-    grads, ref, same = _grads_and_reference((1, 4, 2, 700, 900, d, dict(causal=True)), torch.bfloat16, cfg, seed)
+    d, fields = VARIANTS[variant]
+    cfg = gb.GluonBwdConfig(**{"dq_reduce": gb.default_config(d).dq_reduce, **fields})
+    assert cfg.smem_bytes(d) <= SMEM_LIMIT, cfg
+    seed = 10 * variant + int(causal)
+    grads, ref, same = _grads_and_reference((1, 4, 2, 700, 900, d, dict(causal=causal)), torch.bfloat16, cfg, seed)
     for name, got, r, p in zip("qkv", grads, ref, same):
         err, allowed = max_error(got, r.grad), allowed_error(r.grad, p.grad, ref[2].grad if name == "k" else None)
         assert err <= allowed, f"seed={seed} {cfg}: d{name} error {err:.3g} > allowed {allowed:.3g}"

@@ -65,6 +65,9 @@ class GluonBwdConfig:
     dq_reduce: str = "tma"  # "tma": the copy engine's tile reduce; "atomic": per-element atomics
     consumer_regs: int = 240  # registers per thread of a consumer warpgroup (setmaxnreg)
     producer_regs: int = 24  # registers per thread of the producer warp
+    early_dq: bool = True  # issue dQ's product before waiting for dK's and dV's (else after)
+    lag_dq: bool = False  # dq_split "d": each step adds the previous step's dQ share (two dS^T buffers)
+    heavy_first: bool = False  # causal: launch every head's key block 0 (the most query rows) first
 
     def __post_init__(self):
         if not 1 <= self.num_buffers <= 4:
@@ -86,8 +89,9 @@ class GluonBwdConfig:
         """Shared memory the kernel allocates: K, V, the Q/dO ring, dS^T and (tile reduce) the fp32 dQ staging."""
         dq_cols = head_dim // 2 if self.split(head_dim) == "d" else head_dim
         staging = 2 * BLOCK_M * dq_cols * 4 if self.dq_reduce == "tma" else 0
-        return ((2 * BLOCK_N + 2 * self.num_buffers * BLOCK_M) * head_dim * itemsize + BLOCK_N * BLOCK_M * itemsize
-                + staging)
+        ds_bufs = 2 if self.lag_dq and self.split(head_dim) == "d" else 1
+        return ((2 * BLOCK_N + 2 * self.num_buffers * BLOCK_M) * head_dim * itemsize
+                + ds_bufs * BLOCK_N * BLOCK_M * itemsize + staging)
 
 
 def default_config(head_dim: int) -> GluonBwdConfig:
@@ -154,11 +158,30 @@ def _kernels():
                 it += 1
 
     @gluon.jit
-    def _step(it, start_m, off_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready, empty, ds_ready,
+    def _add_dq(dq, off_q, start_m, col0, dq_smem, desc_dq, DQ, N_Q, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+                DQ_COLS: gl.constexpr, TMA_REDUCE: gl.constexpr):
+        """Add a (BLOCK_M, DQ_COLS) fp32 share of dQ at rows start_m.., columns col0.. of query head off_q."""
+        if TMA_REDUCE:
+            # the previous reduce must have read the staging tile before it is overwritten
+            tma.store_wait(0)
+            sync_partition()
+            dq_smem.store(dq)
+            fence_async_shared()
+            sync_partition()
+            tma_reduce_add(desc_dq, [off_q, start_m, col0], dq_smem.reshape([1, BLOCK_M, DQ_COLS]))
+        else:
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq.type.layout))
+            cols = col0 + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq.type.layout))
+            ptrs = DQ + (off_q.to(gl.int64) * N_Q + rows)[:, None] * HEAD_DIM + cols[None, :]
+            gl.atomic_add(ptrs, dq, mask=(rows < N_Q)[:, None], sem="relaxed")
+
+    @gluon.jit
+    def _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready, empty, ds_ready,
               ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW,
               C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
               DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-              MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, MASKED: gl.constexpr,
+              CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         """Query block start_m of query head off_q against this consumer's 64 keys: the five products.
         Returns the new (dk, dv)."""
         dtype: gl.constexpr = q_smem.dtype
@@ -196,42 +219,53 @@ def _kernels():
         dsT = (pT * (dpT - Di[None, :])).to(dtype)  # (64 keys, BLOCK_M)
         ds_op = gl.convert_layout(dsT, a_layout)
         dk = warpgroup_mma(ds_op, q, dk, is_async=True)
-        # -- dS^T to shared memory for dQ (written while dV and dK run)
-        if SPLIT_D:  # the other consumer reads it too: wait until both are done with the last step's
-            mbarrier.wait(ds_empty, (it & 1) ^ 1)
-        ds_smem.slice(C * HALF_N, HALF_N, dim=0).store(dsT)
+        # -- dS^T to shared memory for dQ (written while dV and dK run); with SPLIT_D the other
+        #    consumer reads it too: wait until both are done with this buffer's last use
+        dsb = it % DS_BUFS
+        if SPLIT_D:
+            mbarrier.wait(ds_empty.index(dsb), ((it // DS_BUFS) & 1) ^ 1)
+        ds_smem.index(dsb).slice(C * HALF_N, HALF_N, dim=0).store(dsT)
         fence_async_shared()
         sync_partition()
         if SPLIT_D:
-            mbarrier.arrive(ds_ready, count=1)
-        dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
-        mbarrier.arrive(empty.index(slot), count=1)  # Q_i, dO_i no longer needed: the producer may refill
+            mbarrier.arrive(ds_ready.index(dsb), count=1)
         # -- dQ_i += scale * dS_i K_j (line 15)
         zero_dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
-        if SPLIT_D:  # columns C*DQ_COLS.. of dQ_i over all BLOCK_N keys
-            mbarrier.wait(ds_ready, it & 1)
-            dq_tok = warpgroup_mma(ds_smem.permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1), zero_dq,
-                                   use_acc=False, is_async=True)
-        else:  # all columns over this consumer's keys
-            dq_tok = warpgroup_mma(ds_smem.slice(C * HALF_N, HALF_N, dim=0).permute((1, 0)), k_c, zero_dq,
-                                   use_acc=False, is_async=True)
-        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,)) * sm_scale  # (BLOCK_M, DQ_COLS)
-        if SPLIT_D:
-            mbarrier.arrive(ds_empty, count=1)
-        col0 = C * DQ_COLS if SPLIT_D else 0
-        if TMA_REDUCE:
-            # the previous step's reduce must have read the staging tile before it is overwritten
-            tma.store_wait(0)
-            sync_partition()
-            dq_smem.store(dq)
-            fence_async_shared()
-            sync_partition()
-            tma_reduce_add(desc_dq, [off_q, start_m, col0], dq_smem.reshape([1, BLOCK_M, DQ_COLS]))
+        if LAG_DQ:
+            # the previous step's dQ share: both halves of its dS^T were written a step ago, so the two
+            # consumers need not run in lockstep (one's softmax can overlap the other's products)
+            # (at step 0 there is none: the product reads a buffer no one wrote and is discarded; the
+            # ready barrier's parity for "step -1" is that of a wait that returns at once)
+            pb = (it + 1) % DS_BUFS  # the buffer of step it - 1
+            mbarrier.wait(ds_ready.index(pb), ((it + 1) // DS_BUFS - 1) & 1)
+            dq_tok = warpgroup_mma(ds_smem.index(pb).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
+                                   zero_dq, use_acc=False, is_async=True)
+            dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq_tok, p_op, ds_op))
+            mbarrier.arrive(empty.index(slot), count=1)  # Q_i, dO_i no longer needed: the producer may refill
+            if it > 0:
+                mbarrier.arrive(ds_empty.index(pb), count=1)
+                _add_dq(dq * sm_scale, prev_q, prev_m, C * DQ_COLS, dq_smem, desc_dq, DQ, N_Q,
+                        BLOCK_M, HEAD_DIM, DQ_COLS, TMA_REDUCE)
         else:
-            rows = gl.convert_layout(offs_m, gl.SliceLayout(1, dq_layout))
-            cols = col0 + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq_layout))
-            ptrs = DQ + (off_q.to(gl.int64) * N_Q + rows)[:, None] * HEAD_DIM + cols[None, :]
-            gl.atomic_add(ptrs, dq, mask=(rows < N_Q)[:, None], sem="relaxed")
+            if not EARLY_DQ:  # dK and dV done before dQ's product is issued
+                dv, dk, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, p_op, ds_op))
+                mbarrier.arrive(empty.index(slot), count=1)  # Q_i, dO_i no longer needed: the producer may refill
+            if SPLIT_D:  # columns C*DQ_COLS.. of dQ_i over all BLOCK_N keys
+                mbarrier.wait(ds_ready.index(dsb), (it // DS_BUFS) & 1)
+                dq_tok = warpgroup_mma(ds_smem.index(dsb).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
+                                       zero_dq, use_acc=False, is_async=True)
+            else:  # all columns over this consumer's keys
+                dq_tok = warpgroup_mma(ds_smem.index(dsb).slice(C * HALF_N, HALF_N, dim=0).permute((1, 0)), k_c,
+                                       zero_dq, use_acc=False, is_async=True)
+            if EARLY_DQ:  # queued behind dV's and dK's products
+                dv, dk, dq, p_op, ds_op = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq_tok, p_op, ds_op))
+                mbarrier.arrive(empty.index(slot), count=1)
+            else:
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+            if SPLIT_D:
+                mbarrier.arrive(ds_empty.index(dsb), count=1)
+            _add_dq(dq * sm_scale, off_q, start_m, C * DQ_COLS if SPLIT_D else 0, dq_smem, desc_dq, DQ, N_Q,
+                    BLOCK_M, HEAD_DIM, DQ_COLS, TMA_REDUCE)
         return dk, dv
 
     @gluon.jit
@@ -240,7 +274,8 @@ def _kernels():
                   sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
                   C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                   DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-                  CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, CAUSAL: gl.constexpr,
+                  HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = k_smem.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BLOCK_M, 16])
@@ -254,28 +289,48 @@ def _kernels():
         dv = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
         mbarrier.wait(kv_bar, 0)
         it = 0
+        prev_m = lo  # LAG_DQ: the query block and head of the step whose dQ share is still to be added
+        prev_q = off_kv * GROUP
         for g in range(GROUP):  # grouped-query attention: dK_c, dV_c summed over the query heads in registers
             off_q = off_kv * GROUP + g
             # the three stages of kernels.visible.q_bounds: the diagonal band (masked), rows that see
             # every key of the block (unmasked), the window's far edge (masked)
             for start_m in range(lo, full_lo, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
+                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
                                empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, True, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
+                prev_m = start_m
+                prev_q = off_q
                 it += 1
             for start_m in range(full_lo, full_hi, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
+                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
                                empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, False, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, False, CAUSAL, HAS_WINDOW)
+                prev_m = start_m
+                prev_q = off_q
                 it += 1
             for start_m in range(full_hi, hi, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
+                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
                                empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, True, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
+                prev_m = start_m
+                prev_q = off_q
                 it += 1
+        if LAG_DQ:
+            if it > 0:  # the last step's dQ share
+                dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                                    instr_shape=[16, DQ_COLS, 16])
+                pb = (it - 1) % DS_BUFS
+                mbarrier.wait(ds_ready.index(pb), ((it - 1) // DS_BUFS) & 1)
+                dq_tok = warpgroup_mma(ds_smem.index(pb).permute((1, 0)), k_smem.slice(C * DQ_COLS, DQ_COLS, dim=1),
+                                       gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout), use_acc=False,
+                                       is_async=True)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+                _add_dq(dq * sm_scale, prev_q, prev_m, C * DQ_COLS, dq_smem, desc_dq, DQ, N_Q,
+                        BLOCK_M, HEAD_DIM, DQ_COLS, TMA_REDUCE)
         if TMA_REDUCE:
             tma.store_wait(0)  # the last reduce has read its staging tile before the CTA's shared memory goes
         # -- write dK_c (scaled once here), dV_c (line 20); key rows past N_K are not stored
@@ -291,16 +346,25 @@ def _kernels():
                             N_Q, N_K, GROUP, DIAG, WINDOW,
                             HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr,
-                            TMA_REDUCE: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
+                            TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr,
+                            HEAVY_FIRST: gl.constexpr,
+                            CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         HALF_N: gl.constexpr = BLOCK_N // 2
-        # -- key block j and (batch, kv head) of this program (line 5); causal: key block 0 sees the
-        #    most query rows and is launched first
-        start_n = gl.program_id(0) * BLOCK_N
-        off_kv = gl.program_id(1)  # z * Hkv + kv head: its index in the (B*Hkv, Nk, d) view
+        DS_BUFS: gl.constexpr = 2 if LAG_DQ else 1  # dS^T buffers: LAG_DQ reads step t-1's while t's is written
+        # -- key block j and (batch, kv head) of this program (line 5). The grid is (key blocks, heads):
+        #    the key blocks of a head run side by side and share its Q, dO rows in L2; HEAVY_FIRST
+        #    swaps it to (heads, key blocks), so every head's block 0 (causal: the most rows) starts first
+        if HEAVY_FIRST:
+            pid_n = gl.program_id(1)
+            off_kv = gl.program_id(0)  # z * Hkv + kv head: its index in the (B*Hkv, Nk, d) view
+        else:
+            pid_n = gl.program_id(0)
+            off_kv = gl.program_id(1)
+        start_n = pid_n * BLOCK_N
         # -- the query rows that see this key block (kernels.visible.q_bounds, the rule every rung
         #    shares): masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi)
-        lo, full_lo, full_hi, hi = q_bounds(gl.program_id(0), N_Q, N_K, DIAG, WINDOW, None, BLOCK_M, BLOCK_N,
+        lo, full_lo, full_hi, hi = q_bounds(pid_n, N_Q, N_K, DIAG, WINDOW, None, BLOCK_M, BLOCK_N,
                                             CAUSAL, HAS_WINDOW, False)
         qk_scale = sm_scale * 1.4426950408889634
 
@@ -312,16 +376,17 @@ def _kernels():
         v_smem = gl.allocate_shared_memory(desc_v.dtype, [BLOCK_N, HEAD_DIM], kv_layout)
         q_smem = gl.allocate_shared_memory(desc_q.dtype, [NBUF, BLOCK_M, HEAD_DIM], q_layout)
         do_smem = gl.allocate_shared_memory(desc_do.dtype, [NBUF, BLOCK_M, HEAD_DIM], q_layout)
-        ds_smem = gl.allocate_shared_memory(desc_q.dtype, [BLOCK_N, BLOCK_M], ds_layout)  # dS^T of both consumers
+        ds_smem = gl.allocate_shared_memory(desc_q.dtype, [DS_BUFS, BLOCK_N, BLOCK_M], ds_layout)  # dS^T, both consumers
         dq_stage = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, DQ_COLS], dq_layout)  # one per consumer
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
-        ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        ds_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ds_ready = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
+        ds_empty = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
-        mbarrier.init(ds_ready, count=2)  # one arrival per consumer
-        mbarrier.init(ds_empty, count=2)
+        for i in gl.static_range(DS_BUFS):
+            mbarrier.init(ds_ready.index(i), count=2)  # one arrival per consumer
+            mbarrier.init(ds_empty.index(i), count=2)
         for i in gl.static_range(NBUF):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=2)
@@ -331,11 +396,11 @@ def _kernels():
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
                          ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 0, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, CAUSAL, HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
                          ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 1, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, CAUSAL, HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
             (_producer, (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
                          off_kv, start_n, lo, hi, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, NBUF)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -393,9 +458,11 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
             desc(v3, box_n, gl_dtype), desc(dq_acc, box_dq, gl.float32), dq_acc, lse.contiguous(), delta, dk, dv,
             sm_scale, n_q, n_k, H // h_kv, rule["DIAG"], rule["WINDOW"])
     meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, DQ_COLS=dq_cols, NBUF=cfg.num_buffers,
-                SPLIT_D=split_d, TMA_REDUCE=tma_reduce, CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"],
+                SPLIT_D=split_d, TMA_REDUCE=tma_reduce, EARLY_DQ=cfg.early_dq, LAG_DQ=split_d and cfg.lag_dq,
+                HEAVY_FIRST=cfg.heavy_first,
+                CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
-    grid = (triton.cdiv(n_k, BLOCK_N), B * h_kv)
+    grid = (B * h_kv, triton.cdiv(n_k, BLOCK_N)) if cfg.heavy_first else (triton.cdiv(n_k, BLOCK_N), B * h_kv)
     kernel = _kernels()
     if warmup:
         return None, dk, dv, kernel.warmup(*args, grid=grid, **meta)
