@@ -163,9 +163,11 @@ BWD_RUNGS = ("bwd_two_pass", "bwd_fused", "bwd_gluon_ws")
 # (head dim, causal) -> the shortest min(Nq, Nk) from which bwd_fused is used, measured on an H200
 # (benchmarks/NOTES.md, "backward and GQA"); absent: bwd_two_pass everywhere
 FUSED_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {}
-# the same for bwd_gluon_ws (benchmarks/NOTES.md, "Session 6 (branch bwd4)"); it wins over both
-# other rungs where an entry is present
-GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {}
+# the same for bwd_gluon_ws, checked first (benchmarks/NOTES.md, "Session 6 (branch bwd4)";
+# results/bench_backward_s6_call1.json, bf16, N = 4096, fwd+bwd against the two-pass backward on its
+# dQ stream in the same run: d = 64 +7-8 % dense and causal, d = 128 dense +19 %; d = 128 causal
+# level (340 vs 347 TFLOP/s), so not there). Below N = 4096 it was not measured.
+GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096}
 
 
 def resolve_backward(name: str, q, k, spec: AttnSpec) -> str:
