@@ -22,7 +22,7 @@ def main() -> None:
     from flashlab.kernels import flash_bwd_gluon as gb
 
     d, causal, dtype = int(sys.argv[1]), sys.argv[2] == "1", getattr(torch, sys.argv[3])
-    cfg = gb.default_config(d)
+    cfg = gb.default_config(d, causal, 2)  # GROUP = 2 below
     if len(sys.argv) > 6:
         flags = sys.argv[7:]
         cfg = gb.GluonBwdConfig(int(sys.argv[4]), "" if sys.argv[5] == "-" else sys.argv[5], sys.argv[6],

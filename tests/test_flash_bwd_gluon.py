@@ -69,6 +69,14 @@ def test_dq_split_follows_the_head_dim_unless_given():
     assert gb.GluonBwdConfig(dq_split="keys").split(128) == "keys"
 
 
+def test_default_schedule_is_the_one_measured_fastest_for_the_shape():
+    mha, gqa_causal = gb.default_config(128, False, 1), gb.default_config(128, True, 4)
+    assert mha.lag_dq and not mha.heavy_first and mha.split(128) == "d"
+    assert gqa_causal.heavy_first and not gqa_causal.lag_dq
+    assert not gb.default_config(128, True, 1).heavy_first and gb.default_config(128, True, 1).lag_dq
+    assert gb.default_config(64, True, 1).split(64) == "keys" and not gb.default_config(64, True, 1).heavy_first
+
+
 def test_not_supported_off_a_gpu_and_the_ladder_falls_back_to_two_pass():
     from flashlab.attnspec import AttnSpec
 

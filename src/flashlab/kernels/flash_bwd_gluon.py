@@ -29,6 +29,17 @@ scheduled by hand as the Gluon forward (:mod:`flashlab.kernels.flash_fwd_gluon`)
   Triton's Gluon has no binding for the tile reduce, ``dq_reduce="atomic"`` adds from registers
   with relaxed per-element atomics. The fp32 buffer is cast to the input dtype at the end.
 
+Schedules (``GluonBwdConfig``; ``default_config`` picks per shape what was measured fastest):
+``lag_dq`` (d = 128) issues, at step t, the dQ product of step t - 1 from a second dS^T buffer, so
+a consumer meets the other's dS^T half a step after it was written instead of waiting for it: the
+two warpgroups drift out of phase and one's exp2/dS^T arithmetic runs beside the other's products
+(15-18 % faster dense at d = 128 on an H200); ``heavy_first`` launches every head's first key block
+first (faster on causal GQA, slower on MHA, where a head's key blocks running side by side share its
+Q, dO rows in L2); ``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait.
+Measured: forward+backward 0.90-0.92x cuDNN at d = 128 dense, 0.86-0.93x at d = 64, 0.75-0.79x at
+d = 128 causal, 0.92x on causal GQA (H = 32, Hkv = 8, N = 8192), bf16 (benchmarks/NOTES.md,
+"Session 6 (branch bwd4)").
+
 D_i comes from the two-pass backward's preprocessing (``flash_bwd.preprocess``: the diagonal of
 O dO^T for fp16/bf16, so rows that see one key cancel exactly). The query range of each key block
 and the mask are the shared rule's (``kernels.visible.q_bounds``, ``visible``), so dense, causal
@@ -94,9 +105,19 @@ class GluonBwdConfig:
                 + ds_bufs * BLOCK_N * BLOCK_M * itemsize + staging)
 
 
-def default_config(head_dim: int) -> GluonBwdConfig:
-    """The config used when none is given: the tile reduce where this Triton has it, atomics otherwise."""
-    return GluonBwdConfig(dq_reduce="tma" if tma_reduce_available() else "atomic")
+def default_config(head_dim: int, causal: bool = False, group: int = 1) -> GluonBwdConfig:
+    """The config used when none is given, for this head dim, causality and GQA group size (H // Hkv).
+
+    The tile reduce where this Triton has it (atomics otherwise). Measured on an H200, bf16, against
+    the other schedules in the same run (benchmarks/NOTES.md, "Session 6 (branch bwd4)",
+    results/bench_backward_s6_call3_*.json): at d = 128 without GQA, dQ a step behind (``lag_dq``)
+    was 15-18 % faster dense and 0-6 % causal; on the GQA row (H = 32, Hkv = 8, causal, N = 8192)
+    heavy key blocks first (``heavy_first``) was 9 % faster, while on MHA rows it was 1-19 % slower
+    (the key blocks of one head no longer share its Q, dO rows in L2). Other shapes: the plain schedule.
+    """
+    reduce = "tma" if tma_reduce_available() else "atomic"
+    gqa_causal = bool(causal) and group > 1
+    return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and group == 1, heavy_first=gqa_causal)
 
 
 @functools.lru_cache(maxsize=None)
@@ -428,7 +449,7 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
     spec = as_spec(causal, scale)
     sm_scale = spec.resolved_scale(d)
     rule = spec.kernel_args(n_q, n_k)  # DIAG, WINDOW, CAUSAL, HAS_WINDOW (flashlab.attnspec)
-    cfg = config or default_config(d)
+    cfg = config or default_config(d, spec.causal, H // h_kv)
     split_d = cfg.split(d) == "d"
     tma_reduce = cfg.dq_reduce == "tma"
     if tma_reduce and not tma_reduce_available():

@@ -164,10 +164,13 @@ BWD_RUNGS = ("bwd_two_pass", "bwd_fused", "bwd_gluon_ws")
 # (benchmarks/NOTES.md, "backward and GQA"); absent: bwd_two_pass everywhere
 FUSED_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {}
 # the same for bwd_gluon_ws, checked first (benchmarks/NOTES.md, "Session 6 (branch bwd4)";
-# results/bench_backward_s6_call1.json, bf16, N = 4096, fwd+bwd against the two-pass backward on its
-# dQ stream in the same run: d = 64 +7-8 % dense and causal, d = 128 dense +19 %; d = 128 causal
-# level (340 vs 347 TFLOP/s), so not there). Below N = 4096 it was not measured.
-GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096}
+# results/bench_backward_s6_call3_*.json, H200, bf16, fwd+bwd against the two-pass backward on its
+# dQ stream in the same run, N = 4096 and 16384, with flash_bwd_gluon.default_config's schedule):
+# d = 64 +7-12 % dense and causal; d = 128 dense +27-30 %; d = 128 causal +4 % (N = 4096) and +1 %
+# (N = 16384, inside the run's spread), the GQA row (H = 32, Hkv = 8, N = 8192) +13 %.
+# Below N = 4096 it was not measured.
+GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096,
+                                                     (128, True): 4096}
 
 
 def resolve_backward(name: str, q, k, spec: AttnSpec) -> str:
