@@ -17,7 +17,10 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
             the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
             stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
-            atomic dQ; ``tma``: the copy engine's tile reduction)
+            atomic dQ; ``tma``: the copy engine's tile reduction), ``gw`` / ``gw:NBUF[,d|keys][,tma|atomic][,late][,lag][,hf]``
+            (forward rung + the warp-specialised Gluon backward, default or that config; ``late``: dQ's
+            product after dK's and dV's are waited for; ``lag``: dQ a step behind; ``hf``: heavy key
+            blocks first)
 
     python benchmarks/bench_backward.py --rows protocol --head-dims 128 --seq-lens 4096 16384
     python benchmarks/bench_backward.py --rows gqa --seq-lens 2048 8192
@@ -143,6 +146,17 @@ def backward_fn(name: str):
     if name == "fu" or name.startswith("fu:"):
         cfg = None if name == "fu" else flash_bwd_hopper.FusedBwdConfig(*_ints(name[3:]), tma_reduce="tma" in name)
         return lambda q, k, v, o, lse, do, spec: flash_bwd_hopper.backward(q, k, v, o, lse, do, spec, config=cfg)
+    if name == "gw" or name.startswith("gw:"):
+        from flashlab.kernels import flash_bwd_gluon
+
+        cfg = None
+        if name.startswith("gw:"):
+            parts = name[3:].split(",")
+            cfg = flash_bwd_gluon.GluonBwdConfig(
+                int(parts[0]), next((p for p in parts[1:] if p in ("d", "keys")), ""),
+                next((p for p in parts[1:] if p in ("tma", "atomic")), flash_bwd_gluon.default_config(128).dq_reduce),
+                early_dq="late" not in parts, lag_dq="lag" in parts, heavy_first="hf" in parts)
+        return lambda q, k, v, o, lse, do, spec: flash_bwd_gluon.backward(q, k, v, o, lse, do, spec, config=cfg)
     raise SystemExit(f"--bwd: unknown contender {name!r}")
 
 

@@ -235,7 +235,7 @@ def main() -> None:
     parser.add_argument("--merge", nargs="+", default=None, help="combine earlier JSON outputs instead of running")
     parser.add_argument("--tune-bwd", action="store_true", help="time backward configs instead (bf16, d 64/128)")
     parser.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)), help="head dims to sweep")
-    parser.add_argument("--backward-rung", default=None, choices=("bwd_two_pass", "bwd_fused"),
+    parser.add_argument("--backward-rung", default=None, choices=("bwd_two_pass", "bwd_fused", "bwd_gluon_ws"),
                         help="run every backward through this rung where it applies (default: flash_attention's choice)")
     args = parser.parse_args()
     if args.tune_bwd:

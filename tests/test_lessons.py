@@ -225,6 +225,7 @@ def test_backward_ladder_table_shows_each_contender_against_cudnn_and_the_rung_m
         rows.append(dict(dtype="bfloat16", d=64, n=n, causal=False,
                          fwdbwd={name: {"tflops": t} for name, t in speeds.items()}))
     monkeypatch.setattr(ladder, "FUSED_BACKWARD_MIN_N", {(64, False): 4096})
+    monkeypatch.setattr(ladder, "GLUON_BACKWARD_MIN_N", {})  # checked before bwd_fused's table
     lines = perf.backward_ladder_table({"rows": rows}).splitlines()
     for row, line in zip(rows, lines[2:4]):
         runs = row["fwdbwd"]
@@ -239,4 +240,6 @@ def test_backward_ladder_table_shows_each_contender_against_cudnn_and_the_rung_m
     committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_backward_call2_proto_bf16.json"
     bench = json.loads(committed.read_text())
     runs = [line.split()[-1] for line in perf.backward_ladder_table(bench).splitlines()[2:2 + len(bench["rows"])]]
-    assert runs == ["bwd_two_pass"] * len(bench["rows"])  # FUSED_BACKWARD_MIN_N as shipped: two-pass everywhere
+    # the tables as shipped: bwd_fused nowhere; bwd_gluon_ws on the (d, causal) rows of GLUON_BACKWARD_MIN_N
+    assert runs == [ladder.measured_backward(r["d"], r["causal"], r["n"], r["n"]) for r in bench["rows"]]
+    assert "bwd_fused" not in runs and {"bwd_two_pass", "bwd_gluon_ws"} <= set(runs), runs

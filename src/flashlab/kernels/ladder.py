@@ -156,33 +156,50 @@ v5_gluon_ws = RUNGS["v5_gluon_ws"]
 # | ``bwd_two_pass`` | ``flash_bwd``: a dK/dV kernel, then a dQ kernel (7 matrix products per tile, no atomics) |
 # | ``bwd_fused`` | ``flash_bwd_hopper``: one pass, dQ by fp32 atomics (5 products per tile); fp16/bf16, |
 # |  | d in (64, 128), no mask_mod, sm90 or the interpreter; elsewhere this entry runs ``bwd_two_pass`` |
-BWD_RUNGS = ("bwd_two_pass", "bwd_fused")
+# | ``bwd_gluon_ws`` | ``flash_bwd_gluon``: one pass in Gluon, a producer warp and two consumer warpgroups |
+# |  | (5 products per tile, dQ by the copy engine's tile reduce); fp16/bf16, d in (64, 128), no mask_mod, |
+# |  | CUDA sm90 only (no interpreter); elsewhere this entry runs ``bwd_two_pass`` |
+BWD_RUNGS = ("bwd_two_pass", "bwd_fused", "bwd_gluon_ws")
 # (head dim, causal) -> the shortest min(Nq, Nk) from which bwd_fused is used, measured on an H200
 # (benchmarks/NOTES.md, "backward and GQA"); absent: bwd_two_pass everywhere
 FUSED_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {}
+# the same for bwd_gluon_ws, checked first (benchmarks/NOTES.md, "Session 6 (branch bwd4)";
+# results/bench_backward_s6_call3_*.json, H200, bf16, fwd+bwd against the two-pass backward on its
+# dQ stream in the same run, N = 4096 and 16384, with flash_bwd_gluon.default_config's schedule):
+# d = 64 +7-12 % dense and causal; d = 128 dense +27-30 %; d = 128 causal +4 % (N = 4096) and +1 %
+# (N = 16384, inside the run's spread), the GQA row (H = 32, Hkv = 8, N = 8192) +13 %.
+# Below N = 4096 it was not measured.
+GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096,
+                                                     (128, True): 4096}
 
 
 def resolve_backward(name: str, q, k, spec: AttnSpec) -> str:
-    """The backward rung entry ``name`` runs for these inputs (``bwd_fused`` falls back to two-pass)."""
-    from . import flash_bwd_hopper
+    """The backward rung entry ``name`` runs for these inputs (``bwd_fused`` and ``bwd_gluon_ws`` fall
+    back to two-pass where they do not apply)."""
+    from . import flash_bwd_gluon, flash_bwd_hopper
 
     if name not in BWD_RUNGS:
         raise ValueError(f"backward rung name={name!r} is unknown; expected one of {BWD_RUNGS}")
     if name == "bwd_fused" and not flash_bwd_hopper.supports(q, k, spec):
         return "bwd_two_pass"
+    if name == "bwd_gluon_ws" and not flash_bwd_gluon.supports(q, k, spec):
+        return "bwd_two_pass"
     return name
 
 
 def measured_backward(head_dim: int, causal: bool, n_q: int, n_k: int) -> str:
-    """The backward rung measured faster for this shape on an H200 (``FUSED_BACKWARD_MIN_N``):
-    ``bwd_fused`` or ``bwd_two_pass``, before asking whether bwd_fused runs on the inputs."""
-    min_n = FUSED_BACKWARD_MIN_N.get((head_dim, bool(causal)))
-    return "bwd_two_pass" if min_n is None or min(n_q, n_k) < min_n else "bwd_fused"
+    """The backward rung measured fastest for this shape on an H200 (``GLUON_BACKWARD_MIN_N``, then
+    ``FUSED_BACKWARD_MIN_N``), before asking whether it runs on the inputs."""
+    for name, table in (("bwd_gluon_ws", GLUON_BACKWARD_MIN_N), ("bwd_fused", FUSED_BACKWARD_MIN_N)):
+        min_n = table.get((head_dim, bool(causal)))
+        if min_n is not None and min(n_q, n_k) >= min_n:
+            return name
+    return "bwd_two_pass"
 
 
 def choose_backward(q, k, spec: AttnSpec) -> str:
-    """The backward rung ``flash_attention`` runs: ``bwd_fused`` where it applies and
-    ``FUSED_BACKWARD_MIN_N`` says it was measured faster, else ``bwd_two_pass``."""
+    """The backward rung ``flash_attention`` runs: the one :func:`measured_backward` names where it
+    applies to the inputs, else ``bwd_two_pass``."""
     name = measured_backward(q.shape[3], spec.causal, q.shape[2], k.shape[2])
     return name if name == "bwd_two_pass" else resolve_backward(name, q, k, spec)
 
@@ -193,6 +210,10 @@ def run_backward(name: str, q, k, v, o, lse, do, spec: AttnSpec):
         from . import flash_bwd_hopper
 
         return flash_bwd_hopper.backward(q, k, v, o, lse, do, spec)
+    if name == "bwd_gluon_ws":
+        from . import flash_bwd_gluon
+
+        return flash_bwd_gluon.backward(q, k, v, o, lse, do, spec)
     from . import flash_bwd
 
     return flash_bwd.backward(q, k, v, o, lse, do, spec)
