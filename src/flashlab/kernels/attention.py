@@ -281,7 +281,7 @@ def _autograd_function():
                 if ctx.spec.base is not ctx.spec:  # per-sequence lengths: the backward per sequence
                     dq, dk, dv = _ragged_backward(q, k, v, o, lse, do, ctx.spec)
                 else:
-                    name = ladder.choose_backward(q, k, ctx.spec)  # bwd_two_pass or bwd_fused
+                    name = ladder.choose_backward(q, k, ctx.spec)  # a name of ladder.BWD_RUNGS
                     dq, dk, dv = ladder.run_backward(name, q, k, v, o, lse, do, ctx.spec)
             return dq, dk, dv, None
 
