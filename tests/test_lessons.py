@@ -243,3 +243,23 @@ def test_backward_ladder_table_shows_each_contender_against_cudnn_and_the_rung_m
     # the tables as shipped: bwd_fused nowhere; bwd_gluon_ws on the (d, causal) rows of GLUON_BACKWARD_MIN_N
     assert runs == [ladder.measured_backward(r["d"], r["causal"], r["n"], r["n"]) for r in bench["rows"]]
     assert "bwd_fused" not in runs and {"bwd_two_pass", "bwd_gluon_ws"} <= set(runs), runs
+
+
+def test_backward_ladder_table_reads_several_results_files_and_names_the_gluon_rung():
+    rng = np.random.default_rng(11)
+
+    def bench(n):
+        speeds = {name: float(rng.uniform(200, 600)) for name in ("cudnn", "gw", "gw:2,lag")}
+        return {"rows": [dict(dtype="float16", d=128, n=n, causal=True,
+                              fwdbwd={name: {"tflops": t} for name, t in speeds.items()})]}
+
+    files = [bench(4096), bench(16384)]
+    lines = perf.backward_ladder_table(files).splitlines()
+    for f, line in zip(files, lines[2:4]):
+        runs = f["rows"][0]["fwdbwd"]
+        assert line.split()[:4] == ["fp16", "128", str(f["rows"][0]["n"]), "1"]
+        t = runs["gw:2,lag"]["tflops"]
+        assert f"{t:.0f} ({t / runs['cudnn']['tflops']:.2f}x)" in line
+    assert any(line.startswith("Gluon 2,lag: bwd_gluon_ws") and "dQ one step behind" in line for line in lines)
+    with pytest.raises(KeyError, match="list of them"):
+        perf.backward_ladder_table([files[0], {}])

@@ -336,6 +336,13 @@ def _contender(name: str) -> tuple[str, str]:
     """(column, legend) of a ``--bwd`` contender name; ``fu:BM,BN,W,S[,tma]`` is bwd_fused."""
     if name in BACKWARD_CONTENDERS:
         return BACKWARD_CONTENDERS[name]
+    if name == "gw" or name.startswith("gw:"):
+        schedule = {"lag": "dQ one step behind", "hf": "heavy key blocks first", "late": "dQ's product last"}
+        extra = [schedule[p] for p in name[3:].split(",") if p in schedule]
+        return ("Gluon " + name[3:] if name != "gw" else "Gluon 1-pass",
+                "bwd_gluon_ws: one pass in Gluon (5 products per tile), a producer warp and two consumer "
+                "warpgroups, dQ by the copy engine's tile reduce" + (f"; {', '.join(extra)}" if extra else "")
+                + ("" if name != "gw" else "; the default schedule"))
     if name.startswith("fu:"):
         bm, bn, warps, stages = name[3:].split(",")[:4]
         how = "the copy engine's tile reduce" if name.endswith(",tma") else "atomic adds"
@@ -344,16 +351,17 @@ def _contender(name: str) -> tuple[str, str]:
     return name, name
 
 
-def backward_ladder_table(bench: dict) -> str:
+def backward_ladder_table(bench) -> str:
     """Forward+backward TFLOP/s of each backward contender per row of a ``bench_backward``
-    results file (``bench_backward_call2_proto_bf16.json``), with its speed against cuDNN's in the
-    same run, and the backward rung ``flash_attention`` runs for that shape on an H200
-    (``kernels.ladder.measured_backward``)."""
+    results file (``bench_backward_call2_proto_bf16.json``), or of several (a list: their rows one
+    after another), with its speed against cuDNN's in the same run, and the backward rung
+    ``flash_attention`` runs for that shape on an H200 (``kernels.ladder.measured_backward``)."""
     from .kernels.ladder import measured_backward
 
-    rows = bench.get("rows") if isinstance(bench, dict) else None
-    if not rows:
-        raise KeyError("expected a bench_backward results file (a dict with 'rows')")
+    files = bench if isinstance(bench, (list, tuple)) else [bench]
+    if not files or not all(isinstance(f, dict) and f.get("rows") for f in files):
+        raise KeyError("expected a bench_backward results file (a dict with 'rows') or a list of them")
+    rows = [r for f in files for r in f["rows"]]
     names = list(dict.fromkeys(name for r in rows for name in r.get("fwdbwd", {})))
     lines = ["forward+backward TFLOP/s (speed against cuDNN in the same run; forward+backward = 3.5x the "
              "forward's FLOPs)",
