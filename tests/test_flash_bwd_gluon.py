@@ -179,13 +179,21 @@ VARIANTS = [  # head dim, GluonBwdConfig fields: every schedule the bench may ti
     (128, dict(lag_dq=True)), (128, dict(early_dq=False)), (128, dict(heavy_first=True)),
     (128, dict(lag_dq=True, heavy_first=True)), (128, dict(lag_dq=True, num_buffers=3)),
     (64, dict(heavy_first=True)), (64, dict(num_buffers=3)), (64, dict(early_dq=False)),
+    (128, dict(lag_dq=True, reverse_q=True)), (128, dict(lag_dq=True, head_group=0)),
+    (128, dict(lag_dq=True, reverse_q=True, head_group=3)), (128, dict(lag_dq=True, stagger=True)),
+    (64, dict(reverse_q=True)), (64, dict(reverse_q=True, head_group=0)),
 ]
+
+
+def _variant_id(i):
+    d, fields = VARIANTS[i]
+    return f"d{d}-" + "-".join(k if v is True else f"{k}{v}" for k, v in fields.items())
 
 
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+@pytest.mark.parametrize("variant", range(len(VARIANTS)), ids=_variant_id)
 def test_gluon_backward_schedules_agree_with_float64_on_gpu(variant, causal):
     from flashlab.kernels.attention import allowed_error, max_error
 
@@ -194,6 +202,26 @@ def test_gluon_backward_schedules_agree_with_float64_on_gpu(variant, causal):
     assert cfg.smem_bytes(d) <= SMEM_LIMIT, cfg
     seed = 10 * variant + int(causal)
     grads, ref, same = _grads_and_reference((1, 4, 2, 700, 900, d, dict(causal=causal)), torch.bfloat16, cfg, seed)
+    for name, got, r, p in zip("qkv", grads, ref, same):
+        err, allowed = max_error(got, r.grad), allowed_error(r.grad, p.grad, ref[2].grad if name == "k" else None)
+        assert err <= allowed, f"seed={seed} {cfg}: d{name} error {err:.3g} > allowed {allowed:.3g}"
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_group", [2, 0])
+def test_every_key_block_of_every_head_runs_once_in_grouped_launch_orders(head_group, causal, monkeypatch):
+    # B * Hkv = 5 heads in groups of 2 (the last group has one head) or as many as fill the SMs:
+    # the program -> (head, key block) map must cover every pair once, whatever the group size
+    from flashlab.kernels.attention import allowed_error, max_error
+
+    monkeypatch.setenv("FLASHLAB_POISON", "1")  # dk, dv start as NaN: a key block no program ran shows
+    cfg = gb.GluonBwdConfig(dq_reduce=gb.default_config(128).dq_reduce, lag_dq=True, reverse_q=True,
+                            head_group=head_group)
+    seed = 500 + head_group + int(causal)
+    grads, ref, same = _grads_and_reference((1, 5, 5, 700, 1100, 128, dict(causal=causal)), torch.bfloat16, cfg,
+                                            seed)
     for name, got, r, p in zip("qkv", grads, ref, same):
         err, allowed = max_error(got, r.grad), allowed_error(r.grad, p.grad, ref[2].grad if name == "k" else None)
         assert err <= allowed, f"seed={seed} {cfg}: d{name} error {err:.3g} > allowed {allowed:.3g}"
