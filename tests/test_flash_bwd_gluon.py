@@ -3,8 +3,8 @@
 Gluon has no CPU interpreter, so on a machine without a GPU this file checks what can be checked
 there: the kernel compiles for sm90 (tests/sm90_compile_bwd.py, the stand-in driver of
 tests/standin_gpu.py) into what the design says (three warpgroups with register reallocation,
-wgmma, the dQ reduction the config names, no spilled registers, the shared memory the config
-predicts); bad configs are refused by name; off a GPU the rung is not supported and the backward
+wgmma, the dQ reduction the config names, the shared memory the config predicts, no spilled
+registers at d = 64 and a bounded spill at d = 128); bad configs are refused by name; off a GPU the rung is not supported and the backward
 ladder falls back to ``bwd_two_pass``. The gradients are checked on a GPU (the ``gpu`` tests below
 against float64 autograd on fresh seeded inputs, and benchmarks/gpu_sweep.py --backward-rung bwd_gluon_ws).
 """
@@ -40,11 +40,17 @@ def _compile(d, causal, dtype, *config):
     (128, True, "float16", (2, "d", "atomic")),  # per-element atomics: the fallback where Gluon lacks the reduce
     (64, True, "bfloat16", (2, "keys", "tma")),  # each consumer reduces dQ over its own 64 keys
     (128, True, "bfloat16", (2, "d", "tma", "lag", "hf")),  # dQ a step behind (two dS^T buffers), heavy first
+    (128, True, "bfloat16", (2, "d", "tma", "lag", "g0")),  # the causal default: heads grouped to fill the SMs
 ])
-def test_compiles_for_sm90_without_spills(d, causal, dtype, config):
+def test_compiles_for_sm90_into_the_designed_kernel(d, causal, dtype, config):
     report = _compile(d, causal, dtype, *config)
     assert report["target"], "not compiled for sm_90a"
-    assert report["local"] == 0, f"registers spilled to local memory: {report}"
+    assert report["local"] == 0, f"an array was placed in local memory: {report}"
+    # Spills go to the stack frame. At d = 64 there are none. At d = 128 a consumer's 240 registers
+    # hold dK_c, dV_c (128), S^T and dP^T (64) and lse_i, D_i (32) at once, and ptxas spills a few
+    # values a step (frames of 328-744 bytes for these GQA compiles with triton 3.7.1, 208-256 without
+    # GQA; benchmarks/NOTES.md, "Session 6, second round"): the bound catches a change that makes it worse.
+    assert report["stack"] <= (0 if d == 64 else 1024), f"registers spilled to the stack: {report}"
     assert report["threads"] == 384, f"expected 3 warpgroups (producer + 2 consumers): {report}"
     assert report["setmaxnreg"] > 0, f"no register reallocation between partitions: {report}"
     assert report["wgmma"] >= 5, f"expected the five products as wgmma instructions: {report}"
@@ -58,7 +64,7 @@ def test_compiles_for_sm90_without_spills(d, causal, dtype, config):
 
 @pytest.mark.parametrize("kwargs, name", [(dict(num_buffers=0), "num_buffers"), (dict(dq_split="rows"), "dq_split"),
                                           (dict(dq_reduce="nccl"), "dq_reduce"),
-                                          (dict(consumer_regs=250), "consumer_regs")])
+                                          (dict(consumer_regs=250), "consumer_regs"), (dict(head_group=-1), "head_group")])
 def test_bad_config_names_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
         gb.GluonBwdConfig(**kwargs)
@@ -71,10 +77,22 @@ def test_dq_split_follows_the_head_dim_unless_given():
 
 def test_default_schedule_is_the_one_measured_fastest_for_the_shape():
     mha, gqa_causal = gb.default_config(128, False, 1), gb.default_config(128, True, 4)
-    assert mha.lag_dq and not mha.heavy_first and mha.split(128) == "d"
+    assert mha.lag_dq and not mha.heavy_first and mha.split(128) == "d" and mha.head_group == 1
     assert gqa_causal.heavy_first and not gqa_causal.lag_dq
-    assert not gb.default_config(128, True, 1).heavy_first and gb.default_config(128, True, 1).lag_dq
-    assert gb.default_config(64, True, 1).split(64) == "keys" and not gb.default_config(64, True, 1).heavy_first
+    causal = gb.default_config(128, True, 1)
+    assert not causal.heavy_first and causal.lag_dq and causal.head_group == 0
+    assert gb.default_config(64, True, 1).split(64) == "keys" and gb.default_config(64, True, 1).head_group == 0
+    assert gb.default_config(64, False, 1).head_group == 1
+
+
+def test_launch_order_groups_as_many_heads_as_fill_the_sms():
+    fill = gb.GluonBwdConfig(head_group=0)
+    assert fill.heads_per_group(heads=64, key_blocks=32) == 4  # N = 4096: 4 heads x 32 blocks ~ 132 SMs
+    assert fill.heads_per_group(heads=16, key_blocks=128) == 1  # N = 16384: one head fills them
+    assert fill.heads_per_group(heads=2, key_blocks=8) == 2  # never more heads than there are
+    assert gb.GluonBwdConfig(head_group=3).heads_per_group(heads=8, key_blocks=4) == 3
+    assert gb.GluonBwdConfig(heavy_first=True, head_group=3).heads_per_group(heads=8, key_blocks=4) == 8
+    assert gb.GluonBwdConfig().heads_per_group(heads=8, key_blocks=4) == 1
 
 
 def test_not_supported_off_a_gpu_and_the_ladder_falls_back_to_two_pass():
@@ -179,9 +197,7 @@ VARIANTS = [  # head dim, GluonBwdConfig fields: every schedule the bench may ti
     (128, dict(lag_dq=True)), (128, dict(early_dq=False)), (128, dict(heavy_first=True)),
     (128, dict(lag_dq=True, heavy_first=True)), (128, dict(lag_dq=True, num_buffers=3)),
     (64, dict(heavy_first=True)), (64, dict(num_buffers=3)), (64, dict(early_dq=False)),
-    (128, dict(lag_dq=True, reverse_q=True)), (128, dict(lag_dq=True, head_group=0)),
-    (128, dict(lag_dq=True, reverse_q=True, head_group=3)), (128, dict(lag_dq=True, stagger=True)),
-    (64, dict(reverse_q=True)), (64, dict(reverse_q=True, head_group=0)),
+    (128, dict(lag_dq=True, head_group=0)), (64, dict(head_group=0)),
 ]
 
 
@@ -217,8 +233,7 @@ def test_every_key_block_of_every_head_runs_once_in_grouped_launch_orders(head_g
     from flashlab.kernels.attention import allowed_error, max_error
 
     monkeypatch.setenv("FLASHLAB_POISON", "1")  # dk, dv start as NaN: a key block no program ran shows
-    cfg = gb.GluonBwdConfig(dq_reduce=gb.default_config(128).dq_reduce, lag_dq=True, reverse_q=True,
-                            head_group=head_group)
+    cfg = gb.GluonBwdConfig(dq_reduce=gb.default_config(128).dq_reduce, lag_dq=True, head_group=head_group)
     seed = 500 + head_group + int(causal)
     grads, ref, same = _grads_and_reference((1, 5, 5, 700, 1100, 128, dict(causal=causal)), torch.bfloat16, cfg,
                                             seed)

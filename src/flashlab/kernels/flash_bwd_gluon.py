@@ -35,7 +35,10 @@ a consumer meets the other's dS^T half a step after it was written instead of wa
 two warpgroups drift out of phase and one's exp2/dS^T arithmetic runs beside the other's products
 (15-18 % faster dense at d = 128 on an H200); ``heavy_first`` launches every head's first key block
 first (faster on causal GQA, slower on MHA, where a head's key blocks running side by side share its
-Q, dO rows in L2); ``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait.
+Q, dO rows in L2); ``head_group`` does the same within groups of heads that about fill the SMs (causal
+MHA: the long key blocks start first, and the CTAs that run together are still a few heads' blocks,
+sharing their rows: 4 % faster at d = 128, N = 4096); ``early_dq`` queues dQ's product behind dK's
+and dV's instead of after their wait.
 Measured: forward+backward 0.90-0.92x cuDNN at d = 128 dense, 0.86-0.93x at d = 64, 0.75-0.79x at
 d = 128 causal, 0.92x on causal GQA (H = 32, Hkv = 8, N = 8192), bf16 (benchmarks/NOTES.md,
 "Session 6 (branch bwd4)").
@@ -79,9 +82,7 @@ class GluonBwdConfig:
     early_dq: bool = True  # issue dQ's product before waiting for dK's and dV's (else after)
     lag_dq: bool = False  # dq_split "d": each step adds the previous step's dQ share (two dS^T buffers)
     heavy_first: bool = False  # causal: launch every head's key block 0 (the most query rows) first
-    head_group: int = 1  # launch order: key blocks heaviest first across groups of this many heads; 0: fill the SMs
-    reverse_q: bool = False  # visit the query blocks last to first (causal: a head's key blocks then meet the same rows)
-    stagger: bool = False  # consumer 1 starts its first step once consumer 0 has its first P^T (a phase offset)
+    head_group: int = 1  # launch key blocks heaviest first across groups of this many heads; 0: as fill the SMs
 
     def __post_init__(self):
         if not 1 <= self.num_buffers <= 4:
@@ -98,8 +99,9 @@ class GluonBwdConfig:
             raise ValueError(f"head_group={self.head_group} must be >= 0 (0: as many heads as fill the SMs)")
 
     def heads_per_group(self, heads: int, key_blocks: int, sms: int = 132) -> int:
-        """(batch, kv head) pairs whose key blocks are launched interleaved, heaviest first: all of them
-        with ``heavy_first``, else ``head_group`` (0: enough heads that one group's CTAs fill ``sms``)."""
+        """How many (batch, kv head) pairs are launched interleaved, each one's key block 0 first, then
+        block 1, ...: all with ``heavy_first``, else ``head_group`` (0: the number of heads whose
+        ``key_blocks`` CTAs come closest to filling ``sms`` multiprocessors, at least one)."""
         if self.heavy_first:
             return heads
         if self.head_group == 0:
@@ -127,11 +129,16 @@ def default_config(head_dim: int, causal: bool = False, group: int = 1) -> Gluon
     results/bench_backward_s6_call3_*.json): at d = 128 without GQA, dQ a step behind (``lag_dq``)
     was 15-18 % faster dense and 0-6 % causal; on the GQA row (H = 32, Hkv = 8, causal, N = 8192)
     heavy key blocks first (``heavy_first``) was 9 % faster, while on MHA rows it was 1-19 % slower
-    (the key blocks of one head no longer share its Q, dO rows in L2). Other shapes: the plain schedule.
+    (the key blocks of one head no longer share its Q, dO rows in L2). Causal without GQA: heaviest
+    key blocks first within groups of as many heads as fill the SMs (``head_group=0``; the same CTAs
+    run together as in the plain order, so they share the same rows): +4 % at d = 128, N = 4096, the
+    same order at N = 16384 (NOTES "Session 6, second round (branch bwd5)", call 1).
+    Other shapes: the plain schedule.
     """
     reduce = "tma" if tma_reduce_available() else "atomic"
-    gqa_causal = bool(causal) and group > 1
-    return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and group == 1, heavy_first=gqa_causal)
+    causal, mha = bool(causal), group == 1
+    return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and mha, heavy_first=causal and not mha,
+                          head_group=0 if causal and mha else 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,19 +173,9 @@ def _kernels():
                                                   src.handle)
 
     @gluon.jit
-    def _nth_block(a, i, n, BLOCK_M: gl.constexpr, REVERSE_Q: gl.constexpr):
-        # the first row of step i of n over the query blocks from row a: upward, or from the last one down
-        gl.static_assert(BLOCK_M > 0)  # (gl must be a name this function uses: its annotations need it)
-        if REVERSE_Q:
-            return a + (n - 1 - i) * BLOCK_M
-        else:
-            return a + i * BLOCK_M
-
-    @gluon.jit
     def _producer(desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
                   off_kv, start_n, lo, hi, GROUP,
-                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NBUF: gl.constexpr,
-                  REVERSE_Q: gl.constexpr):
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NBUF: gl.constexpr):
         gl.static_assert(NBUF >= 1)  # (also makes gl a name this function uses: its annotations need it)
         # K_j, V_j once (line 6); the shared tiles are 2-D, the copies write them through (1, rows, d) views
         mbarrier.expect(kv_bar, 2 * desc_k.block_type.nbytes)
@@ -190,9 +187,7 @@ def _kernels():
         it = 0
         for g in range(GROUP):
             off_q = off_kv * GROUP + g  # z * H + h in the (B*H, Nq, d) view
-            n_steps = gl.cdiv(hi - lo, BLOCK_M)
-            for i in range(n_steps):  # in the consumers' order (REVERSE_Q: last block first)
-                start_m = _nth_block(lo, i, n_steps, BLOCK_M, REVERSE_Q)
+            for start_m in range(lo, hi, BLOCK_M):
                 slot = it % NBUF
                 # a slot is free once both consumers arrived on its empty barrier; the first pass
                 # waits on the phase before the barrier's first one, which counts as completed
@@ -224,11 +219,11 @@ def _kernels():
 
     @gluon.jit
     def _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready, empty, ds_ready,
-              ds_empty, start_bar, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW,
+              ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW,
               C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
               DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, STAGGER: gl.constexpr,
-              MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, MASKED: gl.constexpr,
+              CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         """Query block start_m of query head off_q against this consumer's 64 keys: the five products.
         Returns the new (dk, dv)."""
         dtype: gl.constexpr = q_smem.dtype
@@ -246,9 +241,6 @@ def _kernels():
         lse2 = gl.load(Lse + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
         Di = gl.load(Delta + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
         mbarrier.wait(ready.index(slot), (it // NBUF) & 1)
-        if STAGGER and C == 1:
-            if it == 0:  # start half a step behind consumer 0: wait for its first P^T
-                mbarrier.wait(start_bar, 0)
         q = q_smem.index(slot)  # (BLOCK_M, d)
         do = do_smem.index(slot)  # (BLOCK_M, d)
         # -- S^T = K_c Q_i^T and dP^T = V_c dO_i^T (lines 9, 12), both in flight
@@ -264,9 +256,6 @@ def _kernels():
         # -- dV_c += P^T dO_i (line 11), P^T from registers
         p_op = gl.convert_layout(pT.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do, dv, is_async=True)
-        if STAGGER and C == 0:
-            if it == 0:
-                mbarrier.arrive(start_bar, count=1)
         dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
         # -- dS^T = P^T (dP^T - D_i) (line 13); dK_c += dS^T Q_i (line 16; scaled once at the end)
         dsT = (pT * (dpT - Di[None, :])).to(dtype)  # (64 keys, BLOCK_M)
@@ -323,12 +312,12 @@ def _kernels():
 
     @gluon.jit
     def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready, ds_empty,
-                  start_bar, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi, GROUP,
+                  desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi, GROUP,
                   sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
                   C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                   DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, STAGGER: gl.constexpr,
-                  REVERSE_Q: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, CAUSAL: gl.constexpr,
+                  HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = k_smem.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BLOCK_M, 16])
@@ -344,40 +333,31 @@ def _kernels():
         it = 0
         prev_m = lo  # LAG_DQ: the query block and head of the step whose dQ share is still to be added
         prev_q = off_kv * GROUP
-        # the three stages of kernels.visible.q_bounds: masked [lo, full_lo) (the diagonal band), unmasked
-        # [full_lo, full_hi), masked [full_hi, hi) (the window's far edge); REVERSE_Q walks them backwards
-        a_lo, a_hi, c_lo, c_hi = lo, full_lo, full_hi, hi
-        if REVERSE_Q:
-            a_lo, a_hi, c_lo, c_hi = full_hi, hi, lo, full_lo
-        n_a = gl.cdiv(a_hi - a_lo, BLOCK_M)
-        n_b = gl.cdiv(full_hi - full_lo, BLOCK_M)
-        n_c = gl.cdiv(c_hi - c_lo, BLOCK_M)
         for g in range(GROUP):  # grouped-query attention: dK_c, dV_c summed over the query heads in registers
             off_q = off_kv * GROUP + g
-            for i in range(n_a):
-                start_m = _nth_block(a_lo, i, n_a, BLOCK_M, REVERSE_Q)
+            # the three stages of kernels.visible.q_bounds: the diagonal band (masked), rows that see
+            # every key of the block (unmasked), the window's far edge (masked)
+            for start_m in range(lo, full_lo, BLOCK_M):
                 dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, start_bar, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
+                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, STAGGER, True, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
                 prev_m = start_m
                 prev_q = off_q
                 it += 1
-            for i in range(n_b):
-                start_m = _nth_block(full_lo, i, n_b, BLOCK_M, REVERSE_Q)
+            for start_m in range(full_lo, full_hi, BLOCK_M):
                 dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, start_bar, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
+                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, STAGGER, False, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, False, CAUSAL, HAS_WINDOW)
                 prev_m = start_m
                 prev_q = off_q
                 it += 1
-            for i in range(n_c):
-                start_m = _nth_block(c_lo, i, n_c, BLOCK_M, REVERSE_Q)
+            for start_m in range(full_hi, hi, BLOCK_M):
                 dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, start_bar, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
+                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, STAGGER, True, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
                 prev_m = start_m
                 prev_q = off_q
                 it += 1
@@ -409,21 +389,20 @@ def _kernels():
                             HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr,
                             TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr,
-                            STAGGER: gl.constexpr, REVERSE_Q: gl.constexpr,
                             CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         HALF_N: gl.constexpr = BLOCK_N // 2
         DS_BUFS: gl.constexpr = 2 if LAG_DQ else 1  # dS^T buffers: LAG_DQ reads step t-1's while t's is written
-        # -- key block j and (batch, kv head) of this program (line 5). Programs start in id order: the
-        #    heads come in groups of HEAD_GROUP, and a group's key blocks are launched block 0 of each
-        #    head, then block 1, ... (causal: block 0 sees the most query rows, so the heaviest start
-        #    first). HEAD_GROUP = 1: each head's blocks side by side (they share its Q, dO rows in L2);
-        #    HEAD_GROUP = HEADS: every head's block 0 first
+        # -- key block j and (batch, kv head) of this program (line 5). Programs start about in id order:
+        #    the HEADS (batch, kv head) pairs come in groups of HEAD_GROUP, and a group's programs are
+        #    key block 0 of each of its heads, then block 1, ... (causal: block 0 sees the most query
+        #    rows, so the longest programs start first). HEAD_GROUP = 1: a head's blocks side by side
+        #    (they share its Q, dO rows in L2); HEAD_GROUP = HEADS: every head's block 0 first
         n_blocks = gl.cdiv(N_K, BLOCK_N)
         pid = gl.program_id(0)
         first_head = pid // (HEAD_GROUP * n_blocks) * HEAD_GROUP
-        in_group = gl.minimum(HEAD_GROUP, HEADS - first_head)  # the last group may be smaller
-        rank = pid - first_head * n_blocks
+        in_group = gl.minimum(HEAD_GROUP, HEADS - first_head)  # the last group may have fewer heads
+        rank = pid - first_head * n_blocks  # this program's place in its group
         pid_n = rank // in_group
         off_kv = first_head + rank % in_group  # z * Hkv + kv head: its index in the (B*Hkv, Nk, d) view
         start_n = pid_n * BLOCK_N
@@ -444,13 +423,11 @@ def _kernels():
         ds_smem = gl.allocate_shared_memory(desc_q.dtype, [DS_BUFS, BLOCK_N, BLOCK_M], ds_layout)  # dS^T, both consumers
         dq_stage = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, DQ_COLS], dq_layout)  # one per consumer
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        start_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())  # STAGGER
         ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         ds_ready = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
         ds_empty = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
-        mbarrier.init(start_bar, count=1)
         for i in gl.static_range(DS_BUFS):
             mbarrier.init(ds_ready.index(i), count=2)  # one arrival per consumer
             mbarrier.init(ds_empty.index(i), count=2)
@@ -461,17 +438,15 @@ def _kernels():
         # (the argument tuples are written out: a tuple built with + would lose its constexprs)
         gl.warp_specialize([
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
-                         ds_empty, start_bar, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
+                         ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 0, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, STAGGER, REVERSE_Q, CAUSAL,
-                         HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
-                         ds_empty, start_bar, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
+                         ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 1, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, STAGGER, REVERSE_Q, CAUSAL,
-                         HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
             (_producer, (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
-                         off_kv, start_n, lo, hi, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, NBUF, REVERSE_Q)),
+                         off_kv, start_n, lo, hi, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, NBUF)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
     return flash_bwd_ws_kernel
@@ -504,8 +479,9 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
         raise ValueError("dq_reduce='tma' needs Gluon's tile reduce (GluonOpBuilder.create_async_tma_reduce), "
                          "which this Triton lacks; use dq_reduce='atomic'")
     dq_cols = d // 2 if split_d else d
+    n_blocks = triton.cdiv(n_k, BLOCK_N)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    head_group = cfg.heads_per_group(B * h_kv, triton.cdiv(n_k, BLOCK_N), sms)
+    head_group = cfg.heads_per_group(B * h_kv, n_blocks, sms)
     if warmup:
         delta = torch.zeros((B, H, n_q), dtype=torch.float32, device=q.device)
     else:
@@ -530,10 +506,9 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
             sm_scale, n_q, n_k, H // h_kv, rule["DIAG"], rule["WINDOW"], B * h_kv, head_group)
     meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, DQ_COLS=dq_cols, NBUF=cfg.num_buffers,
                 SPLIT_D=split_d, TMA_REDUCE=tma_reduce, EARLY_DQ=cfg.early_dq, LAG_DQ=split_d and cfg.lag_dq,
-                STAGGER=cfg.stagger, REVERSE_Q=cfg.reverse_q,
                 CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
-    grid = (triton.cdiv(n_k, BLOCK_N) * B * h_kv,)
+    grid = (n_blocks * B * h_kv,)  # (key block, head) from the program id: see the kernel's launch order
     kernel = _kernels()
     if warmup:
         return None, dk, dv, kernel.warmup(*args, grid=grid, **meta)
