@@ -46,11 +46,12 @@ def test_compiles_for_sm90_into_the_designed_kernel(d, causal, dtype, config):
     report = _compile(d, causal, dtype, *config)
     assert report["target"], "not compiled for sm_90a"
     assert report["local"] == 0, f"an array was placed in local memory: {report}"
-    # Spills go to the stack frame. At d = 64 there are none. At d = 128 a consumer's 240 registers
-    # hold dK_c, dV_c (128), S^T and dP^T (64) and lse_i, D_i (32) at once, and ptxas spills a few
-    # values a step (frames of 328-744 bytes for these GQA compiles with triton 3.7.1, 208-256 without
-    # GQA; benchmarks/NOTES.md, "Session 6, second round"): the bound catches a change that makes it worse.
-    assert report["stack"] <= (0 if d == 64 else 1024), f"registers spilled to the stack: {report}"
+    # Spills go to the stack frame. At d = 64 there are about none (0 bytes with triton 3.7.1, 8 with
+    # triton 3.6.0 on the H200). At d = 128 a consumer's 240 registers hold dK_c, dV_c (128), S^T and
+    # dP^T (64) and lse_i, D_i (32) at once, and ptxas spills a few values a step (frames of 328-744
+    # bytes for these GQA compiles with triton 3.7.1, 208-256 without GQA; benchmarks/NOTES.md,
+    # "Session 6, second round"): the bounds catch a change that makes it worse.
+    assert report["stack"] <= (32 if d == 64 else 1024), f"registers spilled to the stack: {report}"
     assert report["threads"] == 384, f"expected 3 warpgroups (producer + 2 consumers): {report}"
     assert report["setmaxnreg"] > 0, f"no register reallocation between partitions: {report}"
     assert report["wgmma"] >= 5, f"expected the five products as wgmma instructions: {report}"

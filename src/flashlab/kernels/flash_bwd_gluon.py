@@ -37,11 +37,13 @@ two warpgroups drift out of phase and one's exp2/dS^T arithmetic runs beside the
 first (faster on causal GQA, slower on MHA, where a head's key blocks running side by side share its
 Q, dO rows in L2); ``head_group`` does the same within groups of heads that about fill the SMs (causal
 MHA: the long key blocks start first, and the CTAs that run together are still a few heads' blocks,
-sharing their rows: 4 % faster at d = 128, N = 4096); ``early_dq`` queues dQ's product behind dK's
+sharing their rows: 4 % faster at d = 128, N = 4096 against the plain order in one run); ``early_dq`` queues dQ's product behind dK's
 and dV's instead of after their wait.
-Measured: forward+backward 0.90-0.92x cuDNN at d = 128 dense, 0.86-0.93x at d = 64, 0.75-0.79x at
-d = 128 causal, 0.92x on causal GQA (H = 32, Hkv = 8, N = 8192), bf16 (benchmarks/NOTES.md,
-"Session 6 (branch bwd4)").
+Measured through ``flash_attention`` on an H200, bf16 and fp16, N = 2048-16384 (benchmarks/NOTES.md,
+"Session 6, second round (branch bwd5)"): forward+backward 0.88-1.01x cuDNN at d = 128 dense,
+0.81-0.91x at d = 64, 0.74-0.78x at d = 128 causal, 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
+N = 8192 and 32768). The causal d = 128 step costs ~1.36x a dense one with the same L2 hit rate
+(Nsight Compute); the d = 128 consumers spill a few registers a step.
 
 D_i comes from the two-pass backward's preprocessing (``flash_bwd.preprocess``: the diagonal of
 O dO^T for fp16/bf16, so rows that see one key cancel exactly). The query range of each key block
@@ -131,8 +133,10 @@ def default_config(head_dim: int, causal: bool = False, group: int = 1) -> Gluon
     heavy key blocks first (``heavy_first``) was 9 % faster, while on MHA rows it was 1-19 % slower
     (the key blocks of one head no longer share its Q, dO rows in L2). Causal without GQA: heaviest
     key blocks first within groups of as many heads as fill the SMs (``head_group=0``; the same CTAs
-    run together as in the plain order, so they share the same rows): +4 % at d = 128, N = 4096, the
-    same order at N = 16384 (NOTES "Session 6, second round (branch bwd5)", call 1).
+    run together as in the plain order, so they share the same rows): +4 % at d = 128, N = 4096 against
+    the plain order in the same run, the same order at N = 16384 (NOTES "Session 6, second round
+    (branch bwd5)", call 1; through the library in call 2 the row measured 0.78x cuDNN, against the
+    plain order's 0.79x in call 1, so the gain is not established beyond that one run).
     Other shapes: the plain schedule.
     """
     reduce = "tma" if tma_reduce_available() else "atomic"
