@@ -37,8 +37,11 @@ two warpgroups drift out of phase and one's exp2/dS^T arithmetic runs beside the
 first (faster on causal GQA, slower on MHA, where a head's key blocks running side by side share its
 Q, dO rows in L2); ``head_group`` does the same within groups of heads that about fill the SMs (causal
 MHA: the long key blocks start first, and the CTAs that run together are still a few heads' blocks,
-sharing their rows: 4 % faster at d = 128, N = 4096 against the plain order in one run); ``early_dq`` queues dQ's product behind dK's
-and dV's instead of after their wait.
+sharing their rows: 4 % faster at d = 128, N = 4096 against the plain order in one run);
+``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait; ``rows_in_smem`` has the producer put lse_i and D_i in the ring
+slot beside Q_i, dO_i, so a consumer reads them where they are used instead of holding 32 registers
+from the start of a step (d = 128: ptxas's spill frame 216 -> 104 bytes dense, 248 -> 216 causal;
+compiled here, not yet run on a GPU).
 Measured through ``flash_attention`` on an H200, bf16 and fp16, N = 2048-16384 (benchmarks/NOTES.md,
 "Session 6, second round (branch bwd5)"): forward+backward 0.88-1.01x cuDNN at d = 128 dense,
 0.81-0.91x at d = 64, 0.74-0.78x at d = 128 causal, 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
@@ -85,6 +88,7 @@ class GluonBwdConfig:
     lag_dq: bool = False  # dq_split "d": each step adds the previous step's dQ share (two dS^T buffers)
     heavy_first: bool = False  # causal: launch every head's key block 0 (the most query rows) first
     head_group: int = 1  # launch key blocks heaviest first across groups of this many heads; 0: as fill the SMs
+    rows_in_smem: bool = False  # the producer stages lse_i, D_i in shared memory (not yet run on a GPU)
 
     def __post_init__(self):
         if not 1 <= self.num_buffers <= 4:
@@ -119,8 +123,9 @@ class GluonBwdConfig:
         dq_cols = head_dim // 2 if self.split(head_dim) == "d" else head_dim
         staging = 2 * BLOCK_M * dq_cols * 4 if self.dq_reduce == "tma" else 0
         ds_bufs = 2 if self.lag_dq and self.split(head_dim) == "d" else 1
+        rows = 2 * self.num_buffers * BLOCK_M * 4 if self.rows_in_smem else 0  # lse_i, D_i per ring slot
         return ((2 * BLOCK_N + 2 * self.num_buffers * BLOCK_M) * head_dim * itemsize
-                + ds_bufs * BLOCK_N * BLOCK_M * itemsize + staging)
+                + ds_bufs * BLOCK_N * BLOCK_M * itemsize + staging + rows)
 
 
 def default_config(head_dim: int, causal: bool = False, group: int = 1) -> GluonBwdConfig:
@@ -178,8 +183,9 @@ def _kernels():
 
     @gluon.jit
     def _producer(desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
-                  off_kv, start_n, lo, hi, GROUP,
-                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NBUF: gl.constexpr):
+                  off_kv, start_n, lo, hi, GROUP, Lse, Delta, lse_smem, d_smem, N_Q,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NBUF: gl.constexpr,
+                  ROWS_SMEM: gl.constexpr):
         gl.static_assert(NBUF >= 1)  # (also makes gl a name this function uses: its annotations need it)
         # K_j, V_j once (line 6); the shared tiles are 2-D, the copies write them through (1, rows, d) views
         mbarrier.expect(kv_bar, 2 * desc_k.block_type.nbytes)
@@ -201,6 +207,15 @@ def _kernels():
                                                 q_smem.index(slot).reshape([1, BLOCK_M, HEAD_DIM]))
                 tma.async_copy_global_to_shared(desc_do, [off_q, start_m, 0], ready.index(slot),
                                                 do_smem.index(slot).reshape([1, BLOCK_M, HEAD_DIM]))
+                if ROWS_SMEM:  # lse_i, D_i into the slot too (rows past N_Q: 0); the slot's second arrival
+                    row_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+                    offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+                    row_ok = offs_m < N_Q
+                    row0 = off_q.to(gl.int64) * N_Q
+                    lse_smem.index(slot).store(gl.load(Lse + row0 + offs_m, mask=row_ok, other=0.0))
+                    d_smem.index(slot).store(gl.load(Delta + row0 + offs_m, mask=row_ok, other=0.0))
+                    sync_partition()
+                    mbarrier.arrive(ready.index(slot), count=1)
                 it += 1
 
     @gluon.jit
@@ -223,11 +238,12 @@ def _kernels():
 
     @gluon.jit
     def _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready, empty, ds_ready,
-              ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW,
+              ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K,
+              DIAG, WINDOW,
               C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
               DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, ROWS_SMEM: gl.constexpr,
+              MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         """Query block start_m of query head off_q against this consumer's 64 keys: the five products.
         Returns the new (dk, dv)."""
         dtype: gl.constexpr = q_smem.dtype
@@ -240,11 +256,15 @@ def _kernels():
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         slot = it % NBUF
         # -- lse_i, D_i (line 8): loaded before the wait, so the loads overlap it; rows past N_Q: 0
+        #    (ROWS_SMEM: read from the ring slot where each is used, so neither holds 16 registers a step)
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))  # query rows: S^T's columns
         row_ok = offs_m < N_Q
-        lse2 = gl.load(Lse + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
-        Di = gl.load(Delta + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
+        if not ROWS_SMEM:
+            lse2 = gl.load(Lse + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+            Di = gl.load(Delta + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
         mbarrier.wait(ready.index(slot), (it // NBUF) & 1)
+        if ROWS_SMEM:
+            lse2 = lse_smem.index(slot).load(gl.SliceLayout(0, st_layout)) * 1.4426950408889634
         q = q_smem.index(slot)  # (BLOCK_M, d)
         do = do_smem.index(slot)  # (BLOCK_M, d)
         # -- S^T = K_c Q_i^T and dP^T = V_c dO_i^T (lines 9, 12), both in flight
@@ -262,6 +282,8 @@ def _kernels():
         dv = warpgroup_mma(p_op, do, dv, is_async=True)
         dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
         # -- dS^T = P^T (dP^T - D_i) (line 13); dK_c += dS^T Q_i (line 16; scaled once at the end)
+        if ROWS_SMEM:
+            Di = d_smem.index(slot).load(gl.SliceLayout(0, st_layout))
         dsT = (pT * (dpT - Di[None, :])).to(dtype)  # (64 keys, BLOCK_M)
         ds_op = gl.convert_layout(dsT, a_layout)
         dk = warpgroup_mma(ds_op, q, dk, is_async=True)
@@ -316,12 +338,12 @@ def _kernels():
 
     @gluon.jit
     def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready, ds_empty,
-                  desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi, GROUP,
+                  desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi, GROUP,
                   sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
                   C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                   DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, CAUSAL: gl.constexpr,
-                  HAS_WINDOW: gl.constexpr):
+                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, ROWS_SMEM: gl.constexpr,
+                  CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = k_smem.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BLOCK_M, 16])
@@ -343,25 +365,25 @@ def _kernels():
             # every key of the block (unmasked), the window's far edge (masked)
             for start_m in range(lo, full_lo, BLOCK_M):
                 dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
+                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, True, CAUSAL, HAS_WINDOW)
                 prev_m = start_m
                 prev_q = off_q
                 it += 1
             for start_m in range(full_lo, full_hi, BLOCK_M):
                 dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
+                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, False, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, False, CAUSAL, HAS_WINDOW)
                 prev_m = start_m
                 prev_q = off_q
                 it += 1
             for start_m in range(full_hi, hi, BLOCK_M):
                 dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
+                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale,
                                sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
+                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, True, CAUSAL, HAS_WINDOW)
                 prev_m = start_m
                 prev_q = off_q
                 it += 1
@@ -392,7 +414,7 @@ def _kernels():
                             N_Q, N_K, GROUP, DIAG, WINDOW, HEADS, HEAD_GROUP,
                             HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr,
-                            TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr,
+                            TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, ROWS_SMEM: gl.constexpr,
                             CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         HALF_N: gl.constexpr = BLOCK_N // 2
@@ -427,6 +449,11 @@ def _kernels():
         ds_smem = gl.allocate_shared_memory(desc_q.dtype, [DS_BUFS, BLOCK_N, BLOCK_M], ds_layout)  # dS^T, both consumers
         dq_stage = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, DQ_COLS], dq_layout)  # one per consumer
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ROW_SLOTS: gl.constexpr = NBUF if ROWS_SMEM else 1  # lse_i, D_i per ring slot (ROWS_SMEM)
+        ROW_LEN: gl.constexpr = BLOCK_M if ROWS_SMEM else 1
+        row_smem: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+        lse_smem = gl.allocate_shared_memory(gl.float32, [ROW_SLOTS, ROW_LEN], row_smem)
+        d_smem = gl.allocate_shared_memory(gl.float32, [ROW_SLOTS, ROW_LEN], row_smem)
         ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         ds_ready = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
@@ -436,21 +463,26 @@ def _kernels():
             mbarrier.init(ds_ready.index(i), count=2)  # one arrival per consumer
             mbarrier.init(ds_empty.index(i), count=2)
         for i in gl.static_range(NBUF):
-            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(ready.index(i), count=2 if ROWS_SMEM else 1)  # the copies' expect-tx (+ the rows)
             mbarrier.init(empty.index(i), count=2)
 
         # (the argument tuples are written out: a tuple built with + would lose its constexprs)
         gl.warp_specialize([
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
-                         ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
+                         ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo,
+                         full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 0, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, CAUSAL,
+                         HAS_WINDOW)),
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
-                         ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
+                         ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo,
+                         full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 1, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, CAUSAL,
+                         HAS_WINDOW)),
             (_producer, (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
-                         off_kv, start_n, lo, hi, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, NBUF)),
+                         off_kv, start_n, lo, hi, GROUP, Lse, Delta, lse_smem, d_smem, N_Q, BLOCK_M, BLOCK_N,
+                         HEAD_DIM, NBUF, ROWS_SMEM)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
     return flash_bwd_ws_kernel
@@ -510,6 +542,7 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
             sm_scale, n_q, n_k, H // h_kv, rule["DIAG"], rule["WINDOW"], B * h_kv, head_group)
     meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, DQ_COLS=dq_cols, NBUF=cfg.num_buffers,
                 SPLIT_D=split_d, TMA_REDUCE=tma_reduce, EARLY_DQ=cfg.early_dq, LAG_DQ=split_d and cfg.lag_dq,
+                ROWS_SMEM=cfg.rows_in_smem,
                 CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
     grid = (n_blocks * B * h_kv,)  # (key block, head) from the program id: see the kernel's launch order
