@@ -17,11 +17,12 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
             the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
             stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
-            atomic dQ; ``tma``: the copy engine's tile reduction), ``gw`` / ``gw:NBUF[,d|keys][,tma|atomic][,late][,lag][,hf][,gG][,rows]``
+            atomic dQ; ``tma``: the copy engine's tile reduction), ``gw`` / ``gw:NBUF[,d|keys][,tma|atomic][,late][,lag][,hf][,gG][,rows][,one]``
             (forward rung + the warp-specialised Gluon backward, default or that config; ``late``: dQ's
             product after dK's and dV's are waited for; ``lag``: dQ a step behind; ``hf``: heavy key
             blocks first; ``gG``: heavy key blocks first within groups of G heads, ``g0`` as many heads
-            as fill the SMs; ``rows``: lse_i and D_i staged in shared memory by the producer)
+            as fill the SMs; ``rows``: lse_i and D_i staged in shared memory by the producer; ``one``:
+            masked and unmasked steps in one loop)
 
     python benchmarks/bench_backward.py --rows protocol --head-dims 128 --seq-lens 4096 16384
     python benchmarks/bench_backward.py --rows gqa --seq-lens 2048 8192
@@ -158,7 +159,7 @@ def backward_fn(name: str):
                 next((p for p in parts[1:] if p in ("tma", "atomic")), flash_bwd_gluon.default_config(128).dq_reduce),
                 early_dq="late" not in parts, lag_dq="lag" in parts, heavy_first="hf" in parts,
                 head_group=next((int(p[1:]) for p in parts[1:] if p[:1] == "g" and p[1:].isdigit()), 1),
-                rows_in_smem="rows" in parts)
+                rows_in_smem="rows" in parts, one_loop="one" in parts)
         return lambda q, k, v, o, lse, do, spec: flash_bwd_gluon.backward(q, k, v, o, lse, do, spec, config=cfg)
     raise SystemExit(f"--bwd: unknown contender {name!r}")
 

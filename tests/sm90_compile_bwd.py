@@ -3,7 +3,8 @@
     python tests/sm90_compile_bwd.py HEAD_DIM CAUSAL DTYPE [NBUF DQ_SPLIT DQ_REDUCE [FLAGS...]]
 
 (DQ_SPLIT "d", "keys" or "-" for the head dim's default; DQ_REDUCE "tma" or "atomic"; FLAGS any of
-"lag" (lag_dq), "late" (early_dq off), "hf" (heavy_first), "gG" (head_group G), "rows" (rows_in_smem).)
+"lag" (lag_dq), "late" (early_dq off), "hf" (heavy_first), "gG" (head_group G), "rows" (rows_in_smem),
+"one" (one_loop).)
 "local" is the local memory ptxas gives arrays; "stack" the stack frame, where spilled registers go.
 Same stand-in driver as tests/sm90_compile.py (tests/standin_gpu.py); run in its own process.
 """
@@ -29,7 +30,7 @@ def main() -> None:
         cfg = gb.GluonBwdConfig(int(sys.argv[4]), "" if sys.argv[5] == "-" else sys.argv[5], sys.argv[6],
                                 early_dq="late" not in flags, lag_dq="lag" in flags, heavy_first="hf" in flags,
                                 head_group=next((int(f[1:]) for f in flags if f[:1] == "g" and f[1:].isdigit()), 1),
-                                rows_in_smem="rows" in flags)
+                                rows_in_smem="rows" in flags, one_loop="one" in flags)
     q = torch.zeros(1, 4, 300, d, dtype=dtype)  # (B, H, N, d): CPU tensors; only dtype and alignment matter
     kv = torch.zeros(1, 2, 300, d, dtype=dtype)  # (B, Hkv, N, d): grouped-query attention, GROUP = 2
     lse = torch.zeros(1, 4, 300, dtype=torch.float32)

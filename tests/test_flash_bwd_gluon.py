@@ -73,6 +73,14 @@ def test_staging_lse_and_delta_in_shared_memory_frees_registers_at_d128():
     assert staged["smem_model"] <= staged["shared"] <= staged["smem_model"] + 1024, staged
 
 
+def test_one_loop_with_staged_rows_frees_registers_in_the_causal_kernel():
+    # causal: compiled beside the unmasked loop, the masked loops keep it spilling; one loop with the
+    # mask under a run-time branch, and lse_i, D_i in shared memory, spill far less (compile-only)
+    plain = _compile(128, True, "bfloat16", 2, "d", "tma", "lag", "g0")
+    one = _compile(128, True, "bfloat16", 2, "d", "tma", "lag", "g0", "rows", "one")
+    assert one["stack"] < plain["stack"] // 2, (plain, one)
+
+
 @pytest.mark.parametrize("kwargs, name", [(dict(num_buffers=0), "num_buffers"), (dict(dq_split="rows"), "dq_split"),
                                           (dict(dq_reduce="nccl"), "dq_reduce"),
                                           (dict(consumer_regs=250), "consumer_regs"), (dict(head_group=-1), "head_group")])
@@ -210,6 +218,7 @@ VARIANTS = [  # head dim, GluonBwdConfig fields: every schedule the bench may ti
     (64, dict(heavy_first=True)), (64, dict(num_buffers=3)), (64, dict(early_dq=False)),
     (128, dict(lag_dq=True, head_group=0)), (64, dict(head_group=0)),
     (128, dict(lag_dq=True, rows_in_smem=True)), (64, dict(rows_in_smem=True)),
+    (128, dict(lag_dq=True, head_group=0, rows_in_smem=True, one_loop=True)), (64, dict(one_loop=True)),
 ]
 
 

@@ -38,10 +38,13 @@ first (faster on causal GQA, slower on MHA, where a head's key blocks running si
 Q, dO rows in L2); ``head_group`` does the same within groups of heads that about fill the SMs (causal
 MHA: the long key blocks start first, and the CTAs that run together are still a few heads' blocks,
 sharing their rows: 4 % faster at d = 128, N = 4096 against the plain order in one run);
-``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait; ``rows_in_smem`` has the producer put lse_i and D_i in the ring
-slot beside Q_i, dO_i, so a consumer reads them where they are used instead of holding 32 registers
-from the start of a step (d = 128: ptxas's spill frame 216 -> 104 bytes dense, 248 -> 216 causal;
-compiled here, not yet run on a GPU).
+``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait. Not yet run on a
+GPU (compiled for sm90 only; off by default): ``rows_in_smem`` has the producer put lse_i and D_i in
+the ring slot beside Q_i, dO_i, so a consumer reads them where they are used instead of holding 32
+registers from the start of a step (d = 128: ptxas's spill frame 216 -> 104 bytes dense); ``one_loop``
+runs the masked and unmasked steps in one loop with the mask under a run-time branch (with
+``rows_in_smem``, the causal kernel's spill frame 248 -> 40 bytes: the separate masked loop is what
+keeps the causal hot loop spilling).
 Measured through ``flash_attention`` on an H200, bf16 and fp16, N = 2048-16384 (benchmarks/NOTES.md,
 "Session 6, second round (branch bwd5)"): forward+backward 0.88-1.01x cuDNN at d = 128 dense,
 0.81-0.91x at d = 64, 0.74-0.78x at d = 128 causal, 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
@@ -89,6 +92,7 @@ class GluonBwdConfig:
     heavy_first: bool = False  # causal: launch every head's key block 0 (the most query rows) first
     head_group: int = 1  # launch key blocks heaviest first across groups of this many heads; 0: as fill the SMs
     rows_in_smem: bool = False  # the producer stages lse_i, D_i in shared memory (not yet run on a GPU)
+    one_loop: bool = False  # masked and unmasked steps in one loop, the mask under a run-time branch (ditto)
 
     def __post_init__(self):
         if not 1 <= self.num_buffers <= 4:
@@ -239,11 +243,11 @@ def _kernels():
     @gluon.jit
     def _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready, empty, ds_ready,
               ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K,
-              DIAG, WINDOW,
+              DIAG, WINDOW, full_lo, full_hi,
               C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
               DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
               EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, ROWS_SMEM: gl.constexpr,
-              MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+              ONE_LOOP: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         """Query block start_m of query head off_q against this consumer's 64 keys: the five products.
         Returns the new (dk, dv)."""
         dtype: gl.constexpr = q_smem.dtype
@@ -275,8 +279,14 @@ def _kernels():
         # -- P^T = exp2(S^T - lse_i) (line 10) while dP^T runs; rows past N_Q have q = dO = 0
         pT = gl.exp2(sT * qk_scale - lse2[None, :])  # (64 keys, BLOCK_M)
         if MASKED:
-            keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
-            pT = gl.where(keep, pT, 0.0)
+            if ONE_LOOP:
+                if (start_m < full_lo) | (start_m >= full_hi):  # a step of the diagonal band or the far edge
+                    keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None,
+                                   False)
+                    pT = gl.where(keep, pT, 0.0)
+            else:
+                keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
+                pT = gl.where(keep, pT, 0.0)
         # -- dV_c += P^T dO_i (line 11), P^T from registers
         p_op = gl.convert_layout(pT.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do, dv, is_async=True)
@@ -343,7 +353,7 @@ def _kernels():
                   C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                   DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
                   EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, ROWS_SMEM: gl.constexpr,
-                  CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+                  ONE_LOOP: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = k_smem.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BLOCK_M, 16])
@@ -361,32 +371,46 @@ def _kernels():
         prev_q = off_kv * GROUP
         for g in range(GROUP):  # grouped-query attention: dK_c, dV_c summed over the query heads in registers
             off_q = off_kv * GROUP + g
-            # the three stages of kernels.visible.q_bounds: the diagonal band (masked), rows that see
-            # every key of the block (unmasked), the window's far edge (masked)
-            for start_m in range(lo, full_lo, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale,
-                               sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, True, CAUSAL, HAS_WINDOW)
-                prev_m = start_m
-                prev_q = off_q
-                it += 1
-            for start_m in range(full_lo, full_hi, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale,
-                               sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, False, CAUSAL, HAS_WINDOW)
-                prev_m = start_m
-                prev_q = off_q
-                it += 1
-            for start_m in range(full_hi, hi, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale,
-                               sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, True, CAUSAL, HAS_WINDOW)
-                prev_m = start_m
-                prev_q = off_q
-                it += 1
+            if ONE_LOOP:  # every visited block in one loop; _step masks those outside [full_lo, full_hi)
+                for start_m in range(lo, hi, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, True, CAUSAL or HAS_WINDOW, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
+            else:
+                # the three stages of kernels.visible.q_bounds: the diagonal band (masked), rows that see
+                # every key of the block (unmasked), the window's far edge (masked)
+                for start_m in range(lo, full_lo, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, False, True, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
+                for start_m in range(full_lo, full_hi, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, False, False, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
+                for start_m in range(full_hi, hi, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, False, True, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
         if LAG_DQ:
             if it > 0:  # the last step's dQ share
                 dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -415,6 +439,7 @@ def _kernels():
                             HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr,
                             TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, ROWS_SMEM: gl.constexpr,
+                            ONE_LOOP: gl.constexpr,
                             CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         HALF_N: gl.constexpr = BLOCK_N // 2
@@ -472,14 +497,14 @@ def _kernels():
                          ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo,
                          full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 0, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, CAUSAL,
-                         HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, ONE_LOOP,
+                         CAUSAL, HAS_WINDOW)),
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
                          ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo,
                          full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 1, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, CAUSAL,
-                         HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, ONE_LOOP,
+                         CAUSAL, HAS_WINDOW)),
             (_producer, (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
                          off_kv, start_n, lo, hi, GROUP, Lse, Delta, lse_smem, d_smem, N_Q, BLOCK_M, BLOCK_N,
                          HEAD_DIM, NBUF, ROWS_SMEM)),
@@ -542,7 +567,7 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
             sm_scale, n_q, n_k, H // h_kv, rule["DIAG"], rule["WINDOW"], B * h_kv, head_group)
     meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, DQ_COLS=dq_cols, NBUF=cfg.num_buffers,
                 SPLIT_D=split_d, TMA_REDUCE=tma_reduce, EARLY_DQ=cfg.early_dq, LAG_DQ=split_d and cfg.lag_dq,
-                ROWS_SMEM=cfg.rows_in_smem,
+                ROWS_SMEM=cfg.rows_in_smem, ONE_LOOP=cfg.one_loop,
                 CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
     grid = (n_blocks * B * h_kv,)  # (key block, head) from the program id: see the kernel's launch order
