@@ -17,10 +17,12 @@ Contenders (``--fwd`` / ``--bwd``, ';'-separated):
             the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
             stream), ``fu`` / ``fu:BM,BN,W,S[,tma]`` (forward rung + the one-pass backward with
-            atomic dQ; ``tma``: the copy engine's tile reduction), ``gw`` / ``gw:NBUF[,d|keys][,tma|atomic][,late][,lag][,hf]``
+            atomic dQ; ``tma``: the copy engine's tile reduction), ``gw`` / ``gw:NBUF[,d|keys][,tma|atomic][,late][,lag][,hf][,gG][,rows][,one]``
             (forward rung + the warp-specialised Gluon backward, default or that config; ``late``: dQ's
             product after dK's and dV's are waited for; ``lag``: dQ a step behind; ``hf``: heavy key
-            blocks first)
+            blocks first; ``gG``: heavy key blocks first within groups of G heads, ``g0`` as many heads
+            as fill the SMs; ``rows``: lse_i and D_i staged in shared memory by the producer; ``one``:
+            masked and unmasked steps in one loop)
 
     python benchmarks/bench_backward.py --rows protocol --head-dims 128 --seq-lens 4096 16384
     python benchmarks/bench_backward.py --rows gqa --seq-lens 2048 8192
@@ -155,7 +157,9 @@ def backward_fn(name: str):
             cfg = flash_bwd_gluon.GluonBwdConfig(
                 int(parts[0]), next((p for p in parts[1:] if p in ("d", "keys")), ""),
                 next((p for p in parts[1:] if p in ("tma", "atomic")), flash_bwd_gluon.default_config(128).dq_reduce),
-                early_dq="late" not in parts, lag_dq="lag" in parts, heavy_first="hf" in parts)
+                early_dq="late" not in parts, lag_dq="lag" in parts, heavy_first="hf" in parts,
+                head_group=next((int(p[1:]) for p in parts[1:] if p[:1] == "g" and p[1:].isdigit()), 1),
+                rows_in_smem="rows" in parts, one_loop="one" in parts)
         return lambda q, k, v, o, lse, do, spec: flash_bwd_gluon.backward(q, k, v, o, lse, do, spec, config=cfg)
     raise SystemExit(f"--bwd: unknown contender {name!r}")
 
@@ -429,8 +433,18 @@ def precompile(rows, fwd_names, bwd_names, workers) -> list[str]:
     parallel into the disk cache and the timing process only loads them."""
     import multiprocessing as mp
 
-    jobs = [(row, kind, name) for row in rows for kind, names in (("fwd", fwd_names), ("bwd", bwd_names))
-            for name in names if name != "cudnn"]
+    # one job per kernel set: a backward rung's rows that differ only in N (each a multiple of 16) share
+    # its compiled kernels (their forward is the 'flashlab' forward's, compiled per row); the library
+    # path and the forwards choose kernels by N, so they keep a job per row
+    jobs = {}
+    for row in sorted(rows, key=lambda r: r["n"]):
+        for kind, names in (("fwd", fwd_names), ("bwd", bwd_names)):
+            for name in names:
+                per_n = row["n"] if kind == "fwd" or name in AUTOGRAD or row["n"] % 16 else 0
+                key = (kind, name, row["dtype"], row["d"], row["causal"], row["h"] // row["hkv"], per_n)
+                if name != "cudnn" and key not in jobs:
+                    jobs[key] = (row, kind, name)
+    jobs = list(jobs.values())
     with mp.get_context("spawn").Pool(workers) as pool:
         return pool.map(_precompile_one, jobs, chunksize=1)
 

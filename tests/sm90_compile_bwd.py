@@ -3,7 +3,9 @@
     python tests/sm90_compile_bwd.py HEAD_DIM CAUSAL DTYPE [NBUF DQ_SPLIT DQ_REDUCE [FLAGS...]]
 
 (DQ_SPLIT "d", "keys" or "-" for the head dim's default; DQ_REDUCE "tma" or "atomic"; FLAGS any of
-"lag" (lag_dq), "late" (early_dq off), "hf" (heavy_first).)
+"lag" (lag_dq), "late" (early_dq off), "hf" (heavy_first), "gG" (head_group G), "rows" (rows_in_smem),
+"one" (one_loop).)
+"local" is the local memory ptxas gives arrays; "stack" the stack frame, where spilled registers go.
 Same stand-in driver as tests/sm90_compile.py (tests/standin_gpu.py); run in its own process.
 """
 import json
@@ -26,7 +28,9 @@ def main() -> None:
     if len(sys.argv) > 6:
         flags = sys.argv[7:]
         cfg = gb.GluonBwdConfig(int(sys.argv[4]), "" if sys.argv[5] == "-" else sys.argv[5], sys.argv[6],
-                                early_dq="late" not in flags, lag_dq="lag" in flags, heavy_first="hf" in flags)
+                                early_dq="late" not in flags, lag_dq="lag" in flags, heavy_first="hf" in flags,
+                                head_group=next((int(f[1:]) for f in flags if f[:1] == "g" and f[1:].isdigit()), 1),
+                                rows_in_smem="rows" in flags, one_loop="one" in flags)
     q = torch.zeros(1, 4, 300, d, dtype=dtype)  # (B, H, N, d): CPU tensors; only dtype and alignment matter
     kv = torch.zeros(1, 2, 300, d, dtype=dtype)  # (B, Hkv, N, d): grouped-query attention, GROUP = 2
     lse = torch.zeros(1, 4, 300, dtype=torch.float32)
@@ -37,7 +41,8 @@ def main() -> None:
     usage = subprocess.run([str(tool), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     fields = dict(item.split(":", 1) for item in usage.split("\n")[-2].split() if ":" in item)
     ptx = compiled.asm["ptx"]
-    print(json.dumps({"shared": compiled.metadata.shared, "local": int(fields["LOCAL"]), "regs": int(fields["REG"]),
+    print(json.dumps({"shared": compiled.metadata.shared, "local": int(fields["LOCAL"]),
+                      "stack": int(fields["STACK"]), "regs": int(fields["REG"]),
                       "wgmma": ptx.count("wgmma.mma_async"), "setmaxnreg": ptx.count("setmaxnreg"),
                       "reduce": ptx.count("cp.reduce.async.bulk"), "atomics": ptx.count("red.global") + ptx.count("atom.global"),
                       "threads": int(ptx.split(".reqntid")[1].split()[0]), "target": ".target sm_90a" in ptx,

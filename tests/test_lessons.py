@@ -242,7 +242,7 @@ def test_backward_ladder_table_shows_each_contender_against_cudnn_and_the_rung_m
     runs = [line.split()[-1] for line in perf.backward_ladder_table(bench).splitlines()[2:2 + len(bench["rows"])]]
     # the tables as shipped: bwd_fused nowhere; bwd_gluon_ws on the (d, causal) rows of GLUON_BACKWARD_MIN_N
     assert runs == [ladder.measured_backward(r["d"], r["causal"], r["n"], r["n"]) for r in bench["rows"]]
-    assert "bwd_fused" not in runs and {"bwd_two_pass", "bwd_gluon_ws"} <= set(runs), runs
+    assert "bwd_fused" not in runs and "bwd_gluon_ws" in runs, runs
 
 
 def test_backward_ladder_table_reads_several_results_files_and_names_the_gluon_rung():

@@ -35,10 +35,21 @@ a consumer meets the other's dS^T half a step after it was written instead of wa
 two warpgroups drift out of phase and one's exp2/dS^T arithmetic runs beside the other's products
 (15-18 % faster dense at d = 128 on an H200); ``heavy_first`` launches every head's first key block
 first (faster on causal GQA, slower on MHA, where a head's key blocks running side by side share its
-Q, dO rows in L2); ``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait.
-Measured: forward+backward 0.90-0.92x cuDNN at d = 128 dense, 0.86-0.93x at d = 64, 0.75-0.79x at
-d = 128 causal, 0.92x on causal GQA (H = 32, Hkv = 8, N = 8192), bf16 (benchmarks/NOTES.md,
-"Session 6 (branch bwd4)").
+Q, dO rows in L2); ``head_group`` does the same within groups of heads that about fill the SMs (causal
+MHA: the long key blocks start first, and the CTAs that run together are still a few heads' blocks,
+sharing their rows: 4 % faster at d = 128, N = 4096 against the plain order in one run);
+``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait. Not yet run on a
+GPU (compiled for sm90 only; off by default): ``rows_in_smem`` has the producer put lse_i and D_i in
+the ring slot beside Q_i, dO_i, so a consumer reads them where they are used instead of holding 32
+registers from the start of a step (d = 128: ptxas's spill frame 216 -> 104 bytes dense); ``one_loop``
+runs the masked and unmasked steps in one loop with the mask under a run-time branch (with
+``rows_in_smem``, the causal kernel's spill frame 248 -> 40 bytes: the separate masked loop is what
+keeps the causal hot loop spilling).
+Measured through ``flash_attention`` on an H200, bf16 and fp16, N = 2048-16384 (benchmarks/NOTES.md,
+"Session 6, second round (branch bwd5)"): forward+backward 0.88-1.01x cuDNN at d = 128 dense,
+0.81-0.91x at d = 64, 0.74-0.78x at d = 128 causal, 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
+N = 8192 and 32768). The causal d = 128 step costs ~1.36x a dense one with the same L2 hit rate
+(Nsight Compute); the d = 128 consumers spill a few registers a step.
 
 D_i comes from the two-pass backward's preprocessing (``flash_bwd.preprocess``: the diagonal of
 O dO^T for fp16/bf16, so rows that see one key cancel exactly). The query range of each key block
@@ -79,6 +90,9 @@ class GluonBwdConfig:
     early_dq: bool = True  # issue dQ's product before waiting for dK's and dV's (else after)
     lag_dq: bool = False  # dq_split "d": each step adds the previous step's dQ share (two dS^T buffers)
     heavy_first: bool = False  # causal: launch every head's key block 0 (the most query rows) first
+    head_group: int = 1  # launch key blocks heaviest first across groups of this many heads; 0: as fill the SMs
+    rows_in_smem: bool = False  # the producer stages lse_i, D_i in shared memory (not yet run on a GPU)
+    one_loop: bool = False  # masked and unmasked steps in one loop, the mask under a run-time branch (ditto)
 
     def __post_init__(self):
         if not 1 <= self.num_buffers <= 4:
@@ -91,6 +105,18 @@ class GluonBwdConfig:
             regs = getattr(self, name)
             if not 24 <= regs <= 256 or regs % 8:
                 raise ValueError(f"{name}={regs} must be a multiple of 8 in 24..256 (setmaxnreg)")
+        if self.head_group < 0:
+            raise ValueError(f"head_group={self.head_group} must be >= 0 (0: as many heads as fill the SMs)")
+
+    def heads_per_group(self, heads: int, key_blocks: int, sms: int = 132) -> int:
+        """How many (batch, kv head) pairs are launched interleaved, each one's key block 0 first, then
+        block 1, ...: all with ``heavy_first``, else ``head_group`` (0: the number of heads whose
+        ``key_blocks`` CTAs come closest to filling ``sms`` multiprocessors, at least one)."""
+        if self.heavy_first:
+            return heads
+        if self.head_group == 0:
+            return max(1, min(heads, round(sms / key_blocks)))
+        return min(heads, self.head_group)
 
     def split(self, head_dim: int) -> str:
         """The dQ split used at this head dim: the field, or "d" at d = 128 and "keys" at d = 64."""
@@ -101,8 +127,9 @@ class GluonBwdConfig:
         dq_cols = head_dim // 2 if self.split(head_dim) == "d" else head_dim
         staging = 2 * BLOCK_M * dq_cols * 4 if self.dq_reduce == "tma" else 0
         ds_bufs = 2 if self.lag_dq and self.split(head_dim) == "d" else 1
+        rows = 2 * self.num_buffers * BLOCK_M * 4 if self.rows_in_smem else 0  # lse_i, D_i per ring slot
         return ((2 * BLOCK_N + 2 * self.num_buffers * BLOCK_M) * head_dim * itemsize
-                + ds_bufs * BLOCK_N * BLOCK_M * itemsize + staging)
+                + ds_bufs * BLOCK_N * BLOCK_M * itemsize + staging + rows)
 
 
 def default_config(head_dim: int, causal: bool = False, group: int = 1) -> GluonBwdConfig:
@@ -113,11 +140,18 @@ def default_config(head_dim: int, causal: bool = False, group: int = 1) -> Gluon
     results/bench_backward_s6_call3_*.json): at d = 128 without GQA, dQ a step behind (``lag_dq``)
     was 15-18 % faster dense and 0-6 % causal; on the GQA row (H = 32, Hkv = 8, causal, N = 8192)
     heavy key blocks first (``heavy_first``) was 9 % faster, while on MHA rows it was 1-19 % slower
-    (the key blocks of one head no longer share its Q, dO rows in L2). Other shapes: the plain schedule.
+    (the key blocks of one head no longer share its Q, dO rows in L2). Causal without GQA: heaviest
+    key blocks first within groups of as many heads as fill the SMs (``head_group=0``; the same CTAs
+    run together as in the plain order, so they share the same rows): +4 % at d = 128, N = 4096 against
+    the plain order in the same run, the same order at N = 16384 (NOTES "Session 6, second round
+    (branch bwd5)", call 1; through the library in call 2 the row measured 0.78x cuDNN, against the
+    plain order's 0.79x in call 1, so the gain is not established beyond that one run).
+    Other shapes: the plain schedule.
     """
     reduce = "tma" if tma_reduce_available() else "atomic"
-    gqa_causal = bool(causal) and group > 1
-    return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and group == 1, heavy_first=gqa_causal)
+    causal, mha = bool(causal), group == 1
+    return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and mha, heavy_first=causal and not mha,
+                          head_group=0 if causal and mha else 1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,8 +187,9 @@ def _kernels():
 
     @gluon.jit
     def _producer(desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
-                  off_kv, start_n, lo, hi, GROUP,
-                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NBUF: gl.constexpr):
+                  off_kv, start_n, lo, hi, GROUP, Lse, Delta, lse_smem, d_smem, N_Q,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, NBUF: gl.constexpr,
+                  ROWS_SMEM: gl.constexpr):
         gl.static_assert(NBUF >= 1)  # (also makes gl a name this function uses: its annotations need it)
         # K_j, V_j once (line 6); the shared tiles are 2-D, the copies write them through (1, rows, d) views
         mbarrier.expect(kv_bar, 2 * desc_k.block_type.nbytes)
@@ -176,6 +211,15 @@ def _kernels():
                                                 q_smem.index(slot).reshape([1, BLOCK_M, HEAD_DIM]))
                 tma.async_copy_global_to_shared(desc_do, [off_q, start_m, 0], ready.index(slot),
                                                 do_smem.index(slot).reshape([1, BLOCK_M, HEAD_DIM]))
+                if ROWS_SMEM:  # lse_i, D_i into the slot too (rows past N_Q: 0); the slot's second arrival
+                    row_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+                    offs_m = start_m + gl.arange(0, BLOCK_M, layout=row_layout)
+                    row_ok = offs_m < N_Q
+                    row0 = off_q.to(gl.int64) * N_Q
+                    lse_smem.index(slot).store(gl.load(Lse + row0 + offs_m, mask=row_ok, other=0.0))
+                    d_smem.index(slot).store(gl.load(Delta + row0 + offs_m, mask=row_ok, other=0.0))
+                    sync_partition()
+                    mbarrier.arrive(ready.index(slot), count=1)
                 it += 1
 
     @gluon.jit
@@ -198,11 +242,12 @@ def _kernels():
 
     @gluon.jit
     def _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready, empty, ds_ready,
-              ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW,
+              ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K,
+              DIAG, WINDOW, full_lo, full_hi,
               C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
               DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, MASKED: gl.constexpr,
-              CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+              EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, ROWS_SMEM: gl.constexpr,
+              ONE_LOOP: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         """Query block start_m of query head off_q against this consumer's 64 keys: the five products.
         Returns the new (dk, dv)."""
         dtype: gl.constexpr = q_smem.dtype
@@ -215,11 +260,15 @@ def _kernels():
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         slot = it % NBUF
         # -- lse_i, D_i (line 8): loaded before the wait, so the loads overlap it; rows past N_Q: 0
+        #    (ROWS_SMEM: read from the ring slot where each is used, so neither holds 16 registers a step)
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))  # query rows: S^T's columns
         row_ok = offs_m < N_Q
-        lse2 = gl.load(Lse + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
-        Di = gl.load(Delta + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
+        if not ROWS_SMEM:
+            lse2 = gl.load(Lse + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
+            Di = gl.load(Delta + off_q.to(gl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
         mbarrier.wait(ready.index(slot), (it // NBUF) & 1)
+        if ROWS_SMEM:
+            lse2 = lse_smem.index(slot).load(gl.SliceLayout(0, st_layout)) * 1.4426950408889634
         q = q_smem.index(slot)  # (BLOCK_M, d)
         do = do_smem.index(slot)  # (BLOCK_M, d)
         # -- S^T = K_c Q_i^T and dP^T = V_c dO_i^T (lines 9, 12), both in flight
@@ -230,13 +279,21 @@ def _kernels():
         # -- P^T = exp2(S^T - lse_i) (line 10) while dP^T runs; rows past N_Q have q = dO = 0
         pT = gl.exp2(sT * qk_scale - lse2[None, :])  # (64 keys, BLOCK_M)
         if MASKED:
-            keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
-            pT = gl.where(keep, pT, 0.0)
+            if ONE_LOOP:
+                if (start_m < full_lo) | (start_m >= full_hi):  # a step of the diagonal band or the far edge
+                    keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None,
+                                   False)
+                    pT = gl.where(keep, pT, 0.0)
+            else:
+                keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
+                pT = gl.where(keep, pT, 0.0)
         # -- dV_c += P^T dO_i (line 11), P^T from registers
         p_op = gl.convert_layout(pT.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do, dv, is_async=True)
         dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
         # -- dS^T = P^T (dP^T - D_i) (line 13); dK_c += dS^T Q_i (line 16; scaled once at the end)
+        if ROWS_SMEM:
+            Di = d_smem.index(slot).load(gl.SliceLayout(0, st_layout))
         dsT = (pT * (dpT - Di[None, :])).to(dtype)  # (64 keys, BLOCK_M)
         ds_op = gl.convert_layout(dsT, a_layout)
         dk = warpgroup_mma(ds_op, q, dk, is_async=True)
@@ -291,12 +348,12 @@ def _kernels():
 
     @gluon.jit
     def _consumer(k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready, ds_empty,
-                  desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi, GROUP,
+                  desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi, GROUP,
                   sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
                   C: gl.constexpr, BLOCK_M: gl.constexpr, HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                   DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr, TMA_REDUCE: gl.constexpr,
-                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, CAUSAL: gl.constexpr,
-                  HAS_WINDOW: gl.constexpr):
+                  EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, DS_BUFS: gl.constexpr, ROWS_SMEM: gl.constexpr,
+                  ONE_LOOP: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = k_smem.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BLOCK_M, 16])
@@ -314,32 +371,46 @@ def _kernels():
         prev_q = off_kv * GROUP
         for g in range(GROUP):  # grouped-query attention: dK_c, dV_c summed over the query heads in registers
             off_q = off_kv * GROUP + g
-            # the three stages of kernels.visible.q_bounds: the diagonal band (masked), rows that see
-            # every key of the block (unmasked), the window's far edge (masked)
-            for start_m in range(lo, full_lo, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
-                               sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
-                prev_m = start_m
-                prev_q = off_q
-                it += 1
-            for start_m in range(full_lo, full_hi, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
-                               sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, False, CAUSAL, HAS_WINDOW)
-                prev_m = start_m
-                prev_q = off_q
-                it += 1
-            for start_m in range(full_hi, hi, BLOCK_M):
-                dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem, dq_smem, ready,
-                               empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, dk, dv, offs_n, qk_scale,
-                               sm_scale, N_Q, N_K, DIAG, WINDOW, C, BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF,
-                               SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, True, CAUSAL, HAS_WINDOW)
-                prev_m = start_m
-                prev_q = off_q
-                it += 1
+            if ONE_LOOP:  # every visited block in one loop; _step masks those outside [full_lo, full_hi)
+                for start_m in range(lo, hi, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, True, CAUSAL or HAS_WINDOW, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
+            else:
+                # the three stages of kernels.visible.q_bounds: the diagonal band (masked), rows that see
+                # every key of the block (unmasked), the window's far edge (masked)
+                for start_m in range(lo, full_lo, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, False, True, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
+                for start_m in range(full_lo, full_hi, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, False, False, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
+                for start_m in range(full_hi, hi, BLOCK_M):
+                    dk, dv = _step(it, start_m, off_q, prev_m, prev_q, k_smem, k_c, v_c, q_smem, do_smem, ds_smem,
+                                   dq_smem, ready, empty, ds_ready, ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem,
+                                   dk, dv, offs_n, qk_scale, sm_scale, N_Q, N_K, DIAG, WINDOW, full_lo, full_hi, C,
+                                   BLOCK_M, HALF_N, HEAD_DIM, DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ,
+                                   DS_BUFS, ROWS_SMEM, False, True, CAUSAL, HAS_WINDOW)
+                    prev_m = start_m
+                    prev_q = off_q
+                    it += 1
         if LAG_DQ:
             if it > 0:  # the last step's dQ share
                 dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -364,24 +435,27 @@ def _kernels():
 
     @gluon.jit
     def flash_bwd_ws_kernel(desc_q, desc_do, desc_k, desc_v, desc_dq, DQ, Lse, Delta, DK, DV, sm_scale,
-                            N_Q, N_K, GROUP, DIAG, WINDOW,
+                            N_Q, N_K, GROUP, DIAG, WINDOW, HEADS, HEAD_GROUP,
                             HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             DQ_COLS: gl.constexpr, NBUF: gl.constexpr, SPLIT_D: gl.constexpr,
-                            TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr,
-                            HEAVY_FIRST: gl.constexpr,
+                            TMA_REDUCE: gl.constexpr, EARLY_DQ: gl.constexpr, LAG_DQ: gl.constexpr, ROWS_SMEM: gl.constexpr,
+                            ONE_LOOP: gl.constexpr,
                             CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         HALF_N: gl.constexpr = BLOCK_N // 2
         DS_BUFS: gl.constexpr = 2 if LAG_DQ else 1  # dS^T buffers: LAG_DQ reads step t-1's while t's is written
-        # -- key block j and (batch, kv head) of this program (line 5). The grid is (key blocks, heads):
-        #    the key blocks of a head run side by side and share its Q, dO rows in L2; HEAVY_FIRST
-        #    swaps it to (heads, key blocks), so every head's block 0 (causal: the most rows) starts first
-        if HEAVY_FIRST:
-            pid_n = gl.program_id(1)
-            off_kv = gl.program_id(0)  # z * Hkv + kv head: its index in the (B*Hkv, Nk, d) view
-        else:
-            pid_n = gl.program_id(0)
-            off_kv = gl.program_id(1)
+        # -- key block j and (batch, kv head) of this program (line 5). Programs start about in id order:
+        #    the HEADS (batch, kv head) pairs come in groups of HEAD_GROUP, and a group's programs are
+        #    key block 0 of each of its heads, then block 1, ... (causal: block 0 sees the most query
+        #    rows, so the longest programs start first). HEAD_GROUP = 1: a head's blocks side by side
+        #    (they share its Q, dO rows in L2); HEAD_GROUP = HEADS: every head's block 0 first
+        n_blocks = gl.cdiv(N_K, BLOCK_N)
+        pid = gl.program_id(0)
+        first_head = pid // (HEAD_GROUP * n_blocks) * HEAD_GROUP
+        in_group = gl.minimum(HEAD_GROUP, HEADS - first_head)  # the last group may have fewer heads
+        rank = pid - first_head * n_blocks  # this program's place in its group
+        pid_n = rank // in_group
+        off_kv = first_head + rank % in_group  # z * Hkv + kv head: its index in the (B*Hkv, Nk, d) view
         start_n = pid_n * BLOCK_N
         # -- the query rows that see this key block (kernels.visible.q_bounds, the rule every rung
         #    shares): masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi)
@@ -400,6 +474,11 @@ def _kernels():
         ds_smem = gl.allocate_shared_memory(desc_q.dtype, [DS_BUFS, BLOCK_N, BLOCK_M], ds_layout)  # dS^T, both consumers
         dq_stage = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, DQ_COLS], dq_layout)  # one per consumer
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ROW_SLOTS: gl.constexpr = NBUF if ROWS_SMEM else 1  # lse_i, D_i per ring slot (ROWS_SMEM)
+        ROW_LEN: gl.constexpr = BLOCK_M if ROWS_SMEM else 1
+        row_smem: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+        lse_smem = gl.allocate_shared_memory(gl.float32, [ROW_SLOTS, ROW_LEN], row_smem)
+        d_smem = gl.allocate_shared_memory(gl.float32, [ROW_SLOTS, ROW_LEN], row_smem)
         ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         ds_ready = gl.allocate_shared_memory(gl.int64, [DS_BUFS, 1], mbarrier.MBarrierLayout())
@@ -409,21 +488,26 @@ def _kernels():
             mbarrier.init(ds_ready.index(i), count=2)  # one arrival per consumer
             mbarrier.init(ds_empty.index(i), count=2)
         for i in gl.static_range(NBUF):
-            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(ready.index(i), count=2 if ROWS_SMEM else 1)  # the copies' expect-tx (+ the rows)
             mbarrier.init(empty.index(i), count=2)
 
         # (the argument tuples are written out: a tuple built with + would lose its constexprs)
         gl.warp_specialize([
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
-                         ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
+                         ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo,
+                         full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 0, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, ONE_LOOP,
+                         CAUSAL, HAS_WINDOW)),
             (_consumer, (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_stage, kv_bar, ready, empty, ds_ready,
-                         ds_empty, desc_dq, DQ, Lse, Delta, DK, DV, off_kv, start_n, lo, full_lo, full_hi, hi,
+                         ds_empty, desc_dq, DQ, Lse, Delta, lse_smem, d_smem, DK, DV, off_kv, start_n, lo, full_lo,
+                         full_hi, hi,
                          GROUP, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW, 1, BLOCK_M, HALF_N, HEAD_DIM,
-                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, CAUSAL, HAS_WINDOW)),
+                         DQ_COLS, NBUF, SPLIT_D, TMA_REDUCE, EARLY_DQ, LAG_DQ, DS_BUFS, ROWS_SMEM, ONE_LOOP,
+                         CAUSAL, HAS_WINDOW)),
             (_producer, (desc_q, desc_do, desc_k, desc_v, k_smem, v_smem, q_smem, do_smem, kv_bar, ready, empty,
-                         off_kv, start_n, lo, hi, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, NBUF)),
+                         off_kv, start_n, lo, hi, GROUP, Lse, Delta, lse_smem, d_smem, N_Q, BLOCK_M, BLOCK_N,
+                         HEAD_DIM, NBUF, ROWS_SMEM)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
     return flash_bwd_ws_kernel
@@ -456,6 +540,9 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
         raise ValueError("dq_reduce='tma' needs Gluon's tile reduce (GluonOpBuilder.create_async_tma_reduce), "
                          "which this Triton lacks; use dq_reduce='atomic'")
     dq_cols = d // 2 if split_d else d
+    n_blocks = triton.cdiv(n_k, BLOCK_N)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
+    head_group = cfg.heads_per_group(B * h_kv, n_blocks, sms)
     if warmup:
         delta = torch.zeros((B, H, n_q), dtype=torch.float32, device=q.device)
     else:
@@ -477,13 +564,13 @@ def launch(q, k, v, o, lse, do, causal, scale: float | None = None, config: Gluo
 
     args = (desc(q3, box_m, gl_dtype), desc(do3, box_m, gl_dtype), desc(k3, box_n, gl_dtype),
             desc(v3, box_n, gl_dtype), desc(dq_acc, box_dq, gl.float32), dq_acc, lse.contiguous(), delta, dk, dv,
-            sm_scale, n_q, n_k, H // h_kv, rule["DIAG"], rule["WINDOW"])
+            sm_scale, n_q, n_k, H // h_kv, rule["DIAG"], rule["WINDOW"], B * h_kv, head_group)
     meta = dict(HEAD_DIM=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, DQ_COLS=dq_cols, NBUF=cfg.num_buffers,
                 SPLIT_D=split_d, TMA_REDUCE=tma_reduce, EARLY_DQ=cfg.early_dq, LAG_DQ=split_d and cfg.lag_dq,
-                HEAVY_FIRST=cfg.heavy_first,
+                ROWS_SMEM=cfg.rows_in_smem, ONE_LOOP=cfg.one_loop,
                 CAUSAL=rule["CAUSAL"], HAS_WINDOW=rule["HAS_WINDOW"],
                 CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs, num_warps=4)
-    grid = (B * h_kv, triton.cdiv(n_k, BLOCK_N)) if cfg.heavy_first else (triton.cdiv(n_k, BLOCK_N), B * h_kv)
+    grid = (n_blocks * B * h_kv,)  # (key block, head) from the program id: see the kernel's launch order
     kernel = _kernels()
     if warmup:
         return None, dk, dv, kernel.warmup(*args, grid=grid, **meta)
