@@ -260,6 +260,17 @@ def test_backward_ladder_table_reads_several_results_files_and_names_the_gluon_r
         assert line.split()[:4] == ["fp16", "128", str(f["rows"][0]["n"]), "1"]
         t = runs["gw:2,lag"]["tflops"]
         assert f"{t:.0f} ({t / runs['cudnn']['tflops']:.2f}x)" in line
-    assert any(line.startswith("Gluon 2,lag: bwd_gluon_ws") and "dQ one step behind" in line for line in lines)
+    assert any(line.startswith("Gluon lag: bwd_gluon_ws") and "2 Q/dO slots, dQ one step behind" in line for line in lines)
     with pytest.raises(KeyError, match="list of them"):
         perf.backward_ladder_table([files[0], {}])
+
+
+def test_backward_ladder_table_sorts_the_rows_of_several_files_by_dtype_then_n():
+    def row(dtype, n, d):
+        return dict(dtype=dtype, d=d, n=n, causal=False, fwdbwd={"cudnn": {"tflops": 400.0}})
+
+    files = {"b": {"rows": [row("float16", 2048, 64), row("bfloat16", 16384, 64)]},
+             "a": {"rows": [row("bfloat16", 2048, 128), row("bfloat16", 2048, 64)]}}
+    lines = perf.backward_ladder_table(files).splitlines()[2:6]
+    assert [line.split()[:3] for line in lines] == [["bf16", "64", "2048"], ["bf16", "128", "2048"],
+                                                    ["bf16", "64", "16384"], ["fp16", "64", "2048"]]

@@ -221,29 +221,48 @@ for causal in (False, True):
     print(f"causal={causal!s:<5} {dtype}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
 
 # %% [markdown]
-# ## The backward ladder: two rungs, chosen by measurement
+# ## The backward ladder: three rungs, chosen by measurement
 #
-# `flash_attention`'s backward has two rungs (`flashlab.kernels.ladder.BWD_RUNGS`):
+# `flash_attention`'s backward has three rungs (`flashlab.kernels.ladder.BWD_RUNGS`):
 #
 # - `bwd_two_pass` (`kernels/flash_bwd.py`): the kernels above. One pass keeps $K_j, V_j$ on chip
 #   for $dK, dV$, the other keeps $Q_i$ for $dQ$, so $S$ and $dP$ are computed in both: 7 matrix
 #   products per tile, no atomics. Where that was measured faster (`flash_bwd.concurrent_dq`: causal,
 #   grouped-query, shorter sequences) its dQ kernel runs on a second CUDA stream beside the dK/dV one.
 # - `bwd_fused` (`kernels/flash_bwd_hopper.py`): FlashAttention-2's Algorithm 2 as the paper
-#   writes it, one pass per key block with 5 products per tile; each key block adds its share of
-#   $dQ$ into an fp32 buffer (atomic adds, or the Hopper copy engine's tile reduce).
+#   writes it, in Triton: one pass per key block with 5 products per tile; each key block adds its
+#   share of $dQ$ into an fp32 buffer (atomic adds, or the Hopper copy engine's tile reduce).
+# - `bwd_gluon_ws` (`kernels/flash_bwd_gluon.py`): the same one pass written in Gluon, Triton's
+#   lower-level language, with the warps specialised as in the forward rung v5: a producer warp
+#   copies $Q_i$ and $dO_i$ tiles into shared memory with TMA while two consumer warpgroups (64
+#   keys each) do the 5 products, and $dQ$'s share leaves through the copy engine's tile reduce
+#   while the next products run.
 #
-# Fewer products should win. On an H200 it does not (`benchmarks/results/bench_backward_call2_proto_bf16.json`,
-# `benchmarks/bench_backward.py`): adding every key block's $dQ$ share into the buffer costs
-# more than the two products it saves, so `flash_attention` runs the two-pass rung wherever it was
-# measured (`ladder.FUSED_BACKWARD_MIN_N` would name the shapes where the one-pass rung wins).
-# cuDNN's backward is faster than both; the notes in `benchmarks/NOTES.md` ("Backward and GQA")
-# say what was tried.
+# Fewer products should win. In Triton the one-pass rung did not (0.62-0.73x cuDNN against the
+# two-pass rung's 0.70-0.82x, `benchmarks/results/bench_backward_call2_proto_bf16.json`): the
+# compiler waits for each $dQ$ reduce before the next products, and that wait costs more than the
+# two products it saves. Written by hand, with the wait overlapped, the one pass wins. The table
+# below (bf16, one run per file, `benchmarks/results/bench_backward_s6_call3_*.json`) times the
+# rungs side by side; the last column is the rung `flash_attention` runs for that shape now
+# (`ladder.measured_backward`). Its schedule matters as much as its product count: letting each
+# step's $dQ$ product run one step behind, so the two consumer warpgroups stop waiting for each
+# other at the exchange of $dS$, is the `lag` column.
 
 # %%
 from flashlab import perf
 
-print(perf.backward_ladder_table(course.load_results("bench_backward_call2_*.json")["bench_backward_call2_proto_bf16"]))
+print(perf.backward_ladder_table(course.load_results("bench_backward_s6_call3_n*.json")))
+
+# %% [markdown]
+# Where the library stands against cuDNN on every shape the project targets (bf16 and fp16, head
+# dims 64 and 128, N from 2048 to 16384, causal and not; one run,
+# `benchmarks/results/bench_backward_s6b_call2_*.json`): `flash_attention` (the `library`
+# column: forward and backward through autograd) reaches cuDNN at d = 128 from N = 16384
+# (1.00-1.01x) and is at 0.74-0.91x elsewhere. The causal rows at d = 128 are the slowest; `benchmarks/NOTES.md`
+# ("Backward and GQA") says what was measured there and what is left to try.
+
+# %%
+print(perf.backward_ladder_table(course.load_results("bench_backward_s6b_call2_n*.json")))
 
 # %% [markdown]
 # ## Self-test
@@ -315,5 +334,7 @@ answer("07.5", None)  # your number
 #   FLOPs, fewer bytes, another count against "FlashAttention saves FLOPs". Benchmarks count
 #   forward + backward as 3.5 times the forward's FLOPs (2 + 5 matmuls; FlashAttention-2 paper,
 #   Section 4.1; notebook 08), so the course's kernels execute 4.5/3.5 of what is credited.
+# - On an H200 the one-pass rung wins only when written by hand (`bwd_gluon_ws`, Gluon, warp
+#   specialised): `flash_attention` runs it from N = 2048 for fp16/bf16 at d = 64 and 128.
 # - NumPy and Triton gradients match float64 autograd.
 # - Next: notebook 08 measures all of this on an H200.

@@ -337,12 +337,15 @@ def _contender(name: str) -> tuple[str, str]:
     if name in BACKWARD_CONTENDERS:
         return BACKWARD_CONTENDERS[name]
     if name == "gw" or name.startswith("gw:"):
-        schedule = {"lag": "dQ one step behind", "hf": "heavy key blocks first", "late": "dQ's product last"}
-        extra = [schedule[p] for p in name[3:].split(",") if p in schedule]
-        return ("Gluon " + name[3:] if name != "gw" else "Gluon 1-pass",
-                "bwd_gluon_ws: one pass in Gluon (5 products per tile), a producer warp and two consumer "
-                "warpgroups, dQ by the copy engine's tile reduce" + (f"; {', '.join(extra)}" if extra else "")
-                + ("" if name != "gw" else "; the default schedule"))
+        parts = name[3:].split(",") if name != "gw" else []
+        schedule = {"lag": "dQ one step behind", "hf": "heavy key blocks first", "late": "dQ's product last",
+                    "g0": "heavy key blocks first within head groups"}
+        steps = [schedule[p] for p in parts if p in schedule]
+        slots = f"{parts[0]} Q/dO slots, " if parts and parts[0].isdigit() else ""
+        column = "Gluon " + " ".join(p for p in parts if p in schedule) if steps else "Gluon 1-pass"
+        return (column, "bwd_gluon_ws: one pass in Gluon (5 products per tile), a producer warp and two consumer "
+                "warpgroups, dQ by the copy engine's tile reduce; " + slots
+                + (", ".join(steps) if steps else "the schedule its default config gave when measured"))
     if name.startswith("fu:"):
         bm, bn, warps, stages = name[3:].split(",")[:4]
         how = "the copy engine's tile reduce" if name.endswith(",tma") else "atomic adds"
@@ -353,15 +356,19 @@ def _contender(name: str) -> tuple[str, str]:
 
 def backward_ladder_table(bench) -> str:
     """Forward+backward TFLOP/s of each backward contender per row of a ``bench_backward``
-    results file (``bench_backward_call2_proto_bf16.json``), or of several (a list: their rows one
-    after another), with its speed against cuDNN's in the same run, and the backward rung
+    results file (``bench_backward_call2_proto_bf16.json``), or of several (a list, or the
+    ``{name: file}`` of ``course.load_results``: their rows sorted by dtype, N, d, causal), with its speed against cuDNN's in the same run, and the backward rung
     ``flash_attention`` runs for that shape on an H200 (``kernels.ladder.measured_backward``)."""
     from .kernels.ladder import measured_backward
 
-    files = bench if isinstance(bench, (list, tuple)) else [bench]
+    several = isinstance(bench, (list, tuple)) or (isinstance(bench, dict) and "rows" not in bench and bench)
+    files = list(bench.values() if isinstance(bench, dict) and several else bench if several else [bench])
     if not files or not all(isinstance(f, dict) and f.get("rows") for f in files):
-        raise KeyError("expected a bench_backward results file (a dict with 'rows') or a list of them")
+        raise KeyError("expected a bench_backward results file (a dict with 'rows') or several "
+                       "(a list of them, or course.load_results' {name: file})")
     rows = [r for f in files for r in f["rows"]]
+    if several:  # bf16 first, then by N, head dim and causal
+        rows.sort(key=lambda r: (r["dtype"] != "bfloat16", r["n"], r["d"], bool(r["causal"])))
     names = list(dict.fromkeys(name for r in rows for name in r.get("fwdbwd", {})))
     lines = ["forward+backward TFLOP/s (speed against cuDNN in the same run; forward+backward = 3.5x the "
              "forward's FLOPs)",
