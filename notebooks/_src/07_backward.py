@@ -258,11 +258,22 @@ print(perf.backward_ladder_table(course.load_results("bench_backward_s6_call3_n*
 # dims 64 and 128, N from 2048 to 16384, causal and not; one run,
 # `benchmarks/results/bench_backward_s6b_call2_*.json`): `flash_attention` (the `library`
 # column: forward and backward through autograd) reaches cuDNN at d = 128 from N = 16384
-# (1.00-1.01x) and is at 0.74-0.91x elsewhere. The causal rows at d = 128 are the slowest; `benchmarks/NOTES.md`
-# ("Backward and GQA") says what was measured there and what is left to try.
+# (1.00-1.01x) and is at 0.74-0.91x elsewhere; the causal rows at d = 128 were the slowest.
 
 # %%
 print(perf.backward_ladder_table(course.load_results("bench_backward_s6b_call2_n*.json")))
+
+# %% [markdown]
+# Why were they slow? The compiler's resource report answered it without a GPU: at d = 128 each
+# consumer thread holds $dK$, $dV$ and the tiles of a step in registers, and the causal kernel,
+# which compiles its masked and unmasked loops side by side, spilled to local memory inside the
+# loop. Two schedule changes free registers: the producer warp stages $\mathrm{lse}_i$ and $D_i$ in
+# shared memory (`rows`), and one loop applies the mask under a run-time branch (`one`). Timed
+# against the schedule above in one run (`benchmarks/results/bench_backward_s6c_d128.json`, bf16,
+# d = 128), forward+backward moved from 0.79-0.84x to 0.95-1.05x cuDNN causal and from 0.92-0.94x
+# to 1.03-1.04x dense, and `flash_attention` now uses those schedules at d = 128
+# (`flash_bwd_gluon.default_config`). Registers are a budget: a kernel that spills waits on memory
+# it never meant to touch.
 
 # %% [markdown]
 # ## Self-test

@@ -339,7 +339,8 @@ def _contender(name: str) -> tuple[str, str]:
     if name == "gw" or name.startswith("gw:"):
         parts = name[3:].split(",") if name != "gw" else []
         schedule = {"lag": "dQ one step behind", "hf": "heavy key blocks first", "late": "dQ's product last",
-                    "g0": "heavy key blocks first within head groups"}
+                    "g0": "heavy key blocks first within head groups",
+                    "rows": "lse_i, D_i staged in shared memory", "one": "one loop, the mask under a branch"}
         steps = [schedule[p] for p in parts if p in schedule]
         slots = f"{parts[0]} Q/dO slots, " if parts and parts[0].isdigit() else ""
         column = "Gluon " + " ".join(p for p in parts if p in schedule) if steps else "Gluon 1-pass"
@@ -370,10 +371,11 @@ def backward_ladder_table(bench) -> str:
     if several:  # bf16 first, then by N, head dim and causal
         rows.sort(key=lambda r: (r["dtype"] != "bfloat16", r["n"], r["d"], bool(r["causal"])))
     names = list(dict.fromkeys(name for r in rows for name in r.get("fwdbwd", {})))
+    widths = {name: max(15, len(_contender(name)[0])) for name in names}
     lines = ["forward+backward TFLOP/s (speed against cuDNN in the same run; forward+backward = 3.5x the "
              "forward's FLOPs)",
-             f"{'dtype':<5} {'d':>3} {'N':>5} {'causal':>6} " + " ".join(f"{_contender(n)[0]:>15}" for n in names)
-             + "  flash_attention runs"]
+             f"{'dtype':<5} {'d':>3} {'N':>5} {'causal':>6} "
+             + " ".join(f"{_contender(n)[0]:>{widths[n]}}" for n in names) + "  flash_attention runs"]
     for r in rows:
         runs = r.get("fwdbwd", {})
         cudnn = runs.get("cudnn", {}).get("tflops")
@@ -381,7 +383,7 @@ def backward_ladder_table(bench) -> str:
         for name in names:
             tflops = runs.get(name, {}).get("tflops")
             text = "-" if tflops is None else f"{tflops:.0f}" + (f" ({tflops / cudnn:.2f}x)" if cudnn else "")
-            cells.append(f"{text:>15}")
+            cells.append(f"{text:>{widths[name]}}")
         dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(r["dtype"], r["dtype"])
         lines.append(f"{dtype:<5} {r['d']:>3} {r['n']:>5} {int(r['causal']):>6} " + " ".join(cells)
                      + f"  {measured_backward(r['d'], r['causal'], r['n'], r['n'])}")

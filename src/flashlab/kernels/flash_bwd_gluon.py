@@ -91,8 +91,8 @@ class GluonBwdConfig:
     lag_dq: bool = False  # dq_split "d": each step adds the previous step's dQ share (two dS^T buffers)
     heavy_first: bool = False  # causal: launch every head's key block 0 (the most query rows) first
     head_group: int = 1  # launch key blocks heaviest first across groups of this many heads; 0: as fill the SMs
-    rows_in_smem: bool = False  # the producer stages lse_i, D_i in shared memory (not yet run on a GPU)
-    one_loop: bool = False  # masked and unmasked steps in one loop, the mask under a run-time branch (ditto)
+    rows_in_smem: bool = False  # the producer stages lse_i, D_i in shared memory (fewer live registers)
+    one_loop: bool = False  # masked and unmasked steps in one loop, the mask under a run-time branch
 
     def __post_init__(self):
         if not 1 <= self.num_buffers <= 4:
@@ -146,12 +146,18 @@ def default_config(head_dim: int, causal: bool = False, group: int = 1) -> Gluon
     the plain order in the same run, the same order at N = 16384 (NOTES "Session 6, second round
     (branch bwd5)", call 1; through the library in call 2 the row measured 0.78x cuDNN, against the
     plain order's 0.79x in call 1, so the gain is not established beyond that one run).
+    At d = 128 without GQA, lse_i and D_i staged in shared memory by the producer (``rows_in_smem``,
+    which frees the consumers' registers: no spills in the hot loop) and, causal, one loop with the
+    mask under a run-time branch (``one_loop``): forward+backward 0.94 -> 1.04x cuDNN (dense,
+    N = 4096), 0.92 -> 1.03x (dense, 16384), 0.84 -> 1.05x (causal, 4096), 0.79 -> 0.95x (causal,
+    16384), bf16, the same run (NOTES "Session 6, the last call", results/bench_backward_s6c_d128.json).
     Other shapes: the plain schedule.
     """
     reduce = "tma" if tma_reduce_available() else "atomic"
     causal, mha = bool(causal), group == 1
+    staged = head_dim == 128 and mha
     return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and mha, heavy_first=causal and not mha,
-                          head_group=0 if causal and mha else 1)
+                          head_group=0 if causal and mha else 1, rows_in_smem=staged, one_loop=staged and causal)
 
 
 @functools.lru_cache(maxsize=None)
