@@ -38,18 +38,18 @@ first (faster on causal GQA, slower on MHA, where a head's key blocks running si
 Q, dO rows in L2); ``head_group`` does the same within groups of heads that about fill the SMs (causal
 MHA: the long key blocks start first, and the CTAs that run together are still a few heads' blocks,
 sharing their rows: 4 % faster at d = 128, N = 4096 against the plain order in one run);
-``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait. Not yet run on a
-GPU (compiled for sm90 only; off by default): ``rows_in_smem`` has the producer put lse_i and D_i in
-the ring slot beside Q_i, dO_i, so a consumer reads them where they are used instead of holding 32
-registers from the start of a step (d = 128: ptxas's spill frame 216 -> 104 bytes dense); ``one_loop``
-runs the masked and unmasked steps in one loop with the mask under a run-time branch (with
-``rows_in_smem``, the causal kernel's spill frame 248 -> 40 bytes: the separate masked loop is what
-keeps the causal hot loop spilling).
-Measured through ``flash_attention`` on an H200, bf16 and fp16, N = 2048-16384 (benchmarks/NOTES.md,
-"Session 6, second round (branch bwd5)"): forward+backward 0.88-1.01x cuDNN at d = 128 dense,
-0.81-0.91x at d = 64, 0.74-0.78x at d = 128 causal, 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
-N = 8192 and 32768). The causal d = 128 step costs ~1.36x a dense one with the same L2 hit rate
-(Nsight Compute); the d = 128 consumers spill a few registers a step.
+``early_dq`` queues dQ's product behind dK's and dV's instead of after their wait;
+``rows_in_smem`` has the producer put lse_i and D_i in the ring slot beside Q_i, dO_i, so a consumer
+reads them where they are used instead of holding 32 registers from the start of a step (d = 128:
+ptxas's spill frame 216 -> 104 bytes dense); ``one_loop`` runs the masked and unmasked steps in one
+loop with the mask under a run-time branch (with ``rows_in_smem``, the causal kernel's spill frame
+248 -> 40 bytes: the separate masked loop is what kept the causal hot loop spilling).
+Measured on an H200, bf16, against cuDNN in the same run (benchmarks/NOTES.md, "Session 6, the last
+call", results/bench_backward_s6c_d128.json), forward+backward at d = 128: with ``rows_in_smem``
+1.03-1.04x dense (0.92-0.94x without), with both 0.95-1.05x causal (0.79-0.84x without); those are
+the default at d = 128 without GQA. Through ``flash_attention`` before them ("Session 6, second
+round (branch bwd5)"): 0.81-0.91x at d = 64 and 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
+N = 8192 and 32768).
 
 D_i comes from the two-pass backward's preprocessing (``flash_bwd.preprocess``: the diagonal of
 O dO^T for fp16/bf16, so rows that see one key cancel exactly). The query range of each key block
