@@ -51,6 +51,7 @@ flags below) live in ``decode_sweeps.py``.
     python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
     python benchmarks/bench_decode.py --sweep-combine  # split counts x combine kinds (and configs) per row
     python benchmarks/bench_decode.py --paged          # the paged-cache rows and the launch path only
+    python benchmarks/bench_decode.py --probe          # the 134 MB read and the one-wave rows (decode_probe.py)
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -566,6 +567,7 @@ def main(argv=None):
     parser.add_argument("--sweep-combine", action="store_true", help="split counts x combines (and configs) per row")
     parser.add_argument("--skip-chunk", action="store_true", help="full run without the bottom-right chunk")
     parser.add_argument("--paged", action="store_true", help="only the paged-cache rows and the launch path")
+    parser.add_argument("--probe", action="store_true", help="read experiments at 134 MB and the one-wave rows")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -588,6 +590,14 @@ def main(argv=None):
     if args.sweep_misses:
         payload = {"environment": _common.environment(), "sweep_misses": decode_sweeps.sweep_misses()}
         _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
+        return 0
+    if args.probe:
+        import decode_probe  # call 9's experiments
+
+        payload = {"environment": _common.environment()}
+        path = args.out or out_dir / "decode_probe.json"
+        payload["probe"] = decode_probe.probe(lambda part: _common.write_json(path, dict(payload, probe=part)))
+        _common.write_json(path, payload)
         return 0
     if args.paged:
         t0 = time.time()

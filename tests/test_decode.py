@@ -460,6 +460,28 @@ def test_fused_combine_is_repeatable_on_gpu(poison):
     assert (first[1] - separate[1]).abs().max().item() < 1e-5
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [1, 3])
+def test_evict_first_loads_give_the_same_answer(splits, poison):
+    """The L2 hint changes where K/V lines go, never the arithmetic: the same bits, both ways."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    q, k, v, seqlens = _inputs(3, 32 if DEVICE == "cuda" else 4, 8 if DEVICE == "cuda" else 2, 1,
+                               5000 if DEVICE == "cuda" else 60, 128 if DEVICE == "cuda" else 16, dtype,
+                               [5000, 77, 4096] if DEVICE == "cuda" else [60, 7, 33], seed=47)
+    d = q.shape[-1]
+    for wide in (False, True):
+        config = kernels.config_for(d, dtype, wide)
+        plain, hinted = (decode_plan.forward(q, k, v, seqlens, d ** -0.5, False, splits,
+                                             dataclasses.replace(config, evict_first=e)) for e in (False, True))
+        assert torch.equal(plain[0], hinted[0]) and torch.equal(plain[1], hinted[1]), \
+            f"evict_first changed the output (splits={splits}, wide={wide})"
+        ref_o, _ = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
+        assert (hinted[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "evict_first output off the reference"
+
+
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's
