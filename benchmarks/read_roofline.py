@@ -11,6 +11,12 @@ time, best over grid sizes and tile sizes (``CONFIGS``) and measured as the deco
 (``triton.testing.do_bench`` median, L2 cleared before every run), is the read roofline at that
 byte count; a decode kernel's time over it says how much of a step is not reading.
 
+Call 9 (``decode_probe.py``) added ways to read harder: an L2 hint on the loads (``HINT``: 1
+evict_first, 2 .cg), a TMA read (``_read_sum_tma``: host-side tensor descriptors; Triton 3.6 keeps
+one tile of it in shared memory, so one copy in flight per program) and an empty launch
+(``_empty``) for the fixed cost. At 134 MB evict_first was fastest (39.8 us vs 42.9 plain;
+benchmarks/NOTES.md, decode, call 9); ``CONFIGS`` (no hint) stays the ceiling of the decode rows.
+
 Imported by ``bench_decode.py`` on a GPU machine only (Triton at import).
 """
 from __future__ import annotations
@@ -102,8 +108,6 @@ def tma_launcher(k, v, out, block_r: int, warps: int, programs: int, stages: int
 
 def check(k, v, out) -> float:
     """Relative error of the kernel's total against torch's sum in fp64 (the kernel must read it all)."""
-    import torch
-
     grid = launch(k, v, out, 4096, 8, 264)
     got = out[:grid].double().sum().item()
     want = sum(part.double().sum().item() for t in (k, v) for part in t.reshape(-1).split(1 << 28))  # 2 GB at a time

@@ -83,6 +83,38 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
 
+def test_deep_tiles_candidate_is_one_wave_unsplit_wide_grids_of_long_caches_only():
+    assert decode.deep_tiles_candidate(4, 32, 1, 32768, SMS)  # 128 programs, 32k keys
+    assert decode.deep_tiles_candidate(16, 8, 1, 131072, SMS)
+    assert decode.deep_tiles_candidate(1, 33, 4, decode.DEEP_MIN_KEYS, SMS)  # 132 programs: still one wave
+    assert not decode.deep_tiles_candidate(16, 8, 1, 4096, SMS)  # short cache: the wide config won (call 9)
+    assert not decode.deep_tiles_candidate(4, 32, 1, decode.DEEP_MIN_KEYS - 1, SMS)
+    assert not decode.deep_tiles_candidate(1, 133, 1, 131072, SMS)  # more than one wave
+    assert not decode.deep_tiles_candidate(1, 8, 1, 131072, SMS)  # a small grid: the rule splits it
+    assert not decode.deep_tiles_candidate(4, 32, 1, 32768, SMS, has_wide=False)
+    for args in [(4, 32, 1, 32768, SMS), (16, 8, 1, 131072, SMS)]:  # where it applies the rule runs wide, unsplit
+        assert decode.split_rule(*args) == (1, True, True), args
+    with pytest.raises(ValueError, match="max_len"):
+        decode.deep_tiles_candidate(4, 32, 1, 0, SMS)
+    with pytest.raises(ValueError, match="has_wide"):
+        decode.deep_tiles_candidate(4, 32, 1, 32768, SMS, has_wide=1)
+
+
+def test_deep_config_keeps_the_wide_configs_bytes_in_flight_in_64_key_steps(monkeypatch):
+    from flashlab.kernels import _mode
+    from flashlab.kernels import flash_decode as kernels
+
+    monkeypatch.setattr(_mode, "is_interpreter", lambda: False)  # the compiled configs, not the interpreter's
+    deep = kernels.config_for(128, torch.bfloat16, deep=True)
+    wide = kernels.config_for(128, torch.bfloat16, wide=True)
+    assert (deep.block_n, deep.num_stages) == (64, 6) and (wide.block_n, wide.num_stages) == (128, 3)
+    smem = [c.num_stages * c.block_n for c in (deep, wide)]
+    assert smem[0] == smem[1], f"K/V rows in flight: deep {smem[0]}, wide {smem[1]}"
+    assert kernels.programs_per_sm(deep, 128, 2) == 1
+    assert kernels.config_for(128, torch.float32, deep=True) == kernels.default_config(128, torch.float32)
+    assert kernels.config_for(64, torch.bfloat16, deep=True) == kernels.default_config(64, torch.bfloat16)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
 def test_split_rule_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match="batch"):

@@ -20,6 +20,7 @@ MANY_WAVES = 7  # a grid of at least this many waves of the default config runs 
 SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
 FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
+DEEP_MIN_KEYS = 32768  # deep_tiles_candidate: from this many keys (call 9: better at 32k / 128k, worse at 4k)
 
 
 class SplitChoice(NamedTuple):
@@ -33,6 +34,13 @@ class SplitChoice(NamedTuple):
 def wave_efficiency(programs: int, slots: int) -> float:
     """Busy fraction of the waves: programs / (slots * waves), waves = ceil(programs / slots)."""
     return programs / (slots * -(-programs // slots))
+
+
+def _check_sizes(**sizes) -> None:
+    for name, value in sizes.items():
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
+                or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
 
 
 def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
@@ -69,11 +77,8 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     2 default programs each): 8 programs -> 16 splits, wide; 32 -> 4, wide; 128 -> 1, wide;
     512 -> 1, wide; 2048 -> 1, default.
     """
-    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("row_blocks", row_blocks),
-                        ("max_len", max_len), ("sms", sms), ("programs_per_sm", programs_per_sm)):
-        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) \
-                or value < 1:
-            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    _check_sizes(batch=batch, kv_heads=kv_heads, row_blocks=row_blocks, max_len=max_len, sms=sms,
+                 programs_per_sm=programs_per_sm)
     if not isinstance(has_wide, bool):
         raise ValueError(f"has_wide={has_wide!r} must be True or False")
     programs = batch * kv_heads * row_blocks
@@ -93,6 +98,22 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
         splits = one_per_sm
     splits = max(1, min(splits, cap))
     return SplitChoice(splits, has_wide, splits <= FUSED_MAX_SPLITS)
+
+
+def deep_tiles_candidate(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
+                         has_wide: bool = True) -> bool:
+    """Whether the candidate change to :func:`split_rule` applies to this shape: a grid of one wave
+    (``ONE_WAVE_FILL * sms <= programs <= sms``, which the rule runs unsplit with the wide config)
+    at ``max_len >= DEEP_MIN_KEYS`` keys, run instead with 64-key tiles and 6 stages
+    (``kernels.flash_decode.config_for(..., deep=True)``). Measured on an H200 (benchmarks/NOTES.md,
+    decode, call 9; 128 programs, 3 rounds): 491.2 vs 495.6 us at 32k keys, 1894.1 vs 1926.3 at
+    128k, but 80.2 vs 76.8 at 4k. Not part of the rule until a full-matrix run confirms it:
+    ``benchmarks/bench_decode.py`` times it beside the rule at every row where this is True."""
+    _check_sizes(batch=batch, kv_heads=kv_heads, row_blocks=row_blocks, max_len=max_len, sms=sms)
+    if not isinstance(has_wide, bool):
+        raise ValueError(f"has_wide={has_wide!r} must be True or False")
+    programs = batch * kv_heads * row_blocks
+    return has_wide and ONE_WAVE_FILL * sms <= programs <= sms and max_len >= DEEP_MIN_KEYS
 
 
 def num_splits(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int, programs_per_sm: int = 2,
@@ -149,6 +170,17 @@ def choice_for(q, k, num_splits_arg=None, n_max: int | None = None) -> SplitChoi
 def splits_for(q, k, num_splits_arg=None) -> int:
     """The number of splits of :func:`choice_for`."""
     return choice_for(q, k, num_splits_arg).splits
+
+
+def deep_candidate_for(q, k) -> bool:
+    """:func:`deep_tiles_candidate` for q (B, H, Nq, d) against a cache of kv heads k.shape[1] and
+    k.shape[2] keys, on q's device (as :func:`choice_for`)."""
+    from .kernels.flash_decode import block_m_for, has_wide_config, head_dim_padded
+
+    B, H, Nq, d = q.shape
+    rows = (H // k.shape[1]) * Nq
+    return deep_tiles_candidate(B, k.shape[1], -(-rows // block_m_for(rows)), k.shape[2], sm_count_of(q),
+                                has_wide_config(head_dim_padded(d), q.dtype))
 
 
 def config_of(q, choice: SplitChoice):
