@@ -13,9 +13,9 @@ timed (relative error recorded):
                         the same as flash_decode where the rule chose 1 split)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
-* ``flash_decode_deep`` only where ``decode.deep_tiles_candidate`` holds (one wave of programs, >= 32k
-                        keys): unsplit, 64-key tiles with 6 stages instead of the rule's wide config;
-                        timed in the rounds (``deep_vs_rule``, ``deep_vs_sdpa_default``)
+* ``flash_decode_deep`` only where ``split_rule(..., deep=True)`` differs from the rule (one wave of
+                        programs, >= 32k keys): unsplit, 64-key tiles with 6 stages instead of the
+                        wide config; timed in the rounds (``deep_vs_rule``, ``deep_vs_sdpa_default``)
 * ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
 * ``sdpa_flash``        torch SDPA with the FLASH_ATTENTION backend only
 * ``naive``             matmul, softmax, matmul in bf16 (K, V repeated to H heads for GQA);
@@ -231,15 +231,17 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
     kv_bytes = 2 * k.numel() * k.element_size()
     choice = decode.choice_for(q, k)
     row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "Nq": 1, "d": D, "dtype": dtype_name, "kv_bytes": kv_bytes,
-           "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused, "results": {}}
+           "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused,
+           "deep_config": choice.deep, "results": {}}
     variants = make_variants(H, Hkv, scale)
     round_names = ROUND_VARIANTS
-    if decode.deep_candidate_for(q, k):  # the candidate change to the rule, timed in the rounds beside it
+    deep = decode.choice_for(q, k, deep=True)
+    if deep.deep and not choice.deep:  # the candidate change to the rule, timed in the rounds beside it
         from flashlab.kernels import decode_plan as plans
-        from flashlab.kernels import flash_decode as kernels
 
-        deep = kernels.config_for(D, dtype, deep=True)  # unsplit, 64-key tiles, 6 stages
-        variants["flash_decode_deep"] = lambda q, k, v: plans.forward(q, k, v, None, scale, False, 1, deep)[0]
+        config = decode.config_of(q, deep)  # unsplit, 64-key tiles, 6 stages
+        variants["flash_decode_deep"] = lambda q, k, v: plans.forward(q, k, v, None, scale, False, deep.splits,
+                                                                      config)[0]
         round_names = ROUND_VARIANTS + ("flash_decode_deep",)
     res = row["results"]
     runs = {name: [] for name in round_names}
@@ -342,7 +344,7 @@ def print_summary(rows_out):
         fd, sd = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default"))
         cmp_, ceiling = r.get("vs_sdpa_default", {}), r.get("read_ceiling", {})
         nan = float("nan")
-        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
+        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'d' if r.get('deep_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
         print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {kind:>5} {fd.get('us', nan):>9.1f} "
               f"{sd.get('us', nan):>9.1f} {cmp_.get('ratio', nan):>6.3f} {cmp_.get('ratio_min', nan):>6.3f} "
               f"{100 * cmp_.get('spread', nan):>5.2f}% {'y' if cmp_.get('within_spread') else 'n':>3} "

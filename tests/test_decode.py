@@ -26,27 +26,27 @@ SMS = 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
 
 
 def test_split_rule_splits_a_small_grid_to_one_wide_program_per_sm():
-    assert decode.split_rule(1, 32, 1, 32768, SMS) == (4, True, True)  # 128 programs, fused combine
-    assert decode.split_rule(4, 8, 1, 4096, SMS) == (4, True, True)
-    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, True, True)
-    assert decode.split_rule(1, 16, 1, 32768, SMS) == (8, True, True)
-    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, True, False)  # 126 splits: the combine kernel
+    assert decode.split_rule(1, 32, 1, 32768, SMS) == decode.SplitChoice(4, True, True)  # 128 programs, fused combine
+    assert decode.split_rule(4, 8, 1, 4096, SMS) == decode.SplitChoice(4, True, True)
+    assert decode.split_rule(1, 8, 1, 131072, SMS) == decode.SplitChoice(16, True, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS) == decode.SplitChoice(8, True, True)
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == decode.SplitChoice(126, True, False)  # 126 splits: the combine kernel
 
 
 def test_split_rule_without_a_wide_config_splits_up_to_two_programs_per_sm():
-    assert decode.split_rule(1, 32, 1, 32768, SMS, has_wide=False) == (8, False, True)  # 256 programs
-    assert decode.split_rule(4, 8, 1, 4096, SMS, has_wide=False) == (8, False, True)
-    assert decode.split_rule(1, 16, 1, 32768, SMS, has_wide=False) == (16, False, True)  # 256
+    assert decode.split_rule(1, 32, 1, 32768, SMS, has_wide=False) == decode.SplitChoice(8, False, True)  # 256 programs
+    assert decode.split_rule(4, 8, 1, 4096, SMS, has_wide=False) == decode.SplitChoice(8, False, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS, has_wide=False) == decode.SplitChoice(16, False, True)  # 256
     # two per SM would take 33 splits: one per SM instead
-    assert decode.split_rule(1, 8, 1, 131072, SMS, has_wide=False) == (16, False, True)
+    assert decode.split_rule(1, 8, 1, 131072, SMS, has_wide=False) == decode.SplitChoice(16, False, True)
     assert decode.split_rule(1, 4, 1, 1 << 20, SMS, has_wide=False).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
 
 
 def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
-    assert decode.split_rule(4, 32, 1, 4096, SMS) == (1, True, True)  # 128 programs: wide config
-    assert decode.split_rule(64, 8, 1, 131072, SMS) == (1, True, True)  # 512
-    assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == (1, False, True)
-    assert decode.split_rule(64, 32, 1, 32768, SMS) == (1, False, True)  # 2048 >= 7 waves of 264: default config
+    assert decode.split_rule(4, 32, 1, 4096, SMS) == decode.SplitChoice(1, True, True)  # 128 programs: wide config
+    assert decode.split_rule(64, 8, 1, 131072, SMS) == decode.SplitChoice(1, True, True)  # 512
+    assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == decode.SplitChoice(1, False, True)
+    assert decode.split_rule(64, 32, 1, 32768, SMS) == decode.SplitChoice(1, False, True)  # 2048 >= 7 waves of 264: default config
     assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
 
@@ -63,14 +63,21 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
     for _ in range(400):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
         max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
-        has_wide = rng.random() < 0.5
-        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide)
+        has_wide, ask_deep = rng.random() < 0.5, rng.random() < 0.5
+        splits, wide, fused, deep = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide,
+                                                               ask_deep)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
         fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
-        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, choice)
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, ask_deep, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
         assert not wide or has_wide, f"the wide config where none exists: {case}"
+        assert deep == (ask_deep and has_wide and decode.ONE_WAVE_FILL * sms <= programs <= sms
+                        and max_len >= decode.DEEP_MIN_KEYS), f"deep tiles only for one wave of long caches: {case}"
+        assert not (deep and wide), case
+        if deep:
+            assert splits == 1, case
+            continue
         if programs >= decode.MANY_WAVES * sms * per_sm:
             assert (splits, wide) == (1, False), f"a grid of many waves runs unsplit, default config: {case}"
         elif programs >= decode.ONE_WAVE_FILL * sms:
@@ -83,21 +90,21 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
 
-def test_deep_tiles_candidate_is_one_wave_unsplit_wide_grids_of_long_caches_only():
-    assert decode.deep_tiles_candidate(4, 32, 1, 32768, SMS)  # 128 programs, 32k keys
-    assert decode.deep_tiles_candidate(16, 8, 1, 131072, SMS)
-    assert decode.deep_tiles_candidate(1, 33, 4, decode.DEEP_MIN_KEYS, SMS)  # 132 programs: still one wave
-    assert not decode.deep_tiles_candidate(16, 8, 1, 4096, SMS)  # short cache: the wide config won (call 9)
-    assert not decode.deep_tiles_candidate(4, 32, 1, decode.DEEP_MIN_KEYS - 1, SMS)
-    assert not decode.deep_tiles_candidate(1, 133, 1, 131072, SMS)  # more than one wave
-    assert not decode.deep_tiles_candidate(1, 8, 1, 131072, SMS)  # a small grid: the rule splits it
-    assert not decode.deep_tiles_candidate(4, 32, 1, 32768, SMS, has_wide=False)
-    for args in [(4, 32, 1, 32768, SMS), (16, 8, 1, 131072, SMS)]:  # where it applies the rule runs wide, unsplit
-        assert decode.split_rule(*args) == (1, True, True), args
-    with pytest.raises(ValueError, match="max_len"):
-        decode.deep_tiles_candidate(4, 32, 1, 0, SMS)
-    with pytest.raises(ValueError, match="has_wide"):
-        decode.deep_tiles_candidate(4, 32, 1, 32768, SMS, has_wide=1)
+def test_split_rule_with_deep_runs_one_wave_of_long_caches_in_deep_tiles_only():
+    deep = decode.SplitChoice(1, False, True, True)
+    assert decode.split_rule(4, 32, 1, 32768, SMS, deep=True) == deep  # 128 programs, 32k keys
+    assert decode.split_rule(16, 8, 1, 131072, SMS, deep=True) == deep
+    assert decode.split_rule(1, 33, 4, decode.DEEP_MIN_KEYS, SMS, deep=True) == deep  # 132 programs: one wave
+    wide = decode.SplitChoice(1, True, True)
+    assert decode.split_rule(16, 8, 1, 4096, SMS, deep=True) == wide  # short cache: the wide config won (call 9)
+    assert decode.split_rule(4, 32, 1, decode.DEEP_MIN_KEYS - 1, SMS, deep=True) == wide
+    assert decode.split_rule(1, 133, 1, 131072, SMS, deep=True) == wide  # more than one wave
+    assert decode.split_rule(1, 8, 1, 131072, SMS, deep=True) == decode.SplitChoice(16, True, True)  # split, wide
+    assert decode.split_rule(4, 32, 1, 32768, SMS, has_wide=False, deep=True) == decode.SplitChoice(1, False, True)
+    assert decode.split_rule(64, 32, 1, 131072, SMS, deep=True) == decode.SplitChoice(1, False, True)  # many waves
+    assert decode.split_rule(4, 32, 1, 32768, SMS) == wide, "deep is off unless asked for"
+    with pytest.raises(ValueError, match="deep"):
+        decode.split_rule(4, 32, 1, 32768, SMS, deep=1)
 
 
 def test_deep_config_keeps_the_wide_configs_bytes_in_flight_in_64_key_steps(monkeypatch):

@@ -105,7 +105,7 @@ def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_comb
     of shared memory, one program per SM with as many bytes in flight as two default ones
     (measured on an H200, benchmarks/NOTES.md, calls 5-7). ``deep`` (instead of ``wide``, same
     condition): the default 64-key tile with twice its stages (6), the same bytes in flight in
-    finer steps; the candidate of ``flashlab.split_rule.deep_tiles_candidate`` (call 9)."""
+    finer steps; ``flashlab.split_rule.split_rule(..., deep=True)`` asks for it (call 9)."""
     config = default_config(head_dim, dtype)
     if deep and has_wide_config(head_dim, dtype):
         config = dataclasses.replace(config, num_stages=2 * config.num_stages)
