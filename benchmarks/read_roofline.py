@@ -12,8 +12,8 @@ time, best over grid sizes and tile sizes (``CONFIGS``) and measured as the deco
 byte count; a decode kernel's time over it says how much of a step is not reading.
 
 Call 9 (``decode_probe.py``) added ways to read harder: an L2 hint on the loads (``HINT``: 1
-evict_first, 2 .cg), a TMA read (``_read_sum_tma``: host-side tensor descriptors; Triton 3.6 keeps
-one tile of it in shared memory, so one copy in flight per program) and an empty launch
+evict_first, 2 .cg), a TMA read (``_read_sum_tma``: host-side tensor descriptors; compiled here
+for sm90 (Triton 3.7) it keeps one tile in shared memory, so one copy in flight per program) and an empty launch
 (``_empty``) for the fixed cost. At 134 MB evict_first was fastest (39.8 us vs 42.9 plain;
 benchmarks/NOTES.md, decode, call 9); ``CONFIGS`` (no hint) stays the ceiling of the decode rows.
 
