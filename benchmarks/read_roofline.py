@@ -13,8 +13,8 @@ byte count; a decode kernel's time over it says how much of a step is not readin
 
 Call 9 (``decode_probe.py``) added ways to read harder: an L2 hint on the loads (``HINT``: 1
 evict_first, 2 .cg), a TMA read (``_read_sum_tma``: host-side tensor descriptors; compiled here
-for sm90 (Triton 3.7) it keeps one tile in shared memory, so one copy in flight per program) and an empty launch
-(``_empty``) for the fixed cost. At 134 MB evict_first was fastest (39.8 us vs 42.9 plain;
+for sm90 with Triton 3.7 it keeps one tile in shared memory, one copy in flight per program)
+and an empty launch (``_empty``) for the fixed cost. At 134 MB evict_first was fastest (39.8 us vs 42.9 plain;
 benchmarks/NOTES.md, decode, call 9); ``CONFIGS`` (no hint) stays the ceiling of the decode rows.
 
 Imported by ``bench_decode.py`` on a GPU machine only (Triton at import).
