@@ -30,7 +30,8 @@ def test_split_rule_splits_a_small_grid_to_one_wide_program_per_sm():
     assert decode.split_rule(4, 8, 1, 4096, SMS) == decode.SplitChoice(4, True, True)
     assert decode.split_rule(1, 8, 1, 131072, SMS) == decode.SplitChoice(16, True, True)
     assert decode.split_rule(1, 16, 1, 32768, SMS) == decode.SplitChoice(8, True, True)
-    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == decode.SplitChoice(126, True, False)  # 126 splits: the combine kernel
+    # 126 splits: the combine kernel
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == decode.SplitChoice(126, True, False)
 
 
 def test_split_rule_without_a_wide_config_splits_up_to_two_programs_per_sm():
@@ -46,7 +47,8 @@ def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
     assert decode.split_rule(4, 32, 1, 4096, SMS) == decode.SplitChoice(1, True, True)  # 128 programs: wide config
     assert decode.split_rule(64, 8, 1, 131072, SMS) == decode.SplitChoice(1, True, True)  # 512
     assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == decode.SplitChoice(1, False, True)
-    assert decode.split_rule(64, 32, 1, 32768, SMS) == decode.SplitChoice(1, False, True)  # 2048 >= 7 waves of 264: default config
+    # 2048 programs >= 7 waves of 264: default config
+    assert decode.split_rule(64, 32, 1, 32768, SMS) == decode.SplitChoice(1, False, True)
     assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
 
