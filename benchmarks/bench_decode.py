@@ -13,6 +13,9 @@ timed (relative error recorded):
                         the same as flash_decode where the rule chose 1 split)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
+* ``flash_decode_deep`` only where ``split_rule(..., deep=True)`` differs from the rule (one wave of
+                        programs, >= 32k keys): unsplit, 64-key tiles with 6 stages instead of the
+                        wide config; timed in the rounds (``deep_vs_rule``, ``deep_vs_sdpa_default``)
 * ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
 * ``sdpa_flash``        torch SDPA with the FLASH_ATTENTION backend only
 * ``naive``             matmul, softmax, matmul in bf16 (K, V repeated to H heads for GQA);
@@ -44,13 +47,16 @@ choice (default config) and SDPA, in interleaved rounds. ``paged``: a paged cach
 Also (not with ``--skip-chunk``): a bottom-right causal chunk (Nq = 2048 against Nk = 32768) through
 ``flash_attention(causal=True, causal_align="bottom_right")`` beside a non-causal run of equal
 FLOPs (Nk' = Nk - Nq/2); and the device-copy bandwidth ceiling. The sweeps of calls 1-5 (the
-flags below) live in ``decode_sweeps.py``.
+flags below) and call 7's ``split_wide`` live in ``decode_sweeps.py``; the copy ceiling, the
+graph-replayed read, the launch path, the chunk and the paged cache in ``decode_extras.py``; call 9's
+read experiments and one-wave rows in ``decode_probe.py``.
 
     python benchmarks/bench_decode.py                  # full run -> $OUT or results/bench_decode.json
     python benchmarks/bench_decode.py --tune           # the split rule vs other split counts; the Nk threshold
     python benchmarks/bench_decode.py --sweep-misses   # split counts and configs at the rows over SDPA
     python benchmarks/bench_decode.py --sweep-combine  # split counts x combine kinds (and configs) per row
     python benchmarks/bench_decode.py --paged          # the paged-cache rows and the launch path only
+    python benchmarks/bench_decode.py --probe          # the 134 MB read and the one-wave rows (decode_probe.py)
     python benchmarks/bench_decode.py --dry-run        # print the rows; needs no GPU
 """
 from __future__ import annotations
@@ -76,7 +82,6 @@ ROUND_VARIANTS = ("flash_decode", "sdpa_default")  # timed in ROUNDS interleaved
 ROUNDS = 3
 GRAPH_MAX_US = 2000.0  # graph_us and host_us only where a call takes less (above, the launch is < 1% of it)
 HOST_CALLS = 1000  # back-to-back calls for host_us (fewer where a call takes over 300 us)
-LAUNCH_PATH_ROWS = ((1, 32, 32, 4096), (1, 32, 8, 4096), (4, 32, 8, 4096), (1, 32, 8, 32768))
 
 
 def rows():
@@ -226,10 +231,20 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
     kv_bytes = 2 * k.numel() * k.element_size()
     choice = decode.choice_for(q, k)
     row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "Nq": 1, "d": D, "dtype": dtype_name, "kv_bytes": kv_bytes,
-           "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused, "results": {}}
+           "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused,
+           "deep_config": choice.deep, "results": {}}
     variants = make_variants(H, Hkv, scale)
+    round_names = ROUND_VARIANTS
+    deep = decode.choice_for(q, k, deep=True)
+    if deep.deep and not choice.deep:  # the candidate change to the rule, timed in the rounds beside it
+        from flashlab.kernels import decode_plan as plans
+
+        config = decode.config_of(q, deep)  # unsplit, 64-key tiles, 6 stages
+        variants["flash_decode_deep"] = lambda q, k, v: plans.forward(q, k, v, None, scale, False, deep.splits,
+                                                                      config)[0]
+        round_names = ROUND_VARIANTS + ("flash_decode_deep",)
     res = row["results"]
-    runs = {name: [] for name in ROUND_VARIANTS}
+    runs = {name: [] for name in round_names}
 
     def timed(name, fn):  # a backend that refuses the shape is recorded, not fatal
         try:
@@ -255,15 +270,15 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
             if err is not None:
                 res[name] = {"rel_err_vs_sdpa_flash": err}
             torch.cuda.empty_cache()
-        one_round(ROUND_VARIANTS)  # round 1
+        one_round(round_names)  # round 1
         for name, fn in variants.items():
-            if name in ROUND_VARIANTS or "rel_err_vs_sdpa_flash" not in res[name]:
+            if name in round_names or "rel_err_vs_sdpa_flash" not in res[name]:
                 continue
             us = timed(name, lambda: bench_us(lambda: fn(q, k, v)))
             if us is not None:
                 res[name].update(us=us, tb_s=kv_bytes / us / 1e6)
             torch.cuda.empty_cache()
-        one_round(ROUND_VARIANTS[::-1])  # round 2, the other order
+        one_round(round_names[::-1])  # round 2, the other order
         for name in GRAPH_VARIANTS:
             if "error" in res[name] or (res[name]["us"] if "us" in res[name] else min(runs[name])) > GRAPH_MAX_US:
                 continue
@@ -274,13 +289,16 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
                 calls = host_calls(res[name]["us"] if "us" in res[name] else min(runs[name]))
                 wall, issue = host_us(lambda: fn(q, k, v), calls)
                 res[name].update(host_us=wall, issue_us=issue, host_calls=calls)
-        one_round(ROUND_VARIANTS)  # round 3
-        for name in ROUND_VARIANTS:
+        one_round(round_names)  # round 3
+        for name in round_names:
             if "error" not in res[name] and runs[name]:
                 res[name].update(rounds_entry(runs[name]))
                 res[name]["tb_s"] = kv_bytes / res[name]["us"] / 1e6
         if all(len(runs[name]) == ROUNDS for name in ROUND_VARIANTS):
             row["vs_sdpa_default"] = compare_rounds(runs["flash_decode"], runs["sdpa_default"])
+        if len(runs.get("flash_decode_deep", [])) == ROUNDS == len(runs["flash_decode"]) == len(runs["sdpa_default"]):
+            row["deep_vs_sdpa_default"] = compare_rounds(runs["flash_decode_deep"], runs["sdpa_default"])
+            row["deep_vs_rule"] = compare_rounds(runs["flash_decode_deep"], runs["flash_decode"])
         # -- the read roofline at this byte count (one pure-read kernel, best config)
         if kv_bytes not in ceilings:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -294,229 +312,6 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
     del q, k, v
     torch.cuda.empty_cache()
     return row
-
-
-def read_ceiling_graph(ceilings: dict, max_bytes: float = 3e8) -> dict:
-    """At the byte counts under ``max_bytes``: the pure-read kernel's best config as a CUDA-graph
-    replay of 10 launches (us per launch; consecutive launches overlap their fixed costs, and
-    part of K and V may stay in L2 between them), beside its do_bench time."""
-    import torch
-
-    import read_roofline
-
-    out = {}
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for nbytes, c in sorted(ceilings.items()):
-        if nbytes > max_bytes:
-            continue
-        block, warps, programs = (int(x) for x in c["config"].split("/"))
-        k, v = (torch.randn(nbytes // 4, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        partial = torch.empty(16 * sms, device="cuda", dtype=torch.float32)
-        out[str(nbytes)] = {"config": c["config"], "do_bench_us": c["us"],
-                            "graph_us": graph_us(lambda: read_roofline.launch(k, v, partial, block, warps, programs))}
-        del k, v
-    return out
-
-
-def launch_path() -> dict:
-    """host_us of flash_decode at the small rows: the plan's direct launch of the compiled kernel
-    vs every launch through Triton's JITFunction (``kernels.decode_plan.DIRECT_LAUNCH``), beside
-    SDPA default; and whether the direct launch was in use at all (Triton version dependent)."""
-    import torch
-
-    import flashlab
-    from flashlab import decode
-    from flashlab.kernels import decode_plan as plans
-
-    out = {"rows": [], "direct_launch_used": None}
-    for B, H, Hkv, nk in LAUNCH_PATH_ROWS:
-        q, k, v, lens, sdpa, row = _step_inputs(B, H, Hkv, nk, seed=7 * nk + B)
-        with torch.no_grad():
-            for direct in (True, False):
-                plans.DIRECT_LAUNCH = direct
-                wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens, check_lengths=False))
-                row["direct" if direct else "jit"] = {"host_us": wall, "issue_us": issue}
-            plans.DIRECT_LAUNCH = True
-            wall, issue = host_us(lambda: flashlab.flash_decode(q, k, v, lens))  # the default: one sync per call
-            row["checked"] = {"host_us": wall, "issue_us": issue}
-            wall, issue = host_us(lambda: sdpa(q, k, v))
-            row["sdpa_default"] = {"host_us": wall, "issue_us": issue}
-        out["rows"].append(row)
-        made = [plan for plan, _ in decode._CALLS.values()]
-        out["direct_launch_used"] = bool(made) and all(plan.args is not None for plan in made)
-        del q, k, v
-    return out
-
-
-def copy_ceiling() -> dict:
-    import torch
-
-    x = torch.randn(2**30, device="cuda", dtype=torch.bfloat16)  # 2 GiB
-    y = torch.empty_like(x)
-    us = bench_us(lambda: y.copy_(x))
-    return {"bytes_read_plus_written": 2 * x.numel() * 2, "us": us, "tb_s": 2 * x.numel() * 2 / us / 1e6}
-
-
-def bottom_right_chunk(B=1, H=32, Hkv=8, nq=2048, nk=32768) -> dict:
-    """Bottom-right causal chunk vs a non-causal run of equal FLOPs (Nk' = Nk - Nq/2)."""
-    import torch
-
-    import flashlab
-
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q = torch.randn(B, H, nq, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, Nq, d)
-    k = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, Hkv, Nk, d)
-    v = torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    equal = nk - nq // 2
-    flops = 4.0 * B * H * nq * D * (nk - nq + (nq + 1) / 2)  # visible (query, key) pairs x 4d
-    with torch.no_grad():
-        o = flashlab.flash_attention(q, k, v, causal=True, causal_align="bottom_right")
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        mask = torch.ones(nq, nk, dtype=torch.bool, device="cuda").tril(nk - nq)  # (Nq, Nk) bottom-right
-        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
-            k4, v4 = (t.repeat_interleave(H // Hkv, 1)[:, :4] for t in (k, v))  # (B, 4, Nk, d): heads 0-3
-            ref = torch.nn.functional.scaled_dot_product_attention(q[:, :4], k4, v4, attn_mask=mask).float()
-        err = _common.rel_err(o[:, :4], ref)
-        t_br = bench_us(lambda: flashlab.flash_attention(q, k, v, causal=True, causal_align="bottom_right"))
-        t_eq = bench_us(lambda: flashlab.flash_attention(q, k[:, :, :equal], v[:, :, :equal]))
-        t_top = bench_us(lambda: flashlab.flash_attention(q, k, v, causal=True))
-    return {"B": B, "H": H, "Hkv": Hkv, "Nq": nq, "Nk": nk, "dtype": "bfloat16", "rel_err_vs_sdpa_mask": err,
-            "bottom_right_us": t_br, "noncausal_equal_flops_us": t_eq, "noncausal_equal_flops_Nk": equal,
-            "ratio_bottom_right_over_equal": t_br / t_eq, "top_left_causal_us": t_top,
-            "bottom_right_tflops": flops / t_br / 1e6}
-
-
-# ---------------------------------------------------------------- the wide config where the rule splits (call 7)
-
-SPLIT_ROWS = ((1, 32, 32, 4096), (1, 32, 32, 32768), (1, 32, 32, 131072), (4, 32, 8, 4096), (4, 32, 8, 32768),
-              (4, 32, 8, 131072), (1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072))
-WIDE_SPLITS = {8: (12, 16, 32), 32: (3, 4, 8)}  # programs per split -> wide split counts (one per SM: 16, 4)
-CALL6_SPLITS = {8: 16, 32: 8}  # the rule of call 6 there: default config, two programs per SM (<= 16 splits)
-
-
-def split_wide() -> dict:
-    """At the rows the rule splits (8 and 32 programs per split): the wide config at the split
-    counts of WIDE_SPLITS (one program per SM, fewer, and two waves) beside call 6's choice
-    (default config, CALL6_SPLITS) and SDPA default; every output checked against SDPA's, then
-    ROUNDS interleaved rounds (the order rotated each round), do_bench with L2 cleared; us = median."""
-    import torch
-
-    from flashlab import decode
-    from flashlab.kernels import decode_plan as plans
-    from flashlab.kernels import flash_decode as kernels
-
-    out = []
-    for B, H, Hkv, nk in SPLIT_ROWS:
-        g = torch.Generator(device="cuda").manual_seed(17 * nk + B + Hkv)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        programs = B * Hkv
-
-        def split_kv(splits, wide):
-            config = kernels.config_for(D, torch.bfloat16, wide, splits <= decode.FUSED_MAX_SPLITS)
-            return lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]
-
-        fns = {"sdpa_default": lambda: sdpa(q, k, v),
-               f"default@{CALL6_SPLITS[programs]}": split_kv(CALL6_SPLITS[programs], False)}
-        fns.update({f"wide@{splits}": split_kv(splits, True) for splits in WIDE_SPLITS[programs]})
-        choice = decode.choice_for(q, k)
-        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
-               "rel_err": {}, "runs": {name: [] for name in fns}}
-        with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            for name, fn in fns.items():
-                row["rel_err"][name] = _common.rel_err(fn(), ref)
-            names = list(fns)
-            for r in range(ROUNDS):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    row["runs"][name].append(bench_us(fns[name], 10, 40))
-        row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
-        row["spread"] = {name: (max(runs) - min(runs)) / _median(runs) for name, runs in row["runs"].items()}
-        best = min((n for n in fns if n != "sdpa_default"), key=row["us"].get)
-        row["best"] = best
-        print(f"split/wide {str((B, H, Hkv, nk)):>20} rule {row['rule']:>10} best {best:>10} | "
-              + " ".join(f"{n}={row['us'][n]:.1f}({100 * row['spread'][n]:.1f}%)" for n in fns))
-        out.append(row)
-        del q, k, v
-        torch.cuda.empty_cache()
-    return {"rows": out}
-
-
-# ---------------------------------------------------------------- a paged cache (call 7)
-
-PAGED_ROWS = ((1, 32, 8, 32768), (1, 32, 32, 131072), (16, 32, 8, 32768), (64, 32, 32, 4096))
-PAGE_SIZES = (16, 256)
-
-
-def paged_cache(seed=3) -> dict:
-    """At PAGED_ROWS: flash_decode on the contiguous cache beside the same cache paged (pages of
-    PAGE_SIZES keys; the physical blocks in a shuffled order, so logically adjacent pages lie
-    apart), SDPA default on the contiguous one. With pages smaller than the config's BLOCK_N the
-    kernel looks a page up per key row (``paged16``); ``paged16_tile16`` shrinks the tile to the
-    page instead (what the kernel did before call 7). ``paged{page}_late``: the block-table entries
-    read in the step that uses them, not a step ahead (call 7's kernel). Paged calls with ``check_lengths=False``
-    (no host copy of the table). Outputs checked against SDPA's; ROUNDS rotated rounds, median."""
-    import dataclasses
-
-    import torch
-
-    import flashlab
-    from flashlab import decode
-    from flashlab.kernels import decode_plan as plans
-
-    out = []
-    for B, H, Hkv, nk in PAGED_ROWS:
-        g = torch.Generator(device="cuda").manual_seed(seed * nk + B + Hkv)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        choice = decode.choice_for(q, k)
-        fns = {"sdpa_default": lambda: sdpa(q, k, v), "contiguous": lambda: flashlab.flash_decode(q, k, v)}
-        caches = {}
-        for page in PAGE_SIZES:
-            blocks = B * nk // page
-            perm = torch.randperm(blocks, generator=torch.Generator().manual_seed(seed + page)).cuda()  # (blocks,)
-            table = perm.view(B, nk // page).to(torch.int32)  # (B, max_blocks): logical -> physical block
-            paged = []
-            for t in (k, v):
-                logical = t.view(B, Hkv, nk // page, page, D).permute(0, 2, 1, 3, 4).reshape(blocks, Hkv, page, D)
-                phys = torch.empty_like(logical)  # (num_blocks, Hkv, page, d)
-                phys[perm] = logical
-                paged.append(phys)
-                del logical
-            caches[page] = (paged[0], paged[1], table)
-            kp, vp, tb = caches[page]
-            fns[f"paged{page}"] = (lambda kp=kp, vp=vp, tb=tb: flashlab.flash_decode(
-                q, kp, vp, block_table=tb, check_lengths=False))
-            config = decode.config_of(q, choice)
-            late = dataclasses.replace(config, page_prefetch=False)  # the table read in the step (call 7)
-            fns[f"paged{page}_late"] = (lambda kp=kp, vp=vp, tb=tb: plans.forward(
-                q, kp, vp, None, D ** -0.5, True, choice.splits, late, block_table=tb)[0])
-            if page < config.block_n:
-                small = dataclasses.replace(config, block_n=page)
-                fns[f"paged{page}_tile{page}"] = (lambda kp=kp, vp=vp, tb=tb, small=small: plans.forward(
-                    q, kp, vp, None, D ** -0.5, True, choice.splits, small, block_table=tb)[0])
-        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
-               "kv_bytes": 2 * k.numel() * 2, "rel_err": {}, "runs": {name: [] for name in fns}}
-        with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            for name, fn in fns.items():
-                row["rel_err"][name] = _common.rel_err(fn(), ref)
-            names = list(fns)
-            for r in range(ROUNDS):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    row["runs"][name].append(bench_us(fns[name], 10, 40))
-        row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
-        row["tb_s"] = {name: row["kv_bytes"] / us / 1e6 for name, us in row["us"].items()}
-        print(f"paged {str((B, H, Hkv, nk)):>20} {row['rule']:>10} | "
-              + " ".join(f"{n}={row['us'][n]:.1f}" for n in fns)
-              + f" | max err {max(row['rel_err'].values()):.4f}")
-        out.append(row)
-        del q, k, v, caches, fns
-        torch.cuda.empty_cache()
-    return {"rows": out}
 
 
 def print_table(rows_out):
@@ -549,7 +344,7 @@ def print_summary(rows_out):
         fd, sd = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default"))
         cmp_, ceiling = r.get("vs_sdpa_default", {}), r.get("read_ceiling", {})
         nan = float("nan")
-        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
+        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'d' if r.get('deep_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
         print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {kind:>5} {fd.get('us', nan):>9.1f} "
               f"{sd.get('us', nan):>9.1f} {cmp_.get('ratio', nan):>6.3f} {cmp_.get('ratio_min', nan):>6.3f} "
               f"{100 * cmp_.get('spread', nan):>5.2f}% {'y' if cmp_.get('within_spread') else 'n':>3} "
@@ -566,6 +361,7 @@ def main(argv=None):
     parser.add_argument("--sweep-combine", action="store_true", help="split counts x combines (and configs) per row")
     parser.add_argument("--skip-chunk", action="store_true", help="full run without the bottom-right chunk")
     parser.add_argument("--paged", action="store_true", help="only the paged-cache rows and the launch path")
+    parser.add_argument("--probe", action="store_true", help="read experiments at 134 MB and the one-wave rows")
     parser.add_argument("--out", type=Path, default=None, help="results file (default $OUT or results/)")
     args = parser.parse_args(argv)
     if args.dry_run:
@@ -589,9 +385,20 @@ def main(argv=None):
         payload = {"environment": _common.environment(), "sweep_misses": decode_sweeps.sweep_misses()}
         _common.write_json(args.out or out_dir / "decode_sweep_misses.json", payload)
         return 0
+    if args.probe:
+        import decode_probe  # call 9's experiments
+
+        payload = {"environment": _common.environment()}
+        path = args.out or out_dir / "decode_probe.json"
+        payload["probe"] = decode_probe.probe(lambda part: _common.write_json(path, dict(payload, probe=part)))
+        _common.write_json(path, payload)
+        return 0
     if args.paged:
+        import decode_extras
+
         t0 = time.time()
-        payload = {"environment": _common.environment(), "paged": paged_cache(), "launch_path": launch_path()}
+        payload = {"environment": _common.environment(), "paged": decode_extras.paged_cache(),
+                   "launch_path": decode_extras.launch_path()}
         payload["wall_s"] = time.time() - t0
         _common.write_json(args.out or out_dir / "decode_paged.json", payload)
         for r in payload["launch_path"]["rows"]:
@@ -631,8 +438,11 @@ def main(argv=None):
         phases[name] = round(time.time() - t, 1)
         _common.write_json(out_path, payload)
 
-    phase("copy_ceiling", copy_ceiling)
-    phase("split_wide", split_wide)
+    import decode_extras  # the parts beside the matrix
+    import decode_sweeps
+
+    phase("copy_ceiling", decode_extras.copy_ceiling)
+    phase("split_wide", decode_sweeps.split_wide)
     rows_out, ceilings = [], {}
     t = time.time()
     for B, H, Hkv, nk, skip in rows():
@@ -644,11 +454,12 @@ def main(argv=None):
         payload["read_ceilings"] = {str(n): c for n, c in sorted(ceilings.items())}
         _common.write_json(out_path, payload)
     phases["rows"] = round(time.time() - t, 1)
-    phase("paged", paged_cache)
-    phase("read_ceiling_graph", lambda: read_ceiling_graph(ceilings))
-    phase("launch_path", launch_path)
+    phase("paged", decode_extras.paged_cache)
+    phase("read_ceiling_graph", lambda: decode_extras.read_ceiling_graph(ceilings))
+    phase("launch_path", decode_extras.launch_path)
     if not args.skip_chunk:
-        phase("bottom_right_chunk", lambda: [bottom_right_chunk(Hkv=8), bottom_right_chunk(Hkv=32)])
+        phase("bottom_right_chunk", lambda: [decode_extras.bottom_right_chunk(Hkv=8),
+                                             decode_extras.bottom_right_chunk(Hkv=32)])
     payload["wall_s"] = time.time() - t0
     _common.write_json(out_path, payload)
     print(f"copy ceiling: {payload['copy_ceiling']['tb_s']:.2f} TB/s (read + written); phases (s): {phases}")
@@ -660,6 +471,11 @@ def main(argv=None):
     print("read ceiling in graph replays:", payload["read_ceiling_graph"])
     print_table(rows_out)
     print_summary(rows_out)
+    for r in rows_out:
+        if "deep_vs_rule" in r:
+            print(f"deep tiles {str((r['B'], r['H'], r['Hkv'], r['Nk'])):>22}: "
+                  f"{r['results']['flash_decode_deep']['us']:.1f} us, {r['deep_vs_rule']['ratio']:.3f}x the rule "
+                  f"(spread {100 * r['deep_vs_rule']['spread']:.2f}%), {r['deep_vs_sdpa_default']['ratio']:.3f}x SDPA")
     return 0
 
 

@@ -3,12 +3,13 @@
 Run through ``bench_decode.py`` (``--tune``, ``--sweep-misses``, ``--sweep-combine``); they reuse its
 timing helpers. Kept so that the committed results of those calls can be reproduced:
 ``results/decode_tune_call*.json``, ``results/decode_sweep_call4.json``,
-``results/decode_sweep_combine_call5.json``.
+``results/decode_sweep_combine_call5.json``; and call 7's ``split_wide`` (the wide config where
+the rule splits), still part of a full run (``bench_decode.json``'s ``split_wide``).
 """
 from __future__ import annotations
 
 import _common
-from bench_decode import D, bench_us, host_us, make_variants, _step_inputs
+from bench_decode import D, ROUNDS, _median, _step_inputs, bench_us, host_us, make_variants
 
 
 # ---------------------------------------------------------------- tuning (call 1)
@@ -198,3 +199,60 @@ def check_cost(rows=((1, 32, 8, 4096), (4, 32, 32, 4096), (1, 32, 8, 32768))) ->
         out.append(row)
         del q, k, v
     return out
+
+
+# ---------------------------------------------------------------- the wide config where the rule splits (call 7)
+
+SPLIT_ROWS = ((1, 32, 32, 4096), (1, 32, 32, 32768), (1, 32, 32, 131072), (4, 32, 8, 4096), (4, 32, 8, 32768),
+              (4, 32, 8, 131072), (1, 32, 8, 4096), (1, 32, 8, 32768), (1, 32, 8, 131072))
+WIDE_SPLITS = {8: (12, 16, 32), 32: (3, 4, 8)}  # programs per split -> wide split counts (one per SM: 16, 4)
+CALL6_SPLITS = {8: 16, 32: 8}  # the rule of call 6 there: default config, two programs per SM (<= 16 splits)
+
+
+def split_wide() -> dict:
+    """At the rows the rule splits (8 and 32 programs per split): the wide config at the split
+    counts of WIDE_SPLITS (one program per SM, fewer, and two waves) beside call 6's choice
+    (default config, CALL6_SPLITS) and SDPA default; every output checked against SDPA's, then
+    ROUNDS interleaved rounds (the order rotated each round), do_bench with L2 cleared; us = median."""
+    import torch
+
+    from flashlab import decode
+    from flashlab.kernels import decode_plan as plans
+    from flashlab.kernels import flash_decode as kernels
+
+    out = []
+    for B, H, Hkv, nk in SPLIT_ROWS:
+        g = torch.Generator(device="cuda").manual_seed(17 * nk + B + Hkv)
+        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
+        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        sdpa = make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
+        programs = B * Hkv
+
+        def split_kv(splits, wide):
+            config = kernels.config_for(D, torch.bfloat16, wide, splits <= decode.FUSED_MAX_SPLITS)
+            return lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]
+
+        fns = {"sdpa_default": lambda: sdpa(q, k, v),
+               f"default@{CALL6_SPLITS[programs]}": split_kv(CALL6_SPLITS[programs], False)}
+        fns.update({f"wide@{splits}": split_kv(splits, True) for splits in WIDE_SPLITS[programs]})
+        choice = decode.choice_for(q, k)
+        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
+               "rel_err": {}, "runs": {name: [] for name in fns}}
+        with torch.no_grad():
+            ref = sdpa(q, k, v).float()
+            for name, fn in fns.items():
+                row["rel_err"][name] = _common.rel_err(fn(), ref)
+            names = list(fns)
+            for r in range(ROUNDS):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    row["runs"][name].append(bench_us(fns[name], 10, 40))
+        row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
+        row["spread"] = {name: (max(runs) - min(runs)) / _median(runs) for name, runs in row["runs"].items()}
+        best = min((n for n in fns if n != "sdpa_default"), key=row["us"].get)
+        row["best"] = best
+        print(f"split/wide {str((B, H, Hkv, nk)):>20} rule {row['rule']:>10} best {best:>10} | "
+              + " ".join(f"{n}={row['us'][n]:.1f}({100 * row['spread'][n]:.1f}%)" for n in fns))
+        out.append(row)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return {"rows": out}

@@ -26,27 +26,29 @@ SMS = 132  # an H200: 132 SMs, 2 programs each at the default bf16 config
 
 
 def test_split_rule_splits_a_small_grid_to_one_wide_program_per_sm():
-    assert decode.split_rule(1, 32, 1, 32768, SMS) == (4, True, True)  # 128 programs, fused combine
-    assert decode.split_rule(4, 8, 1, 4096, SMS) == (4, True, True)
-    assert decode.split_rule(1, 8, 1, 131072, SMS) == (16, True, True)
-    assert decode.split_rule(1, 16, 1, 32768, SMS) == (8, True, True)
-    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == (126, True, False)  # 126 splits: the combine kernel
+    assert decode.split_rule(1, 32, 1, 32768, SMS) == decode.SplitChoice(4, True, True)  # 128 programs, fused combine
+    assert decode.split_rule(4, 8, 1, 4096, SMS) == decode.SplitChoice(4, True, True)
+    assert decode.split_rule(1, 8, 1, 131072, SMS) == decode.SplitChoice(16, True, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS) == decode.SplitChoice(8, True, True)
+    # 126 splits: the combine kernel
+    assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == decode.SplitChoice(126, True, False)
 
 
 def test_split_rule_without_a_wide_config_splits_up_to_two_programs_per_sm():
-    assert decode.split_rule(1, 32, 1, 32768, SMS, has_wide=False) == (8, False, True)  # 256 programs
-    assert decode.split_rule(4, 8, 1, 4096, SMS, has_wide=False) == (8, False, True)
-    assert decode.split_rule(1, 16, 1, 32768, SMS, has_wide=False) == (16, False, True)  # 256
+    assert decode.split_rule(1, 32, 1, 32768, SMS, has_wide=False) == decode.SplitChoice(8, False, True)  # 256 programs
+    assert decode.split_rule(4, 8, 1, 4096, SMS, has_wide=False) == decode.SplitChoice(8, False, True)
+    assert decode.split_rule(1, 16, 1, 32768, SMS, has_wide=False) == decode.SplitChoice(16, False, True)  # 256
     # two per SM would take 33 splits: one per SM instead
-    assert decode.split_rule(1, 8, 1, 131072, SMS, has_wide=False) == (16, False, True)
+    assert decode.split_rule(1, 8, 1, 131072, SMS, has_wide=False) == decode.SplitChoice(16, False, True)
     assert decode.split_rule(1, 4, 1, 1 << 20, SMS, has_wide=False).splits == math.ceil(decode.ONE_WAVE_FILL * SMS / 4)
 
 
 def test_split_rule_runs_a_grid_that_fills_the_sms_unsplit():
-    assert decode.split_rule(4, 32, 1, 4096, SMS) == (1, True, True)  # 128 programs: wide config
-    assert decode.split_rule(64, 8, 1, 131072, SMS) == (1, True, True)  # 512
-    assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == (1, False, True)
-    assert decode.split_rule(64, 32, 1, 32768, SMS) == (1, False, True)  # 2048 >= 7 waves of 264: default config
+    assert decode.split_rule(4, 32, 1, 4096, SMS) == decode.SplitChoice(1, True, True)  # 128 programs: wide config
+    assert decode.split_rule(64, 8, 1, 131072, SMS) == decode.SplitChoice(1, True, True)  # 512
+    assert decode.split_rule(64, 8, 1, 131072, SMS, has_wide=False) == decode.SplitChoice(1, False, True)
+    # 2048 programs >= 7 waves of 264: default config
+    assert decode.split_rule(64, 32, 1, 32768, SMS) == decode.SplitChoice(1, False, True)
     assert decode.num_splits(16, 8, 1, 32768, SMS) == 1
 
 
@@ -63,14 +65,21 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
     for _ in range(400):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
         max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
-        has_wide = rng.random() < 0.5
-        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide)
+        has_wide, ask_deep = rng.random() < 0.5, rng.random() < 0.5
+        splits, wide, fused, deep = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide,
+                                                               ask_deep)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
         fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
-        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, choice)
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, ask_deep, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
         assert not wide or has_wide, f"the wide config where none exists: {case}"
+        assert deep == (ask_deep and has_wide and decode.ONE_WAVE_FILL * sms <= programs <= sms
+                        and max_len >= decode.DEEP_MIN_KEYS), f"deep tiles only for one wave of long caches: {case}"
+        assert not (deep and wide), case
+        if deep:
+            assert splits == 1, case
+            continue
         if programs >= decode.MANY_WAVES * sms * per_sm:
             assert (splits, wide) == (1, False), f"a grid of many waves runs unsplit, default config: {case}"
         elif programs >= decode.ONE_WAVE_FILL * sms:
@@ -81,6 +90,38 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
             assert programs * splits >= decode.ONE_WAVE_FILL * sms, case
             assert splits == fewest or (programs * splits <= sms * per_sm
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
+
+
+def test_split_rule_with_deep_runs_one_wave_of_long_caches_in_deep_tiles_only():
+    deep = decode.SplitChoice(1, False, True, True)
+    assert decode.split_rule(4, 32, 1, 32768, SMS, deep=True) == deep  # 128 programs, 32k keys
+    assert decode.split_rule(16, 8, 1, 131072, SMS, deep=True) == deep
+    assert decode.split_rule(1, 33, 4, decode.DEEP_MIN_KEYS, SMS, deep=True) == deep  # 132 programs: one wave
+    wide = decode.SplitChoice(1, True, True)
+    assert decode.split_rule(16, 8, 1, 4096, SMS, deep=True) == wide  # short cache: the wide config won (call 9)
+    assert decode.split_rule(4, 32, 1, decode.DEEP_MIN_KEYS - 1, SMS, deep=True) == wide
+    assert decode.split_rule(1, 133, 1, 131072, SMS, deep=True) == wide  # more than one wave
+    assert decode.split_rule(1, 8, 1, 131072, SMS, deep=True) == decode.SplitChoice(16, True, True)  # split, wide
+    assert decode.split_rule(4, 32, 1, 32768, SMS, has_wide=False, deep=True) == decode.SplitChoice(1, False, True)
+    assert decode.split_rule(64, 32, 1, 131072, SMS, deep=True) == decode.SplitChoice(1, False, True)  # many waves
+    assert decode.split_rule(4, 32, 1, 32768, SMS) == wide, "deep is off unless asked for"
+    with pytest.raises(ValueError, match="deep"):
+        decode.split_rule(4, 32, 1, 32768, SMS, deep=1)
+
+
+def test_deep_config_keeps_the_wide_configs_bytes_in_flight_in_64_key_steps(monkeypatch):
+    from flashlab.kernels import _mode
+    from flashlab.kernels import flash_decode as kernels
+
+    monkeypatch.setattr(_mode, "is_interpreter", lambda: False)  # the compiled configs, not the interpreter's
+    deep = kernels.config_for(128, torch.bfloat16, deep=True)
+    wide = kernels.config_for(128, torch.bfloat16, wide=True)
+    assert (deep.block_n, deep.num_stages) == (64, 6) and (wide.block_n, wide.num_stages) == (128, 3)
+    smem = [c.num_stages * c.block_n for c in (deep, wide)]
+    assert smem[0] == smem[1], f"K/V rows in flight: deep {smem[0]}, wide {smem[1]}"
+    assert kernels.programs_per_sm(deep, 128, 2) == 1
+    assert kernels.config_for(128, torch.float32, deep=True) == kernels.default_config(128, torch.float32)
+    assert kernels.config_for(64, torch.bfloat16, deep=True) == kernels.default_config(64, torch.bfloat16)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
@@ -458,6 +499,28 @@ def test_fused_combine_is_repeatable_on_gpu(poison):
         assert torch.equal(o, first[0]) and torch.equal(lse, first[1]), "fused combine changed between runs"
     assert (first[0].float() - separate[0].float()).abs().max().item() < 1e-2
     assert (first[1] - separate[1]).abs().max().item() < 1e-5
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [1, 3])
+def test_evict_first_loads_give_the_same_answer(splits, poison):
+    """The L2 hint changes where K/V lines go, never the arithmetic: the same bits, both ways."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    q, k, v, seqlens = _inputs(3, 32 if DEVICE == "cuda" else 4, 8 if DEVICE == "cuda" else 2, 1,
+                               5000 if DEVICE == "cuda" else 60, 128 if DEVICE == "cuda" else 16, dtype,
+                               [5000, 77, 4096] if DEVICE == "cuda" else [60, 7, 33], seed=47)
+    d = q.shape[-1]
+    for wide in (False, True):
+        config = kernels.config_for(d, dtype, wide)
+        plain, hinted = (decode_plan.forward(q, k, v, seqlens, d ** -0.5, False, splits,
+                                             dataclasses.replace(config, evict_first=e)) for e in (False, True))
+        assert torch.equal(plain[0], hinted[0]) and torch.equal(plain[1], hinted[1]), \
+            f"evict_first changed the output (splits={splits}, wide={wide})"
+        ref_o, _ = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
+        assert (hinted[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "evict_first output off the reference"
 
 
 @pytest.mark.gpu

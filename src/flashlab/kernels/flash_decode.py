@@ -72,6 +72,7 @@ class DecodeConfig:
     fused_combine: bool = True  # the last split of a group combines (one launch); False: a second kernel
     combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
     page_prefetch: bool = True  # paged cache: read the next tile's block-table entries a step ahead
+    evict_first: bool = False  # K/V loads marked first to leave L2 (read once: keep L2's other lines)
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -97,13 +98,18 @@ def has_wide_config(head_dim: int, dtype: torch.dtype) -> bool:
     return head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter()
 
 
-def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
+def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True,
+               deep: bool = False) -> DecodeConfig:
     """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
     ``wide`` twice its K/V tile where :func:`has_wide_config`: BLOCK_N = 128 with 3 stages, 192 KB
     of shared memory, one program per SM with as many bytes in flight as two default ones
-    (measured on an H200, benchmarks/NOTES.md, calls 5-7)."""
+    (measured on an H200, benchmarks/NOTES.md, calls 5-7). ``deep`` (instead of ``wide``, same
+    condition): the default 64-key tile with twice its stages (6), the same bytes in flight in
+    finer steps; ``flashlab.split_rule.split_rule(..., deep=True)`` asks for it (call 9)."""
     config = default_config(head_dim, dtype)
-    if wide and has_wide_config(head_dim, dtype):
+    if deep and has_wide_config(head_dim, dtype):
+        config = dataclasses.replace(config, num_stages=2 * config.num_stages)
+    elif wide and has_wide_config(head_dim, dtype):
         config = dataclasses.replace(config, block_n=2 * config.block_n)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
 
@@ -155,7 +161,7 @@ def _decode_split_kv(
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -234,11 +240,12 @@ def _decode_split_kv(
         else:
             k_tile = k_base + offs_n[:, None] * stride_kn
             v_tile = v_base + offs_n[:, None] * stride_vn
-        # -- load K_j, V_j (line 7): one load serves every row of the group
-        k = tl.load(k_tile + offs_d[None, :] * stride_kk,
-                    mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
-        v = tl.load(v_tile + offs_d[None, :] * stride_vk,
-                    mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_N, HEAD_DIM)
+        # -- load K_j, V_j (line 7): one load serves every row of the group; with EVICT_FIRST the
+        #    lines are the first L2 gives up, so the stream replaces its own lines, not L2's others
+        k = tl.load(k_tile + offs_d[None, :] * stride_kk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
+                    other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(v_tile + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
+                    other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
         # -- S_ij (line 8), masked past hi and (causal) past each row's last key
         qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         visible = key_ok[None, :]
