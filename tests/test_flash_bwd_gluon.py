@@ -219,6 +219,11 @@ VARIANTS = [  # head dim, GluonBwdConfig fields: every schedule the bench may ti
     (128, dict(lag_dq=True, head_group=0)), (64, dict(head_group=0)),
     (128, dict(lag_dq=True, rows_in_smem=True)), (64, dict(rows_in_smem=True)),
     (128, dict(lag_dq=True, head_group=0, rows_in_smem=True, one_loop=True)), (64, dict(one_loop=True)),
+    (64, dict(head_group=0, rows_in_smem=True, one_loop=True)),
+    (64, dict(dq_split="d")), (64, dict(dq_split="d", lag_dq=True, rows_in_smem=True)),  # the exchange at d = 64
+    (64, dict(dq_split="d", lag_dq=True, head_group=0, rows_in_smem=True, one_loop=True)),
+    (128, dict(heavy_first=True, rows_in_smem=True)), (128, dict(heavy_first=True, rows_in_smem=True, one_loop=True)),
+    (128, dict(lag_dq=True, heavy_first=True, rows_in_smem=True, one_loop=True)),
 ]
 
 
