@@ -50,8 +50,9 @@ schedules (``rows_in_smem`` everywhere, the exchange at d = 64 too; see its docs
 1.03-1.04x dense and 0.95-1.05x causal (benchmarks/NOTES.md, "Session 6, the last call",
 results/bench_backward_s6c_d128.json); d = 64 0.95-1.03x dense and 0.97-0.98x causal, causal GQA
 (H = 32, Hkv = 8, d = 128, N = 8192 and 32768) 0.99-1.00x ("Session 7 (branch bwd6)",
-results/bench_backward_s7_call1_*.json). Through ``flash_attention`` on the whole target matrix:
-NOTES "Session 7", call 2.
+results/bench_backward_s7_call1_*.json). Through ``flash_attention`` (autograd) on the protocol
+rows d 64 and 128, N 2048-16384, causal and not, bf16 and fp16: 0.91-1.12x cuDNN, causal GQA
+0.98-1.00x (NOTES "Session 7", call 2, results/bench_backward_s7_call2_{matrix,gqa}.json).
 
 D_i comes from the two-pass backward's preprocessing (``flash_bwd.preprocess``: the diagonal of
 O dO^T for fp16/bf16, so rows that see one key cancel exactly). The query range of each key block
