@@ -73,6 +73,17 @@ def test_staging_lse_and_delta_in_shared_memory_frees_registers_at_d128():
     assert staged["smem_model"] <= staged["shared"] <= staged["smem_model"] + 1024, staged
 
 
+def test_the_ds_exchange_at_d64_halves_the_dq_staging_without_spills():
+    # each consumer reduces 32 of dQ's columns over all 128 keys (a 64-byte-wide slice of the
+    # 128-byte-swizzled K tile) instead of all 64 over its own keys: half the staging and reduce bytes
+    keys = _compile(64, True, "bfloat16", 2, "keys", "tma", "rows", "one")
+    exchange = _compile(64, True, "bfloat16", 2, "d", "tma", "rows", "one")
+    assert exchange["stack"] == 0 and exchange["local"] == 0, exchange
+    half_staging = 2 * gb.BLOCK_M * 32 * 4  # bytes: two consumers' (64, 32) fp32 tiles fewer
+    assert keys["shared"] - exchange["shared"] >= half_staging - 1024, (keys, exchange)
+    assert exchange["reduce"] > 0, exchange
+
+
 def test_one_loop_with_staged_rows_frees_registers_in_the_causal_kernel():
     # causal: compiled beside the unmasked loop, the masked loops keep it spilling; one loop with the
     # mask under a run-time branch, and lse_i, D_i in shared memory, spill far less (compile-only)
@@ -95,13 +106,19 @@ def test_dq_split_follows_the_head_dim_unless_given():
 
 
 def test_default_schedule_is_the_one_measured_fastest_for_the_shape():
-    mha, gqa_causal = gb.default_config(128, False, 1), gb.default_config(128, True, 4)
-    assert mha.lag_dq and not mha.heavy_first and mha.split(128) == "d" and mha.head_group == 1
-    assert gqa_causal.heavy_first and not gqa_causal.lag_dq
-    causal = gb.default_config(128, True, 1)
-    assert not causal.heavy_first and causal.lag_dq and causal.head_group == 0
-    assert gb.default_config(64, True, 1).split(64) == "keys" and gb.default_config(64, True, 1).head_group == 0
-    assert gb.default_config(64, False, 1).head_group == 1
+    # benchmarks/NOTES.md, "Session 7 (branch bwd6)": staged rows and the dS^T exchange at both head
+    # dims, dQ a step behind at d = 128 only, one loop when causal; the launch order by MHA / GQA
+    for d in (64, 128):
+        for causal in (False, True):
+            for group in (1, 4):
+                cfg = gb.default_config(d, causal, group)
+                where = f"d={d} causal={causal} group={group}: {cfg}"
+                assert cfg.split(d) == "d" and cfg.rows_in_smem, where
+                assert cfg.lag_dq == (d == 128), where
+                assert cfg.one_loop == causal, where
+                assert cfg.heavy_first == (causal and group > 1), where
+                assert cfg.head_group == (0 if causal and group == 1 else 1), where
+                assert cfg.smem_bytes(d) <= SMEM_LIMIT, where
 
 
 def test_launch_order_groups_as_many_heads_as_fill_the_sms():
@@ -219,6 +236,11 @@ VARIANTS = [  # head dim, GluonBwdConfig fields: every schedule the bench may ti
     (128, dict(lag_dq=True, head_group=0)), (64, dict(head_group=0)),
     (128, dict(lag_dq=True, rows_in_smem=True)), (64, dict(rows_in_smem=True)),
     (128, dict(lag_dq=True, head_group=0, rows_in_smem=True, one_loop=True)), (64, dict(one_loop=True)),
+    (64, dict(head_group=0, rows_in_smem=True, one_loop=True)),
+    (64, dict(dq_split="d")), (64, dict(dq_split="d", lag_dq=True, rows_in_smem=True)),  # the exchange at d = 64
+    (64, dict(dq_split="d", lag_dq=True, head_group=0, rows_in_smem=True, one_loop=True)),
+    (128, dict(heavy_first=True, rows_in_smem=True)), (128, dict(heavy_first=True, rows_in_smem=True, one_loop=True)),
+    (128, dict(lag_dq=True, heavy_first=True, rows_in_smem=True, one_loop=True)),
 ]
 
 

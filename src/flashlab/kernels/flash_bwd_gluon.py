@@ -18,11 +18,12 @@ scheduled by hand as the Gluon forward (:mod:`flashlab.kernels.flash_fwd_gluon`)
       dS^T = P^T * (dP^T - D_i),  dK_c += dS^T Q_i
       dQ_i += scale * dS_i K_j                           (line 15: this key block's share)
 
-  dS^T goes to shared memory for the last product. With ``dq_split="d"`` (the d = 128 default)
+  dS^T goes to shared memory for the last product. With ``dq_split="d"`` (the default schedule)
   the two consumers exchange their halves of dS^T through shared memory (barriers *ds_ready* and
-  *ds_empty*) and consumer c computes dQ_i's columns ``c*d/2 ..`` over all 128 keys; with
-  ``"keys"`` (d = 64: a 32-column half would cut the 128-byte swizzle) each consumer computes
-  dQ_i's partial sum over its own 64 keys. Either way each consumer stages its (64, cols) fp32
+  *ds_empty*) and consumer c computes dQ_i's columns ``c*d/2 ..`` over all 128 keys (at d = 64 a
+  32-column slice of the 128-byte-swizzled K tile, which the wgmma reads correctly: GPU tests and
+  the bench's checks); with ``"keys"`` each consumer computes dQ_i's partial sum over its own
+  64 keys (twice the reduce bytes). Either way each consumer stages its (64, cols) fp32
   piece in shared memory and the copy engine adds it into a (B*H, Nq, d) fp32 buffer
   (``cp.reduce.async.bulk.tensor`` add, issued by one thread and not waited for until the staging
   buffer is reused a step later: the reduction runs while the next products do). Where this
@@ -44,12 +45,14 @@ reads them where they are used instead of holding 32 registers from the start of
 ptxas's spill frame 216 -> 104 bytes dense); ``one_loop`` runs the masked and unmasked steps in one
 loop with the mask under a run-time branch (with ``rows_in_smem``, the causal kernel's spill frame
 248 -> 40 bytes: the separate masked loop is what kept the causal hot loop spilling).
-Measured on an H200, bf16, against cuDNN in the same run (benchmarks/NOTES.md, "Session 6, the last
-call", results/bench_backward_s6c_d128.json), forward+backward at d = 128: with ``rows_in_smem``
-1.03-1.04x dense (0.92-0.94x without), with both 0.95-1.05x causal (0.79-0.84x without); those are
-the default at d = 128 without GQA. Through ``flash_attention`` before them ("Session 6, second
-round (branch bwd5)"): 0.81-0.91x at d = 64 and 0.82-0.84x on causal GQA (H = 32, Hkv = 8,
-N = 8192 and 32768).
+Measured on an H200, bf16, forward+backward against cuDNN in the same run, ``default_config``'s
+schedules (``rows_in_smem`` everywhere, the exchange at d = 64 too; see its docstring): d = 128
+1.03-1.04x dense and 0.95-1.05x causal (benchmarks/NOTES.md, "Session 6, the last call",
+results/bench_backward_s6c_d128.json); d = 64 0.95-1.03x dense and 0.97-0.98x causal, causal GQA
+(H = 32, Hkv = 8, d = 128, N = 8192 and 32768) 0.99-1.00x ("Session 7 (branch bwd6)",
+results/bench_backward_s7_call1_*.json). Through ``flash_attention`` (autograd) on the protocol
+rows d 64 and 128, N 2048-16384, causal and not, bf16 and fp16: 0.91-1.12x cuDNN, causal GQA
+0.98-1.00x (NOTES "Session 7", call 2, results/bench_backward_s7_call2_{matrix,gqa}.json).
 
 D_i comes from the two-pass backward's preprocessing (``flash_bwd.preprocess``: the diagonal of
 O dO^T for fp16/bf16, so rows that see one key cancel exactly). The query range of each key block
@@ -135,29 +138,29 @@ class GluonBwdConfig:
 def default_config(head_dim: int, causal: bool = False, group: int = 1) -> GluonBwdConfig:
     """The config used when none is given, for this head dim, causality and GQA group size (H // Hkv).
 
-    The tile reduce where this Triton has it (atomics otherwise). Measured on an H200, bf16, against
-    the other schedules in the same run (benchmarks/NOTES.md, "Session 6 (branch bwd4)",
-    results/bench_backward_s6_call3_*.json): at d = 128 without GQA, dQ a step behind (``lag_dq``)
-    was 15-18 % faster dense and 0-6 % causal; on the GQA row (H = 32, Hkv = 8, causal, N = 8192)
-    heavy key blocks first (``heavy_first``) was 9 % faster, while on MHA rows it was 1-19 % slower
-    (the key blocks of one head no longer share its Q, dO rows in L2). Causal without GQA: heaviest
-    key blocks first within groups of as many heads as fill the SMs (``head_group=0``; the same CTAs
-    run together as in the plain order, so they share the same rows): +4 % at d = 128, N = 4096 against
-    the plain order in the same run, the same order at N = 16384 (NOTES "Session 6, second round
-    (branch bwd5)", call 1; through the library in call 2 the row measured 0.78x cuDNN, against the
-    plain order's 0.79x in call 1, so the gain is not established beyond that one run).
-    At d = 128 without GQA, lse_i and D_i staged in shared memory by the producer (``rows_in_smem``,
-    which frees the consumers' registers: no spills in the hot loop) and, causal, one loop with the
-    mask under a run-time branch (``one_loop``): forward+backward 0.94 -> 1.04x cuDNN (dense,
-    N = 4096), 0.92 -> 1.03x (dense, 16384), 0.84 -> 1.05x (causal, 4096), 0.79 -> 0.95x (causal,
-    16384), bf16, the same run (NOTES "Session 6, the last call", results/bench_backward_s6c_d128.json).
-    Other shapes: the plain schedule.
+    The tile reduce where this Triton has it (atomics otherwise). Every schedule below was the fastest
+    of those timed side by side on an H200 (bf16, forward+backward against cuDNN in the same run):
+
+    * lse_i, D_i staged in shared memory by the producer (``rows_in_smem``) everywhere, and the
+      consumers exchanging dS^T halves (``dq_split="d"``) at d = 64 too: at d = 64 together
+      0.80-0.88x -> 0.95-1.03x cuDNN dense, 0.84-0.90x -> 0.97-0.98x causal, N = 2048-16384
+      (benchmarks/NOTES.md, "Session 7 (branch bwd6)", results/bench_backward_s7_call1_d64*.json);
+      at d = 128 ``rows_in_smem`` took 0.92-0.94x -> 1.03-1.04x dense ("Session 6, the last call",
+      results/bench_backward_s6c_d128.json).
+    * dQ a step behind (``lag_dq``) at d = 128 (+15-18 % dense in bwd4's call 3); not at d = 64,
+      where it was 1-5 % slower with the exchange (NOTES "Session 7").
+    * causal: one loop with the mask under a run-time branch (``one_loop``; d = 128 causal 0.84 ->
+      1.05x at N = 4096 with ``rows_in_smem``) and the launch order: heaviest key blocks first within
+      groups of heads that fill the SMs for MHA (``head_group=0``, +4 % at d = 128, N = 4096), every
+      head's first for GQA (``heavy_first``). On the causal GQA rows (H = 32, Hkv = 8, d = 128,
+      N = 8192 and 32768) ``lag_dq`` + ``heavy_first`` + ``rows_in_smem`` + ``one_loop`` ran
+      0.99-1.00x cuDNN against 0.82-0.83x for ``heavy_first`` alone (NOTES "Session 7").
+    GQA without the causal mask, and GQA at d = 64, take the same schedule by analogy (not timed).
     """
     reduce = "tma" if tma_reduce_available() else "atomic"
     causal, mha = bool(causal), group == 1
-    staged = head_dim == 128 and mha
-    return GluonBwdConfig(dq_reduce=reduce, lag_dq=head_dim == 128 and mha, heavy_first=causal and not mha,
-                          head_group=0 if causal and mha else 1, rows_in_smem=staged, one_loop=staged and causal)
+    return GluonBwdConfig(dq_reduce=reduce, dq_split="d", lag_dq=head_dim == 128, heavy_first=causal and not mha,
+                          head_group=0 if causal and mha else 1, rows_in_smem=True, one_loop=causal)
 
 
 @functools.lru_cache(maxsize=None)

@@ -170,9 +170,12 @@ FUSED_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {}
 # (N = 16384, inside the run's spread), the GQA row (H = 32, Hkv = 8, N = 8192) +13 %.
 # N = 2048 (NOTES "Session 6, second round (branch bwd5)", call 2: the library with this table against
 # the two-pass backward in the same run, bf16 and fp16): d = 64 +2-8 % dense, +9-10 % causal; d = 128
-# +28 % dense, +3-4 % causal. Shorter rows were not measured.
-GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {(64, False): 2048, (64, True): 2048, (128, False): 2048,
-                                                     (128, True): 2048}
+# +28 % dense, +3-4 % causal. N = 1024 (NOTES "Session 7 (branch bwd6)", call 2,
+# results/bench_backward_s7_call2_n1k.json: bf16, the Gluon backward's default schedule against the
+# two-pass one that the library ran there, same run): d = 64 +17 % dense, +18 % causal; d = 128 +37 %
+# dense, +31 % causal (0.91-0.96x cuDNN against 0.69-0.82x). Shorter rows were not measured.
+GLUON_BACKWARD_MIN_N: dict[tuple[int, bool], int] = {(64, False): 1024, (64, True): 1024, (128, False): 1024,
+                                                     (128, True): 1024}
 
 
 def resolve_backward(name: str, q, k, spec: AttnSpec) -> str:
