@@ -206,7 +206,8 @@ def test_gpu_direct_launch_equals_the_jit_launch_and_the_reference(fresh, monkey
     if fplan.launch is not None:
         assert fplan.launch.args is not None, "the forward plan kept no compiled kernel: every call goes through the JIT"
     # plans cover the two-pass backward; where the ladder picks another rung there is no backward plan
-    if ladder.choose_backward(q, k, attn_spec(q, k, v, causal)) == "bwd_two_pass":
+    two_pass = ladder.choose_backward(q, k, attn_spec(q, k, v, causal)) == "bwd_two_pass"
+    if two_pass:
         (bplan,) = plans._BACKWARD.values()
         for name in ("pre", "dq", "dkdv"):
             assert getattr(bplan, name).args is not None, f"the backward plan kept no compiled {name} kernel"
@@ -216,6 +217,8 @@ def test_gpu_direct_launch_equals_the_jit_launch_and_the_reference(fresh, monkey
     jit = _step(q, k, v, do, causal=causal)
     torch.cuda.synchronize()
     for name, a, b, c in zip(("o", "dq", "dk", "dv"), first, direct, jit):
+        if name == "dq" and not two_pass:
+            continue  # the Gluon backward adds dQ's shares by the copy engine in no fixed order: checked below
         assert torch.equal(b, c), f"{name}: the direct launch differs from the JIT launch ({row})"
         assert torch.equal(a, c), f"{name}: the first (JIT) step differs from a later one ({row})"
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
@@ -229,6 +232,10 @@ def test_gpu_direct_launch_equals_the_jit_launch_and_the_reference(fresh, monkey
         magnitude = ref_grads[2] if name == "dk" else None
         err, allowed = max_error(mine, r), allowed_error(r, p, magnitude)
         assert err <= allowed, f"{name}: direct launch error {err:.3g} > allowed {allowed:.3g} ({row})"
+    if not two_pass:  # dQ was not compared bitwise: each launch's own dQ against the reference
+        for path, grads in (("first (JIT)", first), ("JIT", jit)):
+            err, allowed = max_error(grads[1], ref_grads[0]), allowed_error(ref_grads[0], pt_grads[0])
+            assert err <= allowed, f"dq: {path} launch error {err:.3g} > allowed {allowed:.3g} ({row})"
 
 
 @pytest.mark.gpu
