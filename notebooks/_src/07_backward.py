@@ -254,26 +254,37 @@ from flashlab import perf
 print(perf.backward_ladder_table(course.load_results("bench_backward_s6_call3_n*.json")))
 
 # %% [markdown]
-# Where the library stands against cuDNN on every shape the project targets (bf16 and fp16, head
-# dims 64 and 128, N from 2048 to 16384, causal and not; one run,
-# `benchmarks/results/bench_backward_s6b_call2_*.json`): `flash_attention` (the `library`
-# column: forward and backward through autograd) reaches cuDNN at d = 128 from N = 16384
-# (1.00-1.01x) and is at 0.74-0.91x elsewhere; the causal rows at d = 128 were the slowest.
+# Why were the causal rows at d = 128 slow? The compiler's resource report answered it without a
+# GPU: at d = 128 each consumer thread holds $dK$, $dV$ and the tiles of a step in registers, and
+# the causal kernel, which compiles its masked and unmasked loops side by side, spilled to local
+# memory inside the loop. Two schedule changes free registers: the producer warp stages
+# $\mathrm{lse}_i$ and $D_i$ in shared memory (`rows`), and one loop applies the mask under a
+# run-time branch (`one`). Timed against the schedule above in one run
+# (`benchmarks/results/bench_backward_s6c_d128.json`, bf16, d = 128), forward+backward moved from
+# 0.79-0.84x to 0.95-1.05x cuDNN causal and from 0.92-0.94x to 1.03-1.04x dense. Registers are a
+# budget: a kernel that spills waits on memory it never meant to touch. The same two changes, and
+# at d = 64 the consumers exchanging halves of $dS^T$ and each adding half of $dQ$'s columns (as at
+# d = 128, where each otherwise adds its own keys' share of all columns), took d = 64 from
+# 0.80-0.90x to 0.95-1.03x and grouped-query attention from 0.82x to 0.99-1.00x
+# (`benchmarks/results/bench_backward_s7_call1_*.json`); `flash_bwd_gluon.default_config` holds the
+# schedule each shape runs.
+#
+# Where the library stands now against cuDNN on every shape the project targets (bf16 and fp16,
+# head dims 64 and 128, N from 2048 to 16384, causal and not; one run,
+# `benchmarks/results/bench_backward_s7_call2_matrix.json`): `flash_attention` (the `library`
+# column: forward and backward through autograd) runs at 0.91-1.12x cuDNN's forward+backward.
 
 # %%
-print(perf.backward_ladder_table(course.load_results("bench_backward_s6b_call2_n*.json")))
+print(perf.backward_ladder_table(course.load_results("bench_backward_s7_call2_matrix.json")))
 
 # %% [markdown]
-# Why were they slow? The compiler's resource report answered it without a GPU: at d = 128 each
-# consumer thread holds $dK$, $dV$ and the tiles of a step in registers, and the causal kernel,
-# which compiles its masked and unmasked loops side by side, spilled to local memory inside the
-# loop. Two schedule changes free registers: the producer warp stages $\mathrm{lse}_i$ and $D_i$ in
-# shared memory (`rows`), and one loop applies the mask under a run-time branch (`one`). Timed
-# against the schedule above in one run (`benchmarks/results/bench_backward_s6c_d128.json`, bf16,
-# d = 128), forward+backward moved from 0.79-0.84x to 0.95-1.05x cuDNN causal and from 0.92-0.94x
-# to 1.03-1.04x dense, and `flash_attention` now uses those schedules at d = 128
-# (`flash_bwd_gluon.default_config`). Registers are a budget: a kernel that spills waits on memory
-# it never meant to touch.
+# And with grouped-query attention at a language model's shape (B = 1, 32 query heads sharing 8 kv
+# heads, d = 128, causal, bf16; `benchmarks/results/bench_backward_s7_call2_gqa.json`): the
+# backward sums $dK$ and $dV$ over the group's query heads in registers, one program per key block
+# of a kv head, so no separate reduction follows.
+
+# %%
+print(perf.backward_ladder_table(course.load_results("bench_backward_s7_call2_gqa.json")))
 
 # %% [markdown]
 # ## Self-test
@@ -346,6 +357,6 @@ answer("07.5", None)  # your number
 #   forward + backward as 3.5 times the forward's FLOPs (2 + 5 matmuls; FlashAttention-2 paper,
 #   Section 4.1; notebook 08), so the course's kernels execute 4.5/3.5 of what is credited.
 # - On an H200 the one-pass rung wins only when written by hand (`bwd_gluon_ws`, Gluon, warp
-#   specialised): `flash_attention` runs it from N = 2048 for fp16/bf16 at d = 64 and 128.
+#   specialised): `flash_attention` runs it from N = 1024 for fp16/bf16 at d = 64 and 128.
 # - NumPy and Triton gradients match float64 autograd.
 # - Next: notebook 08 measures all of this on an H200.

@@ -159,7 +159,7 @@ if baselines:
 # function, runs at 44-61% of the matmul peak: ahead of SDPA's FA2, behind cuDNN and the
 # hand-scheduled rungs at d = 128 in the forward, and ahead of flashlab's two-pass backward in
 # forward + backward at d = 128 (7 matmuls per tile; `flash_attention` ran it when this file was
-# measured, and now runs the one-pass Gluon rung from N = 2048 on sm90: notebook 07). And
+# measured, and now runs the one-pass Gluon rung from N = 1024 on sm90: notebook 07). And
 # compiled naive attention is as fast as SDPA
 # when not causal but only 2-4x eager when causal, far behind every fused kernel. The correctness check each variant
 # passed before timing (relative error against float32 attention) shows why: not causal, the
