@@ -70,6 +70,36 @@ def test_launch_orders_visit_every_query_block_once(b, h, nq, nk, causal, cfg, m
     assert not lse.isnan().any(), f"{cfg}: some lse rows were never written"
 
 
+# the short causal row's candidates at their real block sizes (benchmarks/NOTES.md, session 7):
+# the shipped config, 32-key steps (three or four programs per SM), and the two launch orders
+SHORT_CANDIDATES = [hopper.SHORT_CAUSAL_CONFIGS[128], hopper.HopperConfig(64, 32, 4, 3), hopper.HopperConfig(64, 32, 4, 2),
+                    hopper.HopperConfig(64, 64, 4, 3, group_heads=16), hopper.HopperConfig(64, 64, 4, 3, pair=True)]
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="real block sizes at N = 1024: compiled on the GPU only")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cfg", SHORT_CANDIDATES, ids=lambda c: f"{c.block_q}x{c.block_k}s{c.num_stages}g{c.group_heads}p{int(c.pair)}")
+def test_short_causal_candidates_match_float64_on_the_gpu(cfg, dtype, monkeypatch):
+    # B = 2, H = 17 (the last head group is short), N = 1000 (a ragged last query block), d = 128
+    monkeypatch.setenv("FLASHLAB_POISON", "1")
+    g = torch.Generator().manual_seed(1000 + cfg.block_k + cfg.num_stages + cfg.group_heads + int(cfg.pair))
+    q, k, v = (torch.randn(2, 17, 1000, 128, generator=g).to(DEVICE, dtype) for _ in range(3))  # (B, H, N, d)
+    o, lse = hopper.forward(q, k, v, True, None, cfg)
+    ref = attention_reference(q.double(), k.double(), v.double(), True, upcast=True)
+    same = attention_reference(q, k, v, True, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, same)
+    assert err <= allowed, f"{cfg} {dtype}: max |o - ref| = {err:.3g} > allowed {allowed:.3g}"
+    assert not lse.isnan().any(), f"{cfg}: some lse rows were never written"
+
+
+def test_short_causal_rows_take_the_short_config_and_longer_ones_the_default():
+    short = hopper.SHORT_CAUSAL_CONFIGS[128]
+    assert hopper.default_config(128, True, hopper.SHORT_CAUSAL_N) == short
+    assert hopper.default_config(128, True, hopper.SHORT_CAUSAL_N + 1) == hopper.DEFAULT_CONFIGS[(128, True)]
+    assert hopper.default_config(128, False, 512) == hopper.DEFAULT_CONFIGS[(128, False)]  # not causal
+    assert hopper.default_config(128, True, None) == hopper.DEFAULT_CONFIGS[(128, True)]  # length unknown
+
+
 def test_config_allows_one_launch_order_at_a_time():
     with pytest.raises(ValueError, match="at most one launch order"):
         hopper.HopperConfig(block_q=64, block_k=64, group_heads=16, pair=True)
