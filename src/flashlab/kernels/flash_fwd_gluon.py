@@ -65,7 +65,6 @@ class GluonConfig:
     num_buffers: int = 2  # K/V ring depth in shared memory
     consumer_regs: int = 240  # registers per thread of a consumer warpgroup (setmaxnreg)
     producer_regs: int = 24  # registers per thread of the producer warp
-    group_heads: int = 0  # causal, > 0: launch order by groups of this many heads, heaviest query blocks first
 
     def __post_init__(self):
         if self.block_n not in (64, 128):
@@ -76,8 +75,6 @@ class GluonConfig:
             regs = getattr(self, name)
             if not 24 <= regs <= 256 or regs % 8:
                 raise ValueError(f"{name}={regs} must be a multiple of 8 in 24..256 (setmaxnreg)")
-        if self.group_heads < 0:
-            raise ValueError(f"group_heads={self.group_heads} must be >= 0 (heads per launch-order group; 0 = off)")
 
     def smem_bytes(self, head_dim: int, itemsize: int = 2) -> int:
         """Shared memory the kernel allocates: Q (two halves) and the K and V rings."""
@@ -117,8 +114,7 @@ def _kernels():
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-    from .flash_fwd_hopper import causal_tile_order  # Triton functions: Gluon's front end compiles them too
-    from .visible import kv_bounds, visible
+    from .visible import kv_bounds, visible  # Triton functions: Gluon's front end compiles them too
 
     @gluon.jit
     def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
@@ -260,16 +256,12 @@ def _kernels():
     def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW,
                             HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             NBUF: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
-                            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, GROUP_HEADS: gl.constexpr):
+                            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         BLOCK: gl.constexpr = 2 * HALF_M  # BLOCK_M
-        if CAUSAL and GROUP_HEADS > 0:  # heaviest query blocks of a group of heads first (flash_fwd_hopper)
-            start_m, off_hz = causal_tile_order(gl.program_id(0) + gl.program_id(1) * gl.num_programs(0),
-                                                gl.num_programs(0), gl.num_programs(1), GROUP_HEADS)
-        elif CAUSAL:
-            off_hz = gl.program_id(1)
+        off_hz = gl.program_id(1)
+        if CAUSAL:
             start_m = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest query blocks first
         else:
-            off_hz = gl.program_id(1)
             start_m = gl.program_id(0)
         first_row = start_m * BLOCK
         row0 = off_hz * N_Q  # this head's first row of O (B*H*Nq, d rows) and lse
@@ -351,8 +343,7 @@ def kernel_launch(q, k, v, spec, cfg: GluonConfig):
     static = dict(qk_scale=spec.resolved_scale(d) * LOG2E, N_Q=n_q, N_KV=n_kv, GROUP=H // h_kv,
                   DIAG=rule["DIAG"], WINDOW=rule["WINDOW"], HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n,
                   NBUF=cfg.num_buffers, CAUSAL=spec.causal, HAS_WINDOW=rule["HAS_WINDOW"],
-                  CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                  GROUP_HEADS=cfg.group_heads if spec.causal else 0)
+                  CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)
     builders = dict(  # over q3 (B*H, Nq, d) and k3, v3 (B*Hkv, Nk, d)
         desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, BLOCK_M // 2, d], q_layout),
         desc_k=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_n, d], kv_layout),

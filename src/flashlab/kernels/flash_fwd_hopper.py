@@ -19,7 +19,10 @@ staged loop of ``flash_fwd.py``, from ``kernels.visible``), with three changes a
   the tiles in turn). Measured on the H200 it is level at best and slower causal (NOTES.md,
   call 10), so no default config uses it. Three other ideas measured slower and were removed
   (lazy rescaling, issuing the next QK^T before the softmax, exp2 partly on the FMA units;
-  NOTES.md calls 6 and 7, code in commit ad0b83c).
+  NOTES.md calls 6 and 7, code in commit ad0b83c); so were two launch orders for short causal
+  rows, heaviest query blocks first across groups of heads and one program per pair of a heavy
+  and a light query block (level and 1-3 % slower at N = 1024; NOTES.md "Session 7", code in
+  commit 76c1557).
 
 Layout: q is viewed as ``(B*H, Nq, d)`` and k, v as ``(B*Hkv, Nk, d)``, one tensor descriptor each
 with a ``(1, BLOCK, d)`` box. A tile that runs past the end of a head is filled with zeros by the
@@ -60,8 +63,6 @@ class HopperConfig:
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     warp_specialize: bool = False
     persistent: int = 0  # > 0: a grid of this many programs per SM walks all tiles; 0: one per tile
-    group_heads: int = 0  # causal, > 0: launch order by groups of this many heads, heaviest query blocks first
-    pair: bool = False  # one program runs query blocks i and num_m - 1 - i (the same work in every program)
 
     def __post_init__(self):
         for name in ("block_q", "block_k"):
@@ -77,11 +78,6 @@ class HopperConfig:
             raise ValueError(f"persistent={self.persistent} must be >= 0 (programs per SM; 0 = off)")
         if self.num_stages < 1:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1")
-        if self.group_heads < 0:
-            raise ValueError(f"group_heads={self.group_heads} must be >= 0 (heads per launch-order group; 0 = off)")
-        if sum((bool(self.persistent), bool(self.group_heads), bool(self.pair))) > 1:
-            raise ValueError(f"persistent={self.persistent}, group_heads={self.group_heads}, pair={self.pair}: "
-                             "choose at most one launch order")
 
 
 # Chosen from the config sweep on an H200, bf16, B*N = 16384, N = 8192 (benchmarks/NOTES.md,
@@ -97,7 +93,10 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
 
 # Short causal rows (Nq <= SHORT_CAUSAL_N): smaller query blocks, so more programs and less causal
 # imbalance. bf16 d = 128, N = 1024, B = 16, H = 16, three interleaved rounds: 64x64 w4 s3
-# 0.197-0.203 ms against 0.209 for 128x64 w4 s2 (results/bench_backward_call1_short.json)
+# 0.197-0.203 ms against 0.209 for 128x64 w4 s2 (results/bench_backward_call1_short.json).
+# Still the fastest in session 7 (NOTES.md; results/bench_fwd_short_s7_call{1,2}.json, bf16 and
+# fp16): 64x32 tiles (3 or 4 programs per SM) 3-6 % slower, and 0.81-0.83x cuDNN, where ncu puts
+# the gap in the tensor pipe's busy time (42 % against cuDNN's 58 %), not in the causal tail.
 SHORT_CAUSAL_N = 1024
 SHORT_CAUSAL_CONFIGS: dict[int, HopperConfig] = {128: HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3)}
 
@@ -186,24 +185,10 @@ def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIA
 
 
 @triton.jit
-def causal_tile_order(pid, num_m, n_heads, GROUP_HEADS: tl.constexpr):
-    # (start_m, off_hz) of the pid-th program in launch order: groups of GROUP_HEADS heads in turn,
-    # inside a group the heaviest query blocks (most key blocks) of all its heads first, so the
-    # light ones fill the tail while the group's K/V stay in L2; the last group may be smaller
-    per_group = GROUP_HEADS * num_m
-    group = pid // per_group
-    r = pid - group * per_group
-    heads = tl.minimum(GROUP_HEADS, n_heads - group * GROUP_HEADS)  # heads in this group
-    start_m = num_m - 1 - r // heads
-    off_hz = group * GROUP_HEADS + r % heads
-    return start_m, off_hz
-
-
-@triton.jit
 def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, N_HEADS, GROUP, DIAG, WINDOW,
                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                             PERSISTENT: tl.constexpr, GROUP_HEADS: tl.constexpr, PAIR: tl.constexpr):
+                             PERSISTENT: tl.constexpr):
     if PERSISTENT:
         # a fixed grid of a few programs per SM walks the (head, query block) tiles in turn
         num_m = tl.cdiv(N_Q, BLOCK_M)
@@ -215,27 +200,12 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
                 start_m = tile % num_m
             _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
                        HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
-    elif PAIR:
-        # program i of a head runs query block num_m - 1 - i, then block i (once when they are the
-        # same block): causal, every program visits about num_m + 1 key blocks
-        num_m = tl.cdiv(N_Q, BLOCK_M)
-        off_hz = tl.program_id(1)
-        first = tl.program_id(0)
-        _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, num_m - 1 - first,
-                   off_hz, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
-        if first < num_m - 1 - first:
-            _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, first, off_hz,
-                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
     else:
-        if CAUSAL and GROUP_HEADS > 0:
-            pid = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)  # launch order: axis 0 fastest
-            start_m, off_hz = causal_tile_order(pid, tl.num_programs(0), N_HEADS, GROUP_HEADS)
-        elif CAUSAL:
-            # heaviest query blocks (most key blocks) of each head launch first: a shorter tail at the end
-            off_hz = tl.program_id(1)
+        off_hz = tl.program_id(1)
+        if CAUSAL:
+            # heaviest query blocks (most key blocks) launch first: a shorter tail at the end
             start_m = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
-            off_hz = tl.program_id(1)
             start_m = tl.program_id(0)
         _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
                    HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
@@ -363,14 +333,11 @@ def kernel_launch(q, k, v, spec, cfg: HopperConfig):
     B, H, n_q, d = q.shape  # (B, H, Nq, d)
     h_kv, n_kv = k.shape[1], k.shape[2]
     grid = (triton.cdiv(n_q, cfg.block_q), B * H)
-    if cfg.pair:
-        grid = (triton.cdiv(grid[0], 2), B * H)
     if cfg.persistent:
         grid = (min(grid[0] * grid[1], cfg.persistent * _sm_count(q.device)),)
     static = dict(qk_scale=spec.resolved_scale(d) * LOG2E, N_Q=n_q, N_KV=n_kv, N_HEADS=B * H, GROUP=H // h_kv,
                   HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, **spec.kernel_args(n_q, n_kv),
-                  WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent),
-                  GROUP_HEADS=cfg.group_heads if spec.causal else 0, PAIR=bool(cfg.pair))
+                  WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent))
     builders = dict(
         desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, cfg.block_q, d]),  # (B*H, Nq, d)
         desc_k=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_k, d]),  # (B*Hkv, Nk, d)
