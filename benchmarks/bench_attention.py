@@ -21,10 +21,13 @@ Gluon rung ``flash_fwd_gluon`` (forward), and every rung of ``flashlab.kernels.l
     python benchmarks/bench_attention.py --quick         # d=128, N in {1024, 8192}, bf16
     python benchmarks/bench_attention.py --sweep         # Hopper rung config sweep -> results/hopper_sweep.json
     python benchmarks/bench_attention.py --dry-run       # print the plan; needs no GPU
+    ncu --clock-control none --profile-from-start off python benchmarks/bench_attention.py \
+        --short-profile "flashlab;cudnn;hf:64,64,4,3"   # one call each at N = 1024 causal, for Nsight Compute
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -422,6 +425,40 @@ def ceilings() -> dict:
             "matmul_bf16_8192_tflops": 2 * 8192**3 / mm / 1e9}
 
 
+# ---------------------------------------------------------------- the short causal row under ncu
+
+def short_profile(names: list[str], dtype_name: str) -> dict:
+    """Run each forward contender (``bench_backward.py``'s names: cudnn, flashlab, hf:..., gl:...)
+    once at the short causal row (B = 16, H = 16, N = 1024, d = 128) between cudaProfilerStart and
+    cudaProfilerStop, after two warm-up calls each, so ``ncu --profile-from-start off`` sees only
+    those kernels, in this order. Returns the Hopper configs' resource reports."""
+    import torch
+
+    import bench_backward as bb
+    from flashlab.kernels import flash_fwd_hopper as hopper
+
+    row = dict(dtype=dtype_name, d=128, n=1024, causal=True, b=TOKENS // 1024, h=MODEL_DIM // 128, hkv=MODEL_DIM // 128)
+    q, k, v, _ = bb.make_inputs(row, seed=11)  # (B, H, N, d) each
+    spec = bb.spec_of(row)
+    fns = [(name, bb.forward_fn(name)) for name in names]
+    with torch.no_grad():
+        for _, f in fns:
+            f(q, k, v, spec)
+            f(q, k, v, spec)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for _, f in fns:
+            f(q, k, v, spec)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    resources = {}
+    for name in names:
+        if name.startswith("hf:"):
+            cfg = hopper.HopperConfig(*bb._ints(name[3:]))
+            resources[name] = hopper_resources(hopper.launch(q, k, v, spec, None, cfg, checked=True)[2])
+    return {"order": names, "row": row, "resources": resources}
+
+
 # ---------------------------------------------------------------- main
 
 def parse(argv):
@@ -441,6 +478,8 @@ def parse(argv):
     p.add_argument("--ladder-dtypes", nargs="*", default=["bfloat16"], choices=DTYPES,
                    help="time the ladder's rungs only in these dtypes (default bfloat16)")
     p.add_argument("--no-bwd", action="store_true", help="time the forward only")
+    p.add_argument("--short-profile", metavar="NAMES",
+                   help="run these forward contenders (';'-separated) once at N = 1024 causal d = 128 for ncu")
     p.add_argument("--out", type=Path, default=_common.REPO / "benchmarks" / "results" / "bench_attention.json")
     return p.parse_args(argv)
 
@@ -461,6 +500,11 @@ def main(argv=None) -> int:
     import torch
 
     torch.manual_seed(0)
+    if args.short_profile:
+        names = [x.strip() for x in args.short_profile.split(";") if x.strip()]
+        for dtype_name in args.dtypes or ["bfloat16"]:
+            print("[short-profile]", json.dumps({dtype_name: short_profile(names, dtype_name)}), flush=True)
+        return 0
     if args.sweep:
         payload = {"environment": _common.environment(), "protocol": PROTOCOL, "sweep": sweep(args)}
         out = args.out if args.out.name != "bench_attention.json" else args.out.with_name("hopper_sweep.json")

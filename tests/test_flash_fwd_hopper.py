@@ -48,6 +48,35 @@ def test_hopper_forward_matches_reference_for_ragged_lengths(b, h, nq, nk, d, ca
     assert lse.shape == (b, h, nq) and lse.dtype == torch.float32
 
 
+# the short causal row's config and the candidates timed beside it, at their real block sizes
+# (benchmarks/NOTES.md, session 7): 64x64 s3 (shipped) and 32-key steps (three or four programs per SM)
+SHORT_CANDIDATES = [hopper.SHORT_CAUSAL_CONFIGS[128], hopper.HopperConfig(64, 32, 4, 3), hopper.HopperConfig(64, 32, 4, 2)]
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="real block sizes at N = 1024: compiled on the GPU only")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cfg", SHORT_CANDIDATES, ids=lambda c: f"{c.block_q}x{c.block_k}s{c.num_stages}")
+def test_short_causal_candidates_match_float64_on_the_gpu(cfg, dtype, monkeypatch):
+    # B = 2, H = 17, N = 1000 (a ragged last query block), d = 128
+    monkeypatch.setenv("FLASHLAB_POISON", "1")
+    g = torch.Generator().manual_seed(1000 + cfg.block_k + cfg.num_stages)
+    q, k, v = (torch.randn(2, 17, 1000, 128, generator=g).to(DEVICE, dtype) for _ in range(3))  # (B, H, N, d)
+    o, lse = hopper.forward(q, k, v, True, None, cfg)
+    ref = attention_reference(q.double(), k.double(), v.double(), True, upcast=True)
+    same = attention_reference(q, k, v, True, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, same)
+    assert err <= allowed, f"{cfg} {dtype}: max |o - ref| = {err:.3g} > allowed {allowed:.3g}"
+    assert not lse.isnan().any(), f"{cfg}: some lse rows were never written"
+
+
+def test_short_causal_rows_take_the_short_config_and_longer_ones_the_default():
+    short = hopper.SHORT_CAUSAL_CONFIGS[128]
+    assert hopper.default_config(128, True, hopper.SHORT_CAUSAL_N) == short
+    assert hopper.default_config(128, True, hopper.SHORT_CAUSAL_N + 1) == hopper.DEFAULT_CONFIGS[(128, True)]
+    assert hopper.default_config(128, False, 512) == hopper.DEFAULT_CONFIGS[(128, False)]  # not causal
+    assert hopper.default_config(128, True, None) == hopper.DEFAULT_CONFIGS[(128, True)]  # length unknown
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b,h,hkv,nq,nk", [(1, 4, 1, 40, 50), (2, 4, 2, 33, 20)])
 def test_hopper_grouped_query_attention_reads_kv_head_h_over_group(b, h, hkv, nq, nk, causal, monkeypatch):

@@ -19,7 +19,10 @@ staged loop of ``flash_fwd.py``, from ``kernels.visible``), with three changes a
   the tiles in turn). Measured on the H200 it is level at best and slower causal (NOTES.md,
   call 10), so no default config uses it. Three other ideas measured slower and were removed
   (lazy rescaling, issuing the next QK^T before the softmax, exp2 partly on the FMA units;
-  NOTES.md calls 6 and 7, code in commit ad0b83c).
+  NOTES.md calls 6 and 7, code in commit ad0b83c); so were two launch orders for short causal
+  rows, heaviest query blocks first across groups of heads and one program per pair of a heavy
+  and a light query block (level and 1-3 % slower at N = 1024; NOTES.md "Session 7", code in
+  commit 76c1557).
 
 Layout: q is viewed as ``(B*H, Nq, d)`` and k, v as ``(B*Hkv, Nk, d)``, one tensor descriptor each
 with a ``(1, BLOCK, d)`` box. A tile that runs past the end of a head is filled with zeros by the
@@ -90,7 +93,10 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
 
 # Short causal rows (Nq <= SHORT_CAUSAL_N): smaller query blocks, so more programs and less causal
 # imbalance. bf16 d = 128, N = 1024, B = 16, H = 16, three interleaved rounds: 64x64 w4 s3
-# 0.197-0.203 ms against 0.209 for 128x64 w4 s2 (results/bench_backward_call1_short.json)
+# 0.197-0.203 ms against 0.209 for 128x64 w4 s2 (results/bench_backward_call1_short.json).
+# Still the fastest in session 7 (NOTES.md; results/bench_fwd_short_s7_call{1,2}.json, bf16 and
+# fp16): 64x32 tiles (3 or 4 programs per SM) 3-6 % slower, and 0.81-0.83x cuDNN, where ncu puts
+# the gap in the tensor pipe's busy time (42 % against cuDNN's 58 %), not in the causal tail.
 SHORT_CAUSAL_N = 1024
 SHORT_CAUSAL_CONFIGS: dict[int, HopperConfig] = {128: HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3)}
 
