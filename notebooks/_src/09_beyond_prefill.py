@@ -176,8 +176,12 @@ print(decode_results.results_table())
 # section, calls 5-8): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.6 TB/s on 14 of
 # 15 rows, near the 4.28 TB/s the device copy reached; the exception is the smallest, one
 # sequence with 8 kv heads (134 MB, 2.7 TB/s; SDPA 2.6). There even a kernel that does nothing
-# but read those 134 MB takes 42.7 us (3.1 TB/s): a single launch of that size cannot stream at
-# full bandwidth, and `flash_decode` takes 1.16x that pure read. It matches or beats SDPA's time
+# but read those 134 MB takes 42.7 us (3.1 TB/s), and `flash_decode` takes 1.16x that pure read.
+# Part of it is the timing method, not the kernel: before each run the bench empties L2 by
+# writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those dirty lines back to
+# HBM while the kernel reads. After a flush that only reads, the pure read takes 34.1 us
+# (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us (`benchmarks/results/decode_probe_call9.json`;
+# NOTES, decode call 9): about 8.5 us of the row's time was the write-back. It matches or beats SDPA's time
 # on 13 of 23 rows; 7 of the other 10 differ from SDPA by less than the spread between three
 # interleaved timing rounds, and all are within 1.008x. Python matters at decode: each call once
 # took 82-195 us of host time (Triton's generic launch plus checks) for 10-50 us of GPU work;
