@@ -54,7 +54,7 @@ def test_hopper_forward_matches_reference_for_ragged_lengths(b, h, nq, nk, d, ca
 # (benchmarks/NOTES.md, session 7): 64x64 s3 (shipped) and 32-key steps (three or four programs per SM)
 # and 128-row blocks as two 64-row halves sharing each K/V tile (split, session 7 second round)
 SHORT_CANDIDATES = [hopper.SHORT_CAUSAL_CONFIGS[128], hopper.HopperConfig(64, 32, 4, 3), hopper.HopperConfig(64, 32, 4, 2),
-                    hopper.HopperConfig(128, 64, 4, 2, split=True)]
+                    hopper.HopperConfig(128, 64, 4, 2, split=True), hopper.HopperConfig(128, 32, 4, 3, split=True)]
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="real block sizes at N = 1024: compiled on the GPU only")
