@@ -183,6 +183,8 @@ def test_sweep_config_parser_reads_flags_and_rejects_unknown_ones():
             for c in configs] == [(128, 64, 4, 2, False, 0), (64, 64, 4, 3, True, 0), (128, 64, 4, 2, False, 2)]
     assert bench.config_label(configs[1]) == "64x64 w4 s3 ws"
     assert bench.config_label(configs[2]) == "128x64 w4 s2 p2"
+    (split,) = bench.parse_configs("128,64,4,2,split")
+    assert split.split and split.q_rows == 64 and bench.config_label(split) == "128x64 w4 s2 split"
     with pytest.raises(SystemExit, match="lz"):
         bench.parse_configs("128,64,4,2,lz")
 
@@ -192,6 +194,8 @@ def test_config_rejects_block_sizes_that_break_the_band_loop():
         hopper.HopperConfig(block_q=64, block_k=128)
     with pytest.raises(ValueError, match="block_k=48"):
         hopper.HopperConfig(block_q=64, block_k=48)
+    with pytest.raises(ValueError, match="split=True needs block_q=16"):
+        hopper.HopperConfig(block_q=16, block_k=16, split=True)
 
 
 def _load(name):

@@ -27,7 +27,10 @@ staged loop of ``flash_fwd.py``, from ``kernels.visible``), with three changes a
   run as two halves of block_q / 2 rows that share each K/V tile. Both halves' QK^T are issued
   before either softmax, so one half's softmax can overlap the other half's products inside one
   warpgroup, and the causal diagonal is masked per half (half 0 never steps through the key
-  block past its diagonal, which a plain block_q-row tile does).
+  block past its diagonal, which a plain block_q-row tile does). Measured at the short causal
+  row (NOTES.md "Session 7, second round (branch fwd7t)"): 7 % fewer instructions, level in time
+  (Triton waits for each QK^T before issuing the next product, and 128-row blocks make the causal
+  tail coarser), so no default config uses it.
 
 Layout: q is viewed as ``(B*H, Nq, d)`` and k, v as ``(B*Hkv, Nk, d)``, one tensor descriptor each
 with a ``(1, BLOCK, d)`` box. A tile that runs past the end of a head is filled with zeros by the
@@ -110,6 +113,8 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
 # Still the fastest in session 7 (NOTES.md; results/bench_fwd_short_s7_call{1,2}.json, bf16 and
 # fp16): 64x32 tiles (3 or 4 programs per SM) 3-6 % slower, and 0.81-0.83x cuDNN, where ncu puts
 # the gap in the tensor pipe's busy time (42 % against cuDNN's 58 %), not in the causal tail.
+# Session 7, second round (results/bench_fwd_short_s7b_fwd7t_call{1,2}.json): 128-row blocks split
+# into two 64-row halves (split=True) level to 1.5 % slower; 128x32 split 11-13 % slower.
 SHORT_CAUSAL_N = 1024
 SHORT_CAUSAL_CONFIGS: dict[int, HopperConfig] = {128: HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3)}
 
