@@ -312,10 +312,9 @@ def hopper_resources(compiled) -> dict:
 
 
 def parse_configs(text: str | None):
-    """'BQ,BK,WARPS,STAGES[,ws][,pN][,split];...' -> HopperConfigs (None: the module's SWEEP_CONFIGS).
+    """'BQ,BK,WARPS,STAGES[,ws][,pN];...' -> HopperConfigs (None: the module's SWEEP_CONFIGS).
 
-    ws = warp_specialize; pN = persistent grid of N programs per SM; split = two halves of BQ / 2
-    rows sharing each K/V tile.
+    ws = warp_specialize; pN = persistent grid of N programs per SM.
 
     The lazy-rescaling, QK^T-prefetch and polynomial-exp2 options of sweeps 3 and 4
     (benchmarks/NOTES.md, call 6) live in commit ad0b83c, not in the current kernel.
@@ -333,20 +332,17 @@ def parse_configs(text: str | None):
                 opts["warp_specialize"] = True
             elif flag[:1] == "p" and flag[1:].isdigit():
                 opts["persistent"] = int(flag[1:])
-            elif flag == "split":
-                opts["split"] = True
             else:
-                raise SystemExit(f"--configs item {item!r}: unknown flag {flag!r}; "
-                                 "expected BQ,BK,WARPS,STAGES[,ws][,pN][,split]")
+                raise SystemExit(f"--configs item {item!r}: unknown flag {flag!r}; expected BQ,BK,WARPS,STAGES[,ws][,pN]")
         if len(parts) < 4:
-            raise SystemExit(f"--configs item {item!r}: expected BQ,BK,WARPS,STAGES[,ws][,pN][,split]")
+            raise SystemExit(f"--configs item {item!r}: expected BQ,BK,WARPS,STAGES[,ws][,pN]")
         configs.append(hopper.HopperConfig(*(int(x) for x in parts[:4]), **opts))
     return tuple(configs)
 
 
 def config_label(c) -> str:
     return (f"{c.block_q}x{c.block_k} w{c.num_warps} s{c.num_stages}" + (" ws" if c.warp_specialize else "")
-            + (f" p{c.persistent}" if c.persistent else "") + (" split" if c.split else ""))
+            + (f" p{c.persistent}" if c.persistent else ""))
 
 
 def sweep(args) -> dict:

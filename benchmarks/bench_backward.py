@@ -10,9 +10,8 @@ contenders of the row are timed in ``--rounds`` interleaved rounds (``triton.tes
 median of each, then the median over rounds).
 
 Contenders (``--fwd`` / ``--bwd``, ';'-separated):
-  forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES[,WS,P,SPLIT]``
-            (the Hopper rung with that config: HopperConfig's fields in order, ``SPLIT`` 1 = two halves
-            of BQ / 2 rows sharing each K/V tile), ``gl`` / ``gl:BN,NBUF`` (the Gluon rung, GQA in the kernel,
+  forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES`` (the
+            Hopper rung with that config), ``gl`` / ``gl:BN,NBUF`` (the Gluon rung, GQA in the kernel,
             default or that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
   fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd; ``flashlab:1s`` with its dQ kernel on
             the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``

@@ -3,8 +3,8 @@ line per config: registers, spills, shared memory and the wgmma instructions and
 
     python tests/sm90_compile_hopper.py DTYPE CONFIG [CONFIG ...]
 
-CONFIG is a ``bench_backward.py`` ``hf:`` token body, e.g. ``64,64,4,3`` or ``128,64,4,2,0,0,1``
-(split halves). Compiled for d = 128, causal top-left, N = 1024. Same stand-in driver as
+CONFIG is a ``bench_backward.py`` ``hf:`` token body, e.g. ``64,64,4,3`` or ``128,64,4,2,0,1``
+(persistent). Compiled for d = 128, causal top-left, N = 1024. Same stand-in driver as
 tests/sm90_compile.py (tests/standin_gpu.py); run in its own process.
 """
 import json
@@ -35,10 +35,10 @@ def main() -> None:
     for token in sys.argv[2:]:
         cfg = hopper.HopperConfig(*(int(x) for x in token.split(",")))
         compiled = hopper._flash_fwd_hopper_kernel.warmup(
-            TensorDescriptor.from_tensor(heads, [1, cfg.q_rows, d]), TensorDescriptor.from_tensor(heads, [1, cfg.block_k, d]),
+            TensorDescriptor.from_tensor(heads, [1, cfg.block_q, d]), TensorDescriptor.from_tensor(heads, [1, cfg.block_k, d]),
             TensorDescriptor.from_tensor(heads, [1, cfg.block_k, d]), q, lse, 0.18, n, n, 2, 1,
             HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, **spec.kernel_args(n, n),
-            WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent), SPLIT=bool(cfg.split),
+            WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, grid=(n // cfg.block_q, 2))
         cubin = Path(f"/tmp/flashlab_sm90_hopper_{token.replace(',', '_')}.cubin")
         cubin.write_bytes(compiled.asm["cubin"])

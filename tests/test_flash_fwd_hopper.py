@@ -28,11 +28,9 @@ def _qkv(b, h, nq, nk, d, seed):
 
 
 PERSISTENT = hopper.HopperConfig(block_q=32, block_k=16, num_warps=4, num_stages=2, persistent=1)
-# two halves of 16 rows sharing each K/V tile (split): ragged N and N not a multiple of block_q
-SPLIT = hopper.HopperConfig(block_q=32, block_k=16, num_warps=4, num_stages=2, split=True)
 
 
-@pytest.mark.parametrize("cfg", [SMALL, PERSISTENT, SPLIT], ids=["one-program-per-tile", "persistent", "split"])
+@pytest.mark.parametrize("cfg", [SMALL, PERSISTENT], ids=["one-program-per-tile", "persistent"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("b,h,nq,nk,d", [(1, 2, 64, 64, 64), (2, 1, 77, 45, 64), (1, 1, 50, 90, 128),
                                          (3, 2, 100, 33, 64)])
@@ -52,15 +50,12 @@ def test_hopper_forward_matches_reference_for_ragged_lengths(b, h, nq, nk, d, ca
 
 # the short causal row's config and the candidates timed beside it, at their real block sizes
 # (benchmarks/NOTES.md, session 7): 64x64 s3 (shipped) and 32-key steps (three or four programs per SM)
-# and 128-row blocks as two 64-row halves sharing each K/V tile (split, session 7 second round)
-SHORT_CANDIDATES = [hopper.SHORT_CAUSAL_CONFIGS[128], hopper.HopperConfig(64, 32, 4, 3), hopper.HopperConfig(64, 32, 4, 2),
-                    hopper.HopperConfig(128, 64, 4, 2, split=True), hopper.HopperConfig(128, 32, 4, 3, split=True)]
+SHORT_CANDIDATES = [hopper.SHORT_CAUSAL_CONFIGS[128], hopper.HopperConfig(64, 32, 4, 3), hopper.HopperConfig(64, 32, 4, 2)]
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="real block sizes at N = 1024: compiled on the GPU only")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("cfg", SHORT_CANDIDATES,
-                         ids=lambda c: f"{c.block_q}x{c.block_k}s{c.num_stages}{'split' if c.split else ''}")
+@pytest.mark.parametrize("cfg", SHORT_CANDIDATES, ids=lambda c: f"{c.block_q}x{c.block_k}s{c.num_stages}")
 def test_short_causal_candidates_match_float64_on_the_gpu(cfg, dtype, monkeypatch):
     # B = 2, H = 17, N = 1000 (a ragged last query block), d = 128
     monkeypatch.setenv("FLASHLAB_POISON", "1")
@@ -72,24 +67,6 @@ def test_short_causal_candidates_match_float64_on_the_gpu(cfg, dtype, monkeypatc
     err, allowed = max_error(o, ref), allowed_error(ref, same)
     assert err <= allowed, f"{cfg} {dtype}: max |o - ref| = {err:.3g} > allowed {allowed:.3g}"
     assert not lse.isnan().any(), f"{cfg}: some lse rows were never written"
-
-
-@pytest.mark.parametrize("align,window", [("bottom_right", None), ("top_left", 21), ("bottom_right", 40)])
-@pytest.mark.parametrize("nq,nk", [(45, 70), (77, 77)])
-def test_split_halves_compute_windows_and_bottom_right_rows(nq, nk, align, window, monkeypatch):
-    # each half visits its own key range; the blocks both halves see unmasked are shared, the rest
-    # is masked per half: a half that skipped or repeated a key block would be off the reference
-    from flashlab.attnspec import AttnSpec
-
-    monkeypatch.setenv("FLASHLAB_POISON", "1")
-    q, k, v = _qkv(1, 2, nq, nk, 64, seed=7 * nq + nk + (window or 0))
-    spec = AttnSpec(causal=True, causal_align=align, window=window)
-    o, _ = hopper.forward(q, k, v, spec, None, SPLIT)
-    opts = dict(causal_align=align, window=window)
-    ref = attention_reference(q, k, v, True, upcast=True, **opts)
-    same = attention_reference(q, k, v, True, upcast=False, **opts)
-    err, allowed = max_error(o, ref), allowed_error(ref, same)
-    assert err <= allowed, f"split {spec}: max |o - ref| = {err:.3g} > allowed {allowed:.3g}"
 
 
 def test_short_causal_rows_take_the_short_config_and_longer_ones_the_default():
@@ -183,8 +160,6 @@ def test_sweep_config_parser_reads_flags_and_rejects_unknown_ones():
             for c in configs] == [(128, 64, 4, 2, False, 0), (64, 64, 4, 3, True, 0), (128, 64, 4, 2, False, 2)]
     assert bench.config_label(configs[1]) == "64x64 w4 s3 ws"
     assert bench.config_label(configs[2]) == "128x64 w4 s2 p2"
-    (split,) = bench.parse_configs("128,64,4,2,split")
-    assert split.split and split.q_rows == 64 and bench.config_label(split) == "128x64 w4 s2 split"
     with pytest.raises(SystemExit, match="lz"):
         bench.parse_configs("128,64,4,2,lz")
 
@@ -194,8 +169,6 @@ def test_config_rejects_block_sizes_that_break_the_band_loop():
         hopper.HopperConfig(block_q=64, block_k=128)
     with pytest.raises(ValueError, match="block_k=48"):
         hopper.HopperConfig(block_q=64, block_k=48)
-    with pytest.raises(ValueError, match="split=True needs block_q=16"):
-        hopper.HopperConfig(block_q=16, block_k=16, split=True)
 
 
 def _load(name):

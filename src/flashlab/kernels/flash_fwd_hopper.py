@@ -23,14 +23,6 @@ staged loop of ``flash_fwd.py``, from ``kernels.visible``), with three changes a
   rows, heaviest query blocks first across groups of heads and one program per pair of a heavy
   and a light query block (level and 1-3 % slower at N = 1024; NOTES.md "Session 7", code in
   commit 76c1557).
-* **Split query blocks** can be switched on per config (``split=True``): a program's block_q rows
-  run as two halves of block_q / 2 rows that share each K/V tile. Both halves' QK^T are issued
-  before either softmax, so one half's softmax can overlap the other half's products inside one
-  warpgroup, and the causal diagonal is masked per half (half 0 never steps through the key
-  block past its diagonal, which a plain block_q-row tile does). Measured at the short causal
-  row (NOTES.md "Session 7, second round (branch fwd7t)"): 7 % fewer instructions, level in time
-  (Triton waits for each QK^T before issuing the next product, and 128-row blocks make the causal
-  tail coarser), so no default config uses it.
 
 Layout: q is viewed as ``(B*H, Nq, d)`` and k, v as ``(B*Hkv, Nk, d)``, one tensor descriptor each
 with a ``(1, BLOCK, d)`` box. A tile that runs past the end of a head is filled with zeros by the
@@ -71,7 +63,6 @@ class HopperConfig:
     num_stages: int = 3  # software-pipeline depth of the K/V loads
     warp_specialize: bool = False
     persistent: int = 0  # > 0: a grid of this many programs per SM walks all tiles; 0: one per tile
-    split: bool = False  # two halves of block_q // 2 rows share each K/V tile, their steps interleaved
 
     def __post_init__(self):
         for name in ("block_q", "block_k"):
@@ -87,13 +78,6 @@ class HopperConfig:
             raise ValueError(f"persistent={self.persistent} must be >= 0 (programs per SM; 0 = off)")
         if self.num_stages < 1:
             raise ValueError(f"num_stages={self.num_stages} must be >= 1")
-        if self.split and self.block_q < 32:
-            raise ValueError(f"split=True needs block_q={self.block_q} >= 32 (two halves of >= 16 rows)")
-
-    @property
-    def q_rows(self) -> int:
-        """Rows of one Q tile load (the descriptor's box): block_q, or half of it when split."""
-        return self.block_q // 2 if self.split else self.block_q
 
 
 # Chosen from the config sweep on an H200, bf16, B*N = 16384, N = 8192 (benchmarks/NOTES.md,
@@ -113,8 +97,6 @@ DEFAULT_CONFIGS: dict[tuple[int, bool], HopperConfig] = {
 # Still the fastest in session 7 (NOTES.md; results/bench_fwd_short_s7_call{1,2}.json, bf16 and
 # fp16): 64x32 tiles (3 or 4 programs per SM) 3-6 % slower, and 0.81-0.83x cuDNN, where ncu puts
 # the gap in the tensor pipe's busy time (42 % against cuDNN's 58 %), not in the causal tail.
-# Session 7, second round (results/bench_fwd_short_s7b_fwd7t_call{1,2}.json): 128-row blocks split
-# into two 64-row halves (split=True) level to 1.5 % slower; 128x32 split 11-13 % slower.
 SHORT_CAUSAL_N = 1024
 SHORT_CAUSAL_CONFIGS: dict[int, HopperConfig] = {128: HopperConfig(block_q=64, block_k=64, num_warps=4, num_stages=3)}
 
@@ -166,93 +148,6 @@ def _attn_fwd_inner(acc, l_i, m_i, q, desc_k, desc_v, off_kv, lo, hi, offs_m, qk
 
 
 @triton.jit
-def _softmax_step(acc, l_i, m_i, qk, v, qk_scale, DTYPE: tl.constexpr):
-    # one unmasked step of the online softmax for S_ij = qk (paper lines 9-10) and acc += P_ij V_j
-    m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
-    alpha = tl.math.exp2(m_i - m_ij)
-    l_ij = tl.sum(p, 1)
-    acc = tl.dot(p.to(DTYPE), v, acc * alpha[:, None])
-    return acc, l_i * alpha + l_ij, m_ij
-
-
-@triton.jit
-def _attn_fwd_inner_split(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, off_kv, lo, hi, qk_scale,
-                          DTYPE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
-    # unmasked key blocks [lo, hi) for both halves of a query block: each K/V tile is loaded once,
-    # both S_ij are issued before either softmax, so half 1's QK^T and half 0's P V can run on the
-    # tensor cores while the other half's softmax runs on the FMA/XU pipes
-    for start_n in tl.range(lo, hi, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([off_kv, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])  # (BLOCK_N, HEAD_DIM)
-        qk0 = tl.dot(q0, k.T)  # (BLOCK_M // 2, BLOCK_N)
-        qk1 = tl.dot(q1, k.T)  # (BLOCK_M // 2, BLOCK_N)
-        v = desc_v.load([off_kv, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])  # (BLOCK_N, HEAD_DIM)
-        acc0, l0, m0 = _softmax_step(acc0, l0, m0, qk0, v, qk_scale, DTYPE)
-        acc1, l1, m1 = _softmax_step(acc1, l1, m1, qk1, v, qk_scale, DTYPE)
-    return acc0, l0, m0, acc1, l1, m1
-
-
-@triton.jit
-def _store_rows(acc, l_i, m_i, offs_m, off_hz, Out, Lse, N_Q, HEAD_DIM: tl.constexpr):
-    # -- epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
-    acc = acc / l_i[:, None]
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
-    row_ok = offs_m < N_Q
-    tl.store(Lse + off_hz * N_Q + offs_m, lse, mask=row_ok)
-    offs_d = tl.arange(0, HEAD_DIM)
-    rows = (off_hz * N_Q + offs_m).to(tl.int64)
-    tl.store(Out + rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(Out.dtype.element_ty), mask=row_ok[:, None])
-
-
-@triton.jit
-def _attn_tile_split(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
-                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """O_i and lse_i of query block ``start_m`` as two halves of BLOCK_M // 2 rows (``split``)."""
-    DTYPE: tl.constexpr = Out.dtype.element_ty
-    HALF: tl.constexpr = BLOCK_M // 2
-    off_kv = off_hz // GROUP
-    offs_m0 = start_m * BLOCK_M + tl.arange(0, HALF)  # (HALF,) rows of half 0
-    offs_m1 = offs_m0 + HALF  # (HALF,) rows of half 1
-    m0 = tl.full([HALF], float("-inf"), dtype=tl.float32)
-    l0 = tl.zeros([HALF], dtype=tl.float32)
-    acc0 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
-    m1 = tl.full([HALF], float("-inf"), dtype=tl.float32)
-    l1 = tl.zeros([HALF], dtype=tl.float32)
-    acc1 = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
-    q0 = desc_q.load([off_hz, start_m * BLOCK_M, 0]).reshape([HALF, HEAD_DIM])  # (HALF, HEAD_DIM)
-    q1 = desc_q.load([off_hz, start_m * BLOCK_M + HALF, 0]).reshape([HALF, HEAD_DIM])  # (HALF, HEAD_DIM)
-
-    # -- each half's stages (kernels.visible.kv_bounds at HALF rows); the key blocks unmasked for
-    #    both, [a, b), run once for both halves; the rest of each half's range runs masked for that
-    #    half alone (causal top-left: half 0 its diagonal block, half 1 two blocks), so no half
-    #    steps through a key block it cannot see
-    lo0, full_lo0, full_hi0, hi0 = kv_bounds(2 * start_m, N_Q, N_KV, DIAG, WINDOW, None, HALF, BLOCK_N, CAUSAL,
-                                             HAS_WINDOW, False)
-    lo1, full_lo1, full_hi1, hi1 = kv_bounds(2 * start_m + 1, N_Q, N_KV, DIAG, WINDOW, None, HALF, BLOCK_N, CAUSAL,
-                                             HAS_WINDOW, False)
-    a = tl.maximum(full_lo0, full_lo1)
-    b = tl.maximum(tl.minimum(full_hi0, full_hi1), a)
-    acc0, l0, m0, acc1, l1, m1 = _attn_fwd_inner_split(acc0, l0, m0, acc1, l1, m1, q0, q1, desc_k, desc_v, off_kv,
-                                                       a, b, qk_scale, DTYPE, HEAD_DIM, BLOCK_N)
-    acc0, l0, m0 = _attn_fwd_inner(acc0, l0, m0, q0, desc_k, desc_v, off_kv, lo0, tl.minimum(a, hi0), offs_m0,
-                                   qk_scale, N_KV, DIAG, WINDOW, DTYPE, HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_WINDOW,
-                                   False)
-    acc0, l0, m0 = _attn_fwd_inner(acc0, l0, m0, q0, desc_k, desc_v, off_kv, tl.maximum(b, lo0), hi0, offs_m0,
-                                   qk_scale, N_KV, DIAG, WINDOW, DTYPE, HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_WINDOW,
-                                   False)
-    acc1, l1, m1 = _attn_fwd_inner(acc1, l1, m1, q1, desc_k, desc_v, off_kv, lo1, tl.minimum(a, hi1), offs_m1,
-                                   qk_scale, N_KV, DIAG, WINDOW, DTYPE, HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_WINDOW,
-                                   False)
-    acc1, l1, m1 = _attn_fwd_inner(acc1, l1, m1, q1, desc_k, desc_v, off_kv, tl.maximum(b, lo1), hi1, offs_m1,
-                                   qk_scale, N_KV, DIAG, WINDOW, DTYPE, HEAD_DIM, BLOCK_N, True, CAUSAL, HAS_WINDOW,
-                                   False)
-    _store_rows(acc0, l0, m0, offs_m0, off_hz, Out, Lse, N_Q, HEAD_DIM)
-    _store_rows(acc1, l1, m1, offs_m1, off_hz, Out, Lse, N_Q, HEAD_DIM)
-
-
-@triton.jit
 def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
@@ -279,26 +174,21 @@ def _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIA
                                         offs_m, qk_scale, N_KV, DIAG, WINDOW, DTYPE, HEAD_DIM, BLOCK_N, stage != 1,
                                         CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
 
-    _store_rows(acc, l_i, m_i, offs_m, off_hz, Out, Lse, N_Q, HEAD_DIM)
-
-
-@triton.jit
-def _tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
-          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-          HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, SPLIT: tl.constexpr):
-    if SPLIT:
-        _attn_tile_split(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
-                         HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW)
-    else:
-        _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
-                   HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
+    # -- epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    row_ok = offs_m < N_Q
+    tl.store(Lse + off_hz * N_Q + offs_m, lse, mask=row_ok)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = (off_hz * N_Q + offs_m).to(tl.int64)
+    tl.store(Out + rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(DTYPE), mask=row_ok[:, None])
 
 
 @triton.jit
 def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, N_HEADS, GROUP, DIAG, WINDOW,
                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                              CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-                             PERSISTENT: tl.constexpr, SPLIT: tl.constexpr = False):
+                             PERSISTENT: tl.constexpr):
     if PERSISTENT:
         # a fixed grid of a few programs per SM walks the (head, query block) tiles in turn
         num_m = tl.cdiv(N_Q, BLOCK_M)
@@ -308,8 +198,8 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
                 start_m = num_m - 1 - tile % num_m  # heaviest query blocks of a head first
             else:
                 start_m = tile % num_m
-            _tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
-                  HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE, SPLIT)
+            _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
+                       HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
     else:
         off_hz = tl.program_id(1)
         if CAUSAL:
@@ -317,8 +207,8 @@ def _flash_fwd_hopper_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_
             start_m = tl.num_programs(0) - 1 - tl.program_id(0)
         else:
             start_m = tl.program_id(0)
-        _tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
-              HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE, SPLIT)
+        _attn_tile(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW, start_m, off_hz,
+                   HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, HAS_WINDOW, WARP_SPECIALIZE)
 
 
 # the AttnSpec options (beyond causal top-left) this rung computes; others are refused by name
@@ -447,9 +337,9 @@ def kernel_launch(q, k, v, spec, cfg: HopperConfig):
         grid = (min(grid[0] * grid[1], cfg.persistent * _sm_count(q.device)),)
     static = dict(qk_scale=spec.resolved_scale(d) * LOG2E, N_Q=n_q, N_KV=n_kv, N_HEADS=B * H, GROUP=H // h_kv,
                   HEAD_DIM=d, BLOCK_M=cfg.block_q, BLOCK_N=cfg.block_k, **spec.kernel_args(n_q, n_kv),
-                  WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent), SPLIT=bool(cfg.split))
+                  WARP_SPECIALIZE=cfg.warp_specialize, PERSISTENT=bool(cfg.persistent))
     builders = dict(
-        desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, cfg.q_rows, d]),  # (B*H, Nq, d)
+        desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, cfg.block_q, d]),  # (B*H, Nq, d)
         desc_k=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_k, d]),  # (B*Hkv, Nk, d)
         desc_v=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_k, d]))
     return KernelLaunch(_flash_fwd_hopper_kernel, grid, static, KERNEL_TENSORS,
