@@ -313,3 +313,50 @@ def test_gluon_rung_reads_each_query_heads_kv_head_and_no_other(dtype, causal, d
     if causal:
         s = s.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device="cuda").tril(), float("-inf"))
     assert max_error(lse[:, :4], torch.logsumexp(s, -1)) < 1e-3, f"seed={seed}: lse"
+
+
+def test_persistent_config_compiles_for_sm90_without_spills():
+    report = _compile(128, True, "bfloat16", "64,2,240,24,1,8", "-")  # one program per SM, 64-key blocks
+    assert report["local"] == 0 and report["threads"] == 384 and report["wgmma"] >= 4, report
+    assert report["smem_model"] <= report["shared"] <= SMEM_LIMIT, report
+
+
+PERSISTENT_CASES = [  # Nq, Nk, causal_align (None: dense), window
+    (1000, 1000, "top_left", None),  # causal, ragged last query block
+    (1000, 1000, None, None),  # dense
+    (1024, 1024, "top_left", None),  # the short causal row's shape
+    (300, 1024, "bottom_right", None),  # causal bottom-right
+    (1000, 1024, "top_left", 200),  # a band
+]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", range(len(PERSISTENT_CASES)))
+@pytest.mark.parametrize("block_n, nbuf, group_heads", [(128, 2, 8), (64, 2, 7), (64, 3, 1)])
+def test_persistent_gluon_rung_matches_reference_on_gpu(dtype, case, block_n, nbuf, group_heads):
+    """One program per SM looping over several (head, query block) tiles each (B*H = 80 heads:
+    hundreds of tiles for ~132 programs), GQA (Hkv = 8), groups of heads with a short last group."""
+    from flashlab.attnspec import AttnSpec
+    from flashlab.kernels.attention import allowed_error, attention_reference, max_error
+
+    nq, nk, align, window = PERSISTENT_CASES[case]
+    spec = AttnSpec(causal=align is not None, causal_align=align or "top_left", window=window)
+    seed = 500 * case + block_n + group_heads
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(2, 40, nq, 128, device="cuda", generator=g).to(dtype)  # (B, H, Nq, d)
+    k, v = (torch.randn(2, 8, nk, 128, device="cuda", generator=g).to(dtype) for _ in range(2))  # (B, Hkv, Nk, d)
+    cfg = fg.GluonConfig(block_n, nbuf, persistent=1, group_heads=group_heads)
+    o, lse = fg.forward(q, k, v, spec, config=cfg)
+    k40, v40 = (t.repeat_interleave(5, dim=1) for t in (k, v))  # (B, H, Nk, d)
+    ref = attention_reference(q.double(), k40.double(), v40.double(), spec=spec)
+    pt = attention_reference(q, k40, v40, spec=spec, upcast=False)
+    where = f"seed={seed} Nq={nq} Nk={nk} {spec} {cfg}"
+    assert max_error(o, ref) <= allowed_error(ref, pt), f"{where}: error {max_error(o, ref):.3g}"
+    import numpy as np
+
+    visible = torch.from_numpy(spec.mask(np.arange(nq)[:, None], np.arange(nk)[None, :], nq, nk)).cuda()
+    s = (q.double() @ k40.double().transpose(-2, -1) / 128**0.5).masked_fill(~visible, float("-inf"))
+    assert max_error(lse, torch.logsumexp(s, -1)) < 1e-3, f"{where}: lse"
