@@ -360,3 +360,36 @@ def test_persistent_gluon_rung_matches_reference_on_gpu(dtype, case, block_n, nb
     visible = torch.from_numpy(spec.mask(np.arange(nq)[:, None], np.arange(nk)[None, :], nq, nk)).cuda()
     s = (q.double() @ k40.double().transpose(-2, -1) / 128**0.5).masked_fill(~visible, float("-inf"))
     assert max_error(lse, torch.logsumexp(s, -1)) < 1e-3, f"{where}: lse"
+
+
+def test_dispatch_runs_the_short_causal_row_persistent_and_only_it(monkeypatch):
+    """The short causal row (B = 16, H = 16, N = 1024, d = 128) goes to this rung with the
+    persistent config; d = 64, shorter or lighter causal rows do not; dense and longer rows keep
+    the default (one program per tile)."""
+    monkeypatch.setattr(fg, "_runs_here", lambda q: True)
+    q = torch.empty(16, 16, 1024, 128, dtype=torch.bfloat16)  # (B, H, N, d)
+    assert fg.preferred(q, q, True) and fg.default_config(128, True, 1024, 1024) == fg.SHORT_CAUSAL_CONFIG
+    assert fg.SHORT_CAUSAL_CONFIG.persistent == 1
+    assert not fg.preferred(q[..., :64], q[..., :64], True), "d = 64"
+    assert not fg.preferred(q[:8], q[:8], True), "half the work (3.4e10 FLOP): launch-bound, v4"
+    assert not fg.preferred(q[:, :, :512], q[:, :, :512], True), "N = 512"
+    assert fg.default_config(128, True, 4096, 4096) == fg.default_config(128, True)
+    assert fg.default_config(128, False, 1024, 1024) == fg.default_config(128, False)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_flash_attention_runs_the_short_causal_row_on_the_persistent_rung(dtype, monkeypatch):
+    from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
+
+    monkeypatch.setattr(fg, "SHORT_CAUSAL_MIN_FLOPS", 0)  # 2 x 24 heads, so the float64 reference stays small
+    seed = 1024 + (dtype == torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(2, 24, 1100, 128, device="cuda", generator=g).to(dtype) for _ in range(3))
+    assert ladder.best_rung(q, k, v, True) == "v5_gluon_ws"
+    out = flash_attention(q, k, v, causal=True)
+    ref = attention_reference(q.double(), k.double(), v.double(), causal=True)
+    pt = attention_reference(q, k, v, causal=True, upcast=False)
+    assert max_error(out, ref) <= allowed_error(ref, pt), f"seed={seed}: error {max_error(out, ref):.3g}"

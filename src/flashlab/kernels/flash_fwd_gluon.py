@@ -115,10 +115,29 @@ PREFERRED_MIN_N = {False: 1024, True: 2048}
 # has >= 1.4e11 (benchmarks/results/bench_backward_call4_gqa.json, NOTES.md "Backward and GQA")
 PREFERRED_MIN_FLOPS = 1e11
 
+# The short causal rows, below PREFERRED_MIN_N[True]: d = 128, causal, 1024 <= min(Nq, Nk) < 2048,
+# run with a persistent grid (one program per SM, tiles in groups of 8 heads, heaviest first).
+# Measured at N = 1024, B = 16, H = 16 on an H200 (benchmarks/NOTES.md, "Session 7, second round",
+# results/bench_fwd_short_s7b_fwd7g_call1.json): 365 / 352 TFLOP/s bf16 / fp16, 0.88x cuDNN,
+# faster than v4 (343 / 328) in every round of both dtypes; one program per tile, 316 / 309.
+# That row is 6.9e10 FLOP (a 0.19 ms kernel against this rung's ~0.13 ms host launch path); a
+# causal row of half that work stays on v4 (the launch-bound GQA row at N = 2048 above).
+SHORT_CAUSAL_MIN_N = 1024
+SHORT_CAUSAL_MIN_FLOPS = 6e10
+SHORT_CAUSAL_CONFIG = GluonConfig(persistent=1, group_heads=8)
 
-def default_config(head_dim: int, causal: bool) -> GluonConfig:
-    """The config used when none is given (see DEFAULT_CONFIGS; GluonConfig() otherwise)."""
+
+def default_config(head_dim: int, causal: bool, n_q: int | None = None, n_k: int | None = None) -> GluonConfig:
+    """The config used when none is given: SHORT_CAUSAL_CONFIG on the short causal rows (when
+    n_q and n_k are given), else DEFAULT_CONFIGS' entry, else GluonConfig()."""
+    if n_q is not None and n_k is not None and short_causal(head_dim, n_q, n_k, causal):
+        return SHORT_CAUSAL_CONFIG
     return DEFAULT_CONFIGS.get((head_dim, causal), GluonConfig())
+
+
+def short_causal(head_dim: int, n_q: int, n_k: int, causal: bool) -> bool:
+    """The short causal rows: causal, d in PREFERRED_HEAD_DIMS, SHORT_CAUSAL_MIN_N <= min(Nq, Nk) < PREFERRED_MIN_N[True]."""
+    return bool(causal) and head_dim in PREFERRED_HEAD_DIMS and SHORT_CAUSAL_MIN_N <= min(n_q, n_k) < PREFERRED_MIN_N[True]
 
 
 @functools.lru_cache(maxsize=None)
@@ -439,7 +458,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     if not checked:
         _check_inputs(q, k, v, causal, scale, warmup)
     spec = as_spec(causal, scale)  # dense, causal (either alignment), sliding window
-    cfg = config or default_config(q.shape[3], spec.causal)
+    cfg = config or default_config(q.shape[3], spec.causal, q.shape[2], k.shape[2])
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o, lse = new_outputs(q)
     plan = kernel_launch(q, k, v, spec, cfg)
@@ -472,7 +491,8 @@ def supports(q, k, v, causal: bool = False) -> bool:
 
 def preferred(q, k, causal: bool) -> bool:
     """True where ``flash_attention`` uses this rung: it is supported and measured faster there
-    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N, PREFERRED_MIN_FLOPS). Inputs must have passed
+    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N, PREFERRED_MIN_FLOPS; the short causal rows:
+    SHORT_CAUSAL_MIN_N, SHORT_CAUSAL_MIN_FLOPS). Inputs must have passed
     ``attention.check_inputs``; only what that leaves open is tested (this runs on every call)."""
     import torch
 
@@ -480,7 +500,8 @@ def preferred(q, k, causal: bool) -> bool:
     # grouped-query attention (Hkv < H) is indexed in the kernel, so neither needs a check here
     B, H, n_q, d = q.shape
     flops = 4.0 * B * H * n_q * k.shape[2] * d / (2 if causal else 1)
-    return (prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS
+    return (((prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS)
+             or (short_causal(d, n_q, k.shape[2], causal) and flops >= SHORT_CAUSAL_MIN_FLOPS))
             and q.dtype in (torch.float16, torch.bfloat16) and _runs_here(q))
 
 
