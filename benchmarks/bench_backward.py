@@ -11,8 +11,9 @@ median of each, then the median over rounds).
 
 Contenders (``--fwd`` / ``--bwd``, ';'-separated):
   forward:  ``cudnn``, ``flashlab`` (what ``flash_attention`` runs), ``hf:BQ,BK,WARPS,STAGES`` (the
-            Hopper rung with that config), ``gl`` / ``gl:BN,NBUF`` (the Gluon rung, GQA in the kernel,
-            default or that config), ``gx`` (the Gluon rung on k, v expanded to H heads)
+            Hopper rung with that config), ``gl`` / ``gl:BN,NBUF[,CREGS,PREGS,PERSISTENT,GROUP_HEADS]`` (the
+            Gluon rung, GQA in the kernel, default or that ``GluonConfig``; PERSISTENT 1: one program
+            per SM looping over tiles, GROUP_HEADS: tile order by groups of heads, heaviest first), ``gx`` (the Gluon rung on k, v expanded to H heads)
   fwd+bwd:  ``cudnn``, ``flashlab`` (through autograd; ``flashlab:1s`` with its dQ kernel on
             the one stream), ``tp`` / ``tp:BM1,BN1,BM2,BN2,W,S[,DQW,DQS]``
             (forward rung + the two-pass backward; ``,cc`` or ``tp:cc``: its dQ kernel on a second
@@ -127,7 +128,7 @@ def forward_fn(name: str):
     if name.startswith("hf:"):
         cfg = hopper.HopperConfig(*_ints(name[3:]))
         return lambda q, k, v, spec: hopper.forward(q, k, v, spec, None, cfg, checked=True)[0]
-    raise SystemExit(f"--fwd: unknown contender {name!r}; expected cudnn, flashlab, gl[:BN,NBUF], gx or hf:BQ,BK,W,S")
+    raise SystemExit(f"--fwd: unknown contender {name!r}; expected cudnn, flashlab, gl[:BN,NBUF[,CREGS,PREGS,PERSISTENT,GROUP_HEADS]], gx or hf:BQ,BK,W,S")
 
 
 def backward_fn(name: str):

@@ -1,6 +1,7 @@
 """Compile the Gluon rung for an sm90 GPU on a machine that has none; print its resource report as JSON.
 
     python tests/sm90_compile.py HEAD_DIM CAUSAL DTYPE [BLOCK_N NBUF [CAUSAL_ALIGN WINDOW]]
+    python tests/sm90_compile.py HEAD_DIM CAUSAL DTYPE BLOCK_N,NBUF,CREGS,PREGS,PERSISTENT,GROUP_HEADS -
 
 (WINDOW 0: none; with CAUSAL_ALIGN and WINDOW the kernel is compiled for that AttnSpec.)
 
@@ -26,7 +27,11 @@ def main() -> None:
     from flashlab.kernels import flash_fwd_gluon as fg
 
     d, causal, dtype = int(sys.argv[1]), sys.argv[2] == "1", getattr(torch, sys.argv[3])
-    cfg = fg.GluonConfig(int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else fg.default_config(d, causal)
+    if len(sys.argv) > 5:  # BLOCK_N may carry the rest of the config: BLOCK_N,NBUF,CREGS,PREGS,PERSISTENT,GROUP_HEADS
+        fields = [int(x) for x in sys.argv[4].split(",")]
+        cfg = fg.GluonConfig(*fields) if len(fields) > 1 else fg.GluonConfig(fields[0], int(sys.argv[5]))
+    else:
+        cfg = fg.default_config(d, causal)
     rule = causal
     if len(sys.argv) > 7:
         from flashlab.attnspec import AttnSpec

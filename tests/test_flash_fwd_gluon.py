@@ -313,3 +313,83 @@ def test_gluon_rung_reads_each_query_heads_kv_head_and_no_other(dtype, causal, d
     if causal:
         s = s.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device="cuda").tril(), float("-inf"))
     assert max_error(lse[:, :4], torch.logsumexp(s, -1)) < 1e-3, f"seed={seed}: lse"
+
+
+def test_persistent_config_compiles_for_sm90_without_spills():
+    report = _compile(128, True, "bfloat16", "64,2,240,24,1,8", "-")  # one program per SM, 64-key blocks
+    assert report["local"] == 0 and report["threads"] == 384 and report["wgmma"] >= 4, report
+    assert report["smem_model"] <= report["shared"] <= SMEM_LIMIT, report
+
+
+PERSISTENT_CASES = [  # Nq, Nk, causal_align (None: dense), window
+    (1000, 1000, "top_left", None),  # causal, ragged last query block
+    (1000, 1000, None, None),  # dense
+    (1024, 1024, "top_left", None),  # the short causal row's shape
+    (300, 1024, "bottom_right", None),  # causal bottom-right
+    (1000, 1024, "top_left", 200),  # a band
+]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", range(len(PERSISTENT_CASES)))
+@pytest.mark.parametrize("block_n, nbuf, group_heads", [(128, 2, 8), (64, 2, 7), (64, 3, 1)])
+def test_persistent_gluon_rung_matches_reference_on_gpu(dtype, case, block_n, nbuf, group_heads):
+    """One program per SM looping over several (head, query block) tiles each (B*H = 80 heads:
+    hundreds of tiles for ~132 programs), GQA (Hkv = 8), groups of heads with a short last group."""
+    from flashlab.attnspec import AttnSpec
+    from flashlab.kernels.attention import allowed_error, attention_reference, max_error
+
+    nq, nk, align, window = PERSISTENT_CASES[case]
+    spec = AttnSpec(causal=align is not None, causal_align=align or "top_left", window=window)
+    seed = 500 * case + block_n + group_heads
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(2, 40, nq, 128, device="cuda", generator=g).to(dtype)  # (B, H, Nq, d)
+    k, v = (torch.randn(2, 8, nk, 128, device="cuda", generator=g).to(dtype) for _ in range(2))  # (B, Hkv, Nk, d)
+    cfg = fg.GluonConfig(block_n, nbuf, persistent=1, group_heads=group_heads)
+    o, lse = fg.forward(q, k, v, spec, config=cfg)
+    k40, v40 = (t.repeat_interleave(5, dim=1) for t in (k, v))  # (B, H, Nk, d)
+    ref = attention_reference(q.double(), k40.double(), v40.double(), spec=spec)
+    pt = attention_reference(q, k40, v40, spec=spec, upcast=False)
+    where = f"seed={seed} Nq={nq} Nk={nk} {spec} {cfg}"
+    assert max_error(o, ref) <= allowed_error(ref, pt), f"{where}: error {max_error(o, ref):.3g}"
+    import numpy as np
+
+    visible = torch.from_numpy(spec.mask(np.arange(nq)[:, None], np.arange(nk)[None, :], nq, nk)).cuda()
+    s = (q.double() @ k40.double().transpose(-2, -1) / 128**0.5).masked_fill(~visible, float("-inf"))
+    assert max_error(lse, torch.logsumexp(s, -1)) < 1e-3, f"{where}: lse"
+
+
+def test_dispatch_runs_the_short_causal_row_persistent_and_only_it(monkeypatch):
+    """The short causal row (B = 16, H = 16, N = 1024, d = 128) goes to this rung with the
+    persistent config; d = 64, shorter or lighter causal rows do not; dense and longer rows keep
+    the default (one program per tile)."""
+    monkeypatch.setattr(fg, "_runs_here", lambda q: True)
+    q = torch.empty(16, 16, 1024, 128, dtype=torch.bfloat16)  # (B, H, N, d)
+    assert fg.preferred(q, q, True) and fg.default_config(128, True, 1024, 1024) == fg.SHORT_CAUSAL_CONFIG
+    assert fg.SHORT_CAUSAL_CONFIG.persistent == 1
+    assert not fg.preferred(q[..., :64], q[..., :64], True), "d = 64"
+    assert not fg.preferred(q[:8], q[:8], True), "half the work (3.4e10 FLOP): launch-bound, v4"
+    assert not fg.preferred(q[:, :, :512], q[:, :, :512], True), "N = 512"
+    assert fg.default_config(128, True, 4096, 4096) == fg.default_config(128, True)
+    assert fg.default_config(128, False, 1024, 1024) == fg.default_config(128, False)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_flash_attention_runs_the_short_causal_row_on_the_persistent_rung(dtype, monkeypatch):
+    from flashlab.kernels.attention import allowed_error, attention_reference, flash_attention, max_error
+
+    monkeypatch.setattr(fg, "SHORT_CAUSAL_MIN_FLOPS", 0)  # 2 x 24 heads, so the float64 reference stays small
+    seed = 1024 + (dtype == torch.bfloat16)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(2, 24, 1100, 128, device="cuda", generator=g).to(dtype) for _ in range(3))
+    assert ladder.best_rung(q, k, v, True) == "v5_gluon_ws"
+    out = flash_attention(q, k, v, causal=True)
+    ref = attention_reference(q.double(), k.double(), v.double(), causal=True)
+    pt = attention_reference(q, k, v, causal=True, upcast=False)
+    assert max_error(out, ref) <= allowed_error(ref, pt), f"seed={seed}: error {max_error(out, ref):.3g}"

@@ -23,6 +23,15 @@ partitions of warps at once (``gl.warp_specialize``):
   its softmax the other's products can use the tensor cores. Measured on an H200: 1.16x to 1.25x
   the v4_hopper rung at d = 128, N >= 4096 (benchmarks/NOTES.md, call 12).
 
+The program's work is a list of *tiles* (a query block of one head), numbered head group by head
+group and, when causal, heaviest query block first (``_tile``). By default the grid has one
+program per tile. ``GluonConfig(persistent=1)`` launches one program per SM instead, each looping
+over tiles p, p + programs, ...: the producer loads the next tile's Q (once each consumer is done
+with its half) and K/V (as ring slots free up) while the consumers finish the current tile, so
+the prologue and the O store of one tile overlap the next tile's loads. Causal, a consumer whose
+64 rows end before the diagonal's last key block (64-key blocks: consumer 0's half of every
+diagonal block) skips that block and only releases its slot.
+
 Layout and masking as the ``v4_hopper`` rung (``flash_fwd_hopper.py``): q is viewed as
 (B*H, Nq, d) and k, v as (B*Hkv, Nk, d), one 3-D tensor descriptor each with a (1, rows, d) box;
 the copy engine zero-fills a tile past the end of a head (never the next head's rows), those key
@@ -65,6 +74,8 @@ class GluonConfig:
     num_buffers: int = 2  # K/V ring depth in shared memory
     consumer_regs: int = 240  # registers per thread of a consumer warpgroup (setmaxnreg)
     producer_regs: int = 24  # registers per thread of the producer warp
+    persistent: int = 0  # 1: one program per SM looping over (head, query block) tiles; 0: one per tile
+    group_heads: int = 1  # tile order: groups of this many heads, each group's heaviest query blocks first
 
     def __post_init__(self):
         if self.block_n not in (64, 128):
@@ -75,6 +86,10 @@ class GluonConfig:
             regs = getattr(self, name)
             if not 24 <= regs <= 256 or regs % 8:
                 raise ValueError(f"{name}={regs} must be a multiple of 8 in 24..256 (setmaxnreg)")
+        if self.persistent not in (0, 1):
+            raise ValueError(f"persistent={self.persistent} must be 0 or 1")
+        if self.group_heads < 1:
+            raise ValueError(f"group_heads={self.group_heads} must be >= 1")
 
     def smem_bytes(self, head_dim: int, itemsize: int = 2) -> int:
         """Shared memory the kernel allocates: Q (two halves) and the K and V rings."""
@@ -100,10 +115,29 @@ PREFERRED_MIN_N = {False: 1024, True: 2048}
 # has >= 1.4e11 (benchmarks/results/bench_backward_call4_gqa.json, NOTES.md "Backward and GQA")
 PREFERRED_MIN_FLOPS = 1e11
 
+# The short causal rows, below PREFERRED_MIN_N[True]: d = 128, causal, 1024 <= min(Nq, Nk) < 2048,
+# run with a persistent grid (one program per SM, tiles in groups of 8 heads, heaviest first).
+# Measured at N = 1024, B = 16, H = 16 on an H200 (benchmarks/NOTES.md, "Session 7, second round",
+# results/bench_fwd_short_s7b_fwd7g_call1.json): 365 / 352 TFLOP/s bf16 / fp16, 0.88x cuDNN,
+# faster than v4 (343 / 328) in every round of both dtypes; one program per tile, 316 / 309.
+# That row is 6.9e10 FLOP (a 0.19 ms kernel against this rung's ~0.13 ms host launch path); a
+# causal row of half that work stays on v4 (the launch-bound GQA row at N = 2048 above).
+SHORT_CAUSAL_MIN_N = 1024
+SHORT_CAUSAL_MIN_FLOPS = 6e10
+SHORT_CAUSAL_CONFIG = GluonConfig(persistent=1, group_heads=8)
 
-def default_config(head_dim: int, causal: bool) -> GluonConfig:
-    """The config used when none is given (see DEFAULT_CONFIGS; GluonConfig() otherwise)."""
+
+def default_config(head_dim: int, causal: bool, n_q: int | None = None, n_k: int | None = None) -> GluonConfig:
+    """The config used when none is given: SHORT_CAUSAL_CONFIG on the short causal rows (when
+    n_q and n_k are given), else DEFAULT_CONFIGS' entry, else GluonConfig()."""
+    if n_q is not None and n_k is not None and short_causal(head_dim, n_q, n_k, causal):
+        return SHORT_CAUSAL_CONFIG
     return DEFAULT_CONFIGS.get((head_dim, causal), GluonConfig())
+
+
+def short_causal(head_dim: int, n_q: int, n_k: int, causal: bool) -> bool:
+    """The short causal rows: causal, d in PREFERRED_HEAD_DIMS, SHORT_CAUSAL_MIN_N <= min(Nq, Nk) < PREFERRED_MIN_N[True]."""
+    return bool(causal) and head_dim in PREFERRED_HEAD_DIMS and SHORT_CAUSAL_MIN_N <= min(n_q, n_k) < PREFERRED_MIN_N[True]
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,30 +151,69 @@ def _kernels():
     from .visible import kv_bounds, visible  # Triton functions: Gluon's front end compiles them too
 
     @gluon.jit
-    def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
-                  v_empty, off_hz, off_kv, first_row, kv_lo, n_blocks,
-                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, NBUF: gl.constexpr, HEAD_DIM: gl.constexpr):
+    def _tile(tile, N_M, BH, GROUP_HEADS, N_Q, N_KV, DIAG, WINDOW, BLOCK: gl.constexpr, BLOCK_N: gl.constexpr,
+              CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
+        """Tile -> (query block start_m, head off_hz, key range): heads in groups of GROUP_HEADS,
+        inside a group query block by query block (the heaviest first when causal), head by head.
+        Returns (start_m, off_hz, lo, n_masked_lo, n_unmasked_hi, n_blocks)."""
+        per_group = GROUP_HEADS * N_M
+        group = tile // per_group
+        r = tile % per_group
+        heads = gl.minimum(GROUP_HEADS, BH - group * GROUP_HEADS)  # the last group may be short
+        if CAUSAL:
+            start_m = N_M - 1 - r // heads
+        else:
+            start_m = r // heads
+        off_hz = group * GROUP_HEADS + r % heads
+        # -- the key range of this query block from the shared rule (kernels.visible.kv_bounds, the
+        #    same Triton function every other rung calls, compiled here by Gluon's front end):
+        #    masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi); keys outside
+        #    [lo, hi) are never loaded. Counted in visited blocks from lo.
+        lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_KV, DIAG, WINDOW, None, BLOCK, BLOCK_N,
+                                             CAUSAL, HAS_WINDOW, False)
+        n_masked_lo = (full_lo - lo) // BLOCK_N
+        n_unmasked_hi = (full_hi - lo) // BLOCK_N
+        n_blocks = (hi - lo + BLOCK_N - 1) // BLOCK_N
+        return start_m, off_hz, lo, n_masked_lo, n_unmasked_hi, n_blocks
+
+    @gluon.jit
+    def _producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
+                  v_empty, N_TILES, N_M, BH, GROUP_HEADS, GROUP, N_Q, N_KV, DIAG, WINDOW,
+                  HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, NBUF: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         # 3-D descriptors (head, row, column) with a (1, rows, d) box: a copy past the end of a
         # head is zero-filled, never read from the next head. The shared-memory tiles are 2-D
         # (rows, d) for the tensor cores; the copy writes them through a (1, rows, d) view.
-        # kv_lo: the first key row of the first visited block; t counts visited blocks (ring slots)
-        for c in gl.static_range(2):  # the two consumers' halves of Q_i
-            mbarrier.expect(q_bar.index(c), desc_q.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_q, [off_hz, first_row + c * HALF_M, 0], q_bar.index(c),
-                                            q_smem.index(c).reshape([1, HALF_M, HEAD_DIM]))
-        for t in range(n_blocks):
-            slot = t % NBUF
-            phase = (t // NBUF) & 1
-            # a slot is free once both consumers arrived on its empty barrier; the first pass
-            # waits on the phase before the barrier's first one, which counts as completed
-            mbarrier.wait(k_empty.index(slot), phase ^ 1)
-            mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_k, [off_kv, kv_lo + t * BLOCK_N, 0], k_ready.index(slot),
-                                            k_smem.index(slot).reshape([1, BLOCK_N, HEAD_DIM]))
-            mbarrier.wait(v_empty.index(slot), phase ^ 1)
-            mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
-            tma.async_copy_global_to_shared(desc_v, [off_kv, kv_lo + t * BLOCK_N, 0], v_ready.index(slot),
-                                            v_smem.index(slot).reshape([1, BLOCK_N, HEAD_DIM]))
+        # it counts visited key blocks over all tiles of this program (ring slots), j the tiles
+        it = 0
+        j = 0
+        for tile in range(gl.program_id(0), N_TILES, gl.num_programs(0)):
+            start_m, off_hz, kv_lo, _, _, n_blocks = _tile(tile, N_M, BH, GROUP_HEADS, N_Q, N_KV, DIAG, WINDOW,
+                                                           2 * HALF_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+            # grouped-query attention: query head h of batch z reads kv head h // GROUP, and
+            # (z * H + h) // GROUP = z * Hkv + h // GROUP is that head's index in the (B*Hkv, Nk, d) view
+            off_kv = off_hz // GROUP
+            first_row = start_m * 2 * HALF_M
+            for c in gl.static_range(2):  # the two consumers' halves of Q_i, once consumer c is done with the last
+                mbarrier.wait(q_empty.index(c), (j & 1) ^ 1)
+                mbarrier.expect(q_bar.index(c), desc_q.block_type.nbytes)
+                tma.async_copy_global_to_shared(desc_q, [off_hz, first_row + c * HALF_M, 0], q_bar.index(c),
+                                                q_smem.index(c).reshape([1, HALF_M, HEAD_DIM]))
+            for t in range(n_blocks):
+                slot = (it + t) % NBUF
+                phase = ((it + t) // NBUF) & 1
+                # a slot is free once both consumers arrived on its empty barrier; the first pass
+                # waits on the phase before the barrier's first one, which counts as completed
+                mbarrier.wait(k_empty.index(slot), phase ^ 1)
+                mbarrier.expect(k_ready.index(slot), desc_k.block_type.nbytes)
+                tma.async_copy_global_to_shared(desc_k, [off_kv, kv_lo + t * BLOCK_N, 0], k_ready.index(slot),
+                                                k_smem.index(slot).reshape([1, BLOCK_N, HEAD_DIM]))
+                mbarrier.wait(v_empty.index(slot), phase ^ 1)
+                mbarrier.expect(v_ready.index(slot), desc_v.block_type.nbytes)
+                tma.async_copy_global_to_shared(desc_v, [off_kv, kv_lo + t * BLOCK_N, 0], v_ready.index(slot),
+                                                v_smem.index(slot).reshape([1, BLOCK_N, HEAD_DIM]))
+            it += n_blocks
+            j += 1
 
     @gluon.jit
     def _softmax(s, m_i, l_i, offs_m, col0, qk_scale, N_KV, DIAG, WINDOW,
@@ -166,19 +239,19 @@ def _kernels():
         return p, alpha, m_new, l_new
 
     @gluon.jit
-    def _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s, acc, p, m_i, l_i,
+    def _step(t, base, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s, acc, p, m_i, l_i,
               offs_m, qk_scale, N_KV, DIAG, WINDOW,
               BLOCK_N: gl.constexpr, NBUF: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
               HAS_WINDOW: gl.constexpr):
-        """Visited key block t (keys from col_lo + t * BLOCK_N): S_t = Q K_t^T and O += P_{t-1} V_{t-1}
-        in flight together; softmax of S_t while the second runs; then O is rescaled.
-        Returns the new (acc, p, m_i, l_i)."""
+        """Visited key block t of the tile (keys from col_lo + t * BLOCK_N; ring use base + t):
+        S_t = Q K_t^T and O += P_{t-1} V_{t-1} in flight together; softmax of S_t while the second
+        runs; then O is rescaled. Returns the new (acc, p, m_i, l_i)."""
         o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-        slot = t % NBUF
-        mbarrier.wait(k_ready.index(slot), (t // NBUF) & 1)
+        slot = (base + t) % NBUF
+        mbarrier.wait(k_ready.index(slot), ((base + t) // NBUF) & 1)
         s_tok = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        prev = (t - 1) % NBUF
-        mbarrier.wait(v_ready.index(prev), ((t - 1) // NBUF) & 1)
+        prev = (base + t - 1) % NBUF
+        mbarrier.wait(v_ready.index(prev), ((base + t - 1) // NBUF) & 1)
         acc_tok = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))  # S_t done; P_{t-1} V_{t-1} may run on
         mbarrier.arrive(k_empty.index(slot), count=1)
@@ -191,8 +264,8 @@ def _kernels():
         return acc, p_next, m_i, l_i
 
     @gluon.jit
-    def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                  qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, col_lo, n_masked_lo, n_unmasked_hi, n_blocks, first_row,
+    def _consumer(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                  qk_scale, N_TILES, N_M, BH, GROUP_HEADS, N_Q, N_KV, DIAG, WINDOW,
                   C: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                   NBUF: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr):
         dtype: gl.constexpr = q_smem.dtype
@@ -203,81 +276,94 @@ def _kernels():
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         s_rows: gl.constexpr = gl.SliceLayout(1, s_layout)
         o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-        offs_m = first_row + C * HALF_M + gl.arange(0, HALF_M, layout=s_rows)  # query rows (this head)
         zero_s = gl.zeros([HALF_M, BLOCK_N], gl.float32, s_layout)
-        acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
-        m_i = gl.full([HALF_M], float("-inf"), gl.float32, s_rows)
-        l_i = gl.zeros([HALF_M], gl.float32, s_rows)
         q = q_smem.index(C)
-        mbarrier.wait(q_bar.index(C), 0)
+        it = 0  # visited key blocks of this program so far, over all its tiles (ring uses)
+        j = 0  # tiles of this program so far (phase of q_bar)
+        for tile in range(gl.program_id(0), N_TILES, gl.num_programs(0)):
+            start_m, off_hz, col_lo, n_masked_lo, n_unmasked_hi, n_blocks = _tile(
+                tile, N_M, BH, GROUP_HEADS, N_Q, N_KV, DIAG, WINDOW, 2 * HALF_M, BLOCK_N, CAUSAL, HAS_WINDOW)
+            first_row = start_m * 2 * HALF_M
+            row0 = off_hz * N_Q  # this head's first row of O (B*H*Nq, d rows) and lse
+            # the key blocks this consumer's 64 rows see: causal, consumer 0 stops before the
+            # diagonal's last block when it lies wholly past its last row (64-key blocks); the
+            # producer still loads it for consumer 1, so it is only released (below)
+            n_mine = n_blocks
+            if CAUSAL:
+                last_row = gl.minimum(first_row + C * HALF_M + HALF_M, N_Q) - 1
+                hi_mine = gl.maximum(gl.minimum(N_KV, last_row + DIAG + 1), col_lo + 1)
+                n_mine = gl.minimum(gl.maximum((hi_mine - col_lo + BLOCK_N - 1) // BLOCK_N, 1), n_blocks)
 
-        # visited key block 0: S_0 alone (nothing to overlap yet); masked, since it may be the only block
-        mbarrier.wait(k_ready.index(0), 0)
-        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, col_lo, qk_scale, N_KV, DIAG, WINDOW,
-                                          BLOCK_N, True, CAUSAL, HAS_WINDOW)
-        p = gl.convert_layout(p_f32.to(dtype), p_layout)
+            offs_m = first_row + C * HALF_M + gl.arange(0, HALF_M, layout=s_rows)  # query rows (this head)
+            acc = gl.zeros([HALF_M, HEAD_DIM], gl.float32, o_layout)
+            m_i = gl.full([HALF_M], float("-inf"), gl.float32, s_rows)
+            l_i = gl.zeros([HALF_M], gl.float32, s_rows)
+            mbarrier.wait(q_bar.index(C), j & 1)
 
-        # the three stages of kernels.visible.kv_bounds, counted in visited blocks: the window's
-        # lower edge (masked), blocks no mask touches, the diagonal band and ragged tail (masked)
-        for t in range(1, n_masked_lo):
-            acc, p, m_i, l_i = _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
-                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
-                                     BLOCK_N, NBUF, True, CAUSAL, HAS_WINDOW)
-        for t in range(gl.maximum(n_masked_lo, 1), n_unmasked_hi):
-            acc, p, m_i, l_i = _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
-                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
-                                     BLOCK_N, NBUF, False, CAUSAL, HAS_WINDOW)
-        for t in range(gl.maximum(n_unmasked_hi, 1), n_blocks):
-            acc, p, m_i, l_i = _step(t, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, zero_s,
-                                     acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
-                                     BLOCK_N, NBUF, True, CAUSAL, HAS_WINDOW)
+            # visited key block 0: S_0 alone (nothing to overlap yet); masked, since it may be the only block
+            slot0 = it % NBUF
+            mbarrier.wait(k_ready.index(slot0), (it // NBUF) & 1)
+            s = warpgroup_mma(q, k_smem.index(slot0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+            mbarrier.arrive(k_empty.index(slot0), count=1)
+            p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, offs_m, col_lo, qk_scale, N_KV, DIAG, WINDOW,
+                                              BLOCK_N, True, CAUSAL, HAS_WINDOW)
+            p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
-        # the last P V product
-        last = (n_blocks - 1) % NBUF
-        mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NBUF) & 1)
-        acc_tok = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
-        mbarrier.arrive(v_empty.index(last), count=1)
+            # the three stages of kernels.visible.kv_bounds, counted in visited blocks: the window's
+            # lower edge (masked), blocks no mask touches, the diagonal band and ragged tail (masked)
+            for t in range(1, gl.minimum(n_masked_lo, n_mine)):
+                acc, p, m_i, l_i = _step(t, it, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                                         zero_s, acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
+                                         BLOCK_N, NBUF, True, CAUSAL, HAS_WINDOW)
+            for t in range(gl.maximum(n_masked_lo, 1), gl.minimum(n_unmasked_hi, n_mine)):
+                acc, p, m_i, l_i = _step(t, it, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                                         zero_s, acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
+                                         BLOCK_N, NBUF, False, CAUSAL, HAS_WINDOW)
+            for t in range(gl.maximum(n_unmasked_hi, 1), n_mine):
+                acc, p, m_i, l_i = _step(t, it, col_lo, q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty,
+                                         zero_s, acc, p, m_i, l_i, offs_m, qk_scale, N_KV, DIAG, WINDOW,
+                                         BLOCK_N, NBUF, True, CAUSAL, HAS_WINDOW)
+            # every S product of this tile is done: the producer may load the next tile's Q half
+            mbarrier.arrive(q_empty.index(C), count=1)
 
-        # epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
-        acc = acc / gl.convert_layout(l_i, o_rows)[:, None]
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        gl.store(Lse + row0 + offs_m, lse, mask=offs_m < N_Q)
-        rows_o = first_row + C * HALF_M + gl.arange(0, HALF_M, layout=o_rows)
-        cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-        ptrs = Out + (row0 + rows_o).to(gl.int64)[:, None] * HEAD_DIM + cols_o[None, :]
-        gl.store(ptrs, acc.to(dtype), mask=(rows_o < N_Q)[:, None])
+            # the last P V product
+            last = (it + n_mine - 1) % NBUF
+            mbarrier.wait(v_ready.index(last), ((it + n_mine - 1) // NBUF) & 1)
+            acc_tok = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
+            mbarrier.arrive(v_empty.index(last), count=1)
+            # blocks this consumer skips: released once they landed (an early arrival could
+            # complete the slot's previous use for the other consumer)
+            for t in range(n_mine, n_blocks):
+                slot = (it + t) % NBUF
+                phase = ((it + t) // NBUF) & 1
+                mbarrier.wait(k_ready.index(slot), phase)
+                mbarrier.arrive(k_empty.index(slot), count=1)
+                mbarrier.wait(v_ready.index(slot), phase)
+                mbarrier.arrive(v_empty.index(slot), count=1)
+
+            # epilogue (paper lines 12-13): O_i = acc / l_i, lse_i = m_i + log(l_i) (natural log)
+            acc = acc / gl.convert_layout(l_i, o_rows)[:, None]
+            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+            gl.store(Lse + row0 + offs_m, lse, mask=offs_m < N_Q)
+            rows_o = first_row + C * HALF_M + gl.arange(0, HALF_M, layout=o_rows)
+            cols_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+            ptrs = Out + (row0 + rows_o).to(gl.int64)[:, None] * HEAD_DIM + cols_o[None, :]
+            gl.store(ptrs, acc.to(dtype), mask=(rows_o < N_Q)[:, None])
+            it += n_blocks
+            j += 1
 
     @gluon.jit
     def flash_fwd_ws_kernel(desc_q, desc_k, desc_v, Out, Lse, qk_scale, N_Q, N_KV, GROUP, DIAG, WINDOW,
+                            N_TILES, N_M, BH, GROUP_HEADS,
                             HEAD_DIM: gl.constexpr, HALF_M: gl.constexpr, BLOCK_N: gl.constexpr,
                             NBUF: gl.constexpr, CAUSAL: gl.constexpr, HAS_WINDOW: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-        BLOCK: gl.constexpr = 2 * HALF_M  # BLOCK_M
-        off_hz = gl.program_id(1)
-        if CAUSAL:
-            start_m = gl.num_programs(0) - 1 - gl.program_id(0)  # heaviest query blocks first
-        else:
-            start_m = gl.program_id(0)
-        first_row = start_m * BLOCK
-        row0 = off_hz * N_Q  # this head's first row of O (B*H*Nq, d rows) and lse
-        # grouped-query attention: query head h of batch z reads kv head h // GROUP, and
-        # (z * H + h) // GROUP = z * Hkv + h // GROUP is that head's index in the (B*Hkv, Nk, d) view
-        off_kv = off_hz // GROUP
-        # -- the key range of this query block from the shared rule (kernels.visible.kv_bounds, the
-        #    same Triton function every other rung calls, compiled here by Gluon's front end):
-        #    masked [lo, full_lo), unmasked [full_lo, full_hi), masked [full_hi, hi); keys outside
-        #    [lo, hi) are never loaded. Counted below in visited blocks from lo.
-        lo, full_lo, full_hi, hi = kv_bounds(start_m, N_Q, N_KV, DIAG, WINDOW, None, BLOCK, BLOCK_N,
-                                             CAUSAL, HAS_WINDOW, False)
-        n_masked_lo = (full_lo - lo) // BLOCK_N
-        n_unmasked_hi = (full_hi - lo) // BLOCK_N
-        n_blocks = (hi - lo + BLOCK_N - 1) // BLOCK_N
-
+        # tiles (query block of BLOCK_M = 2 * HALF_M rows, head) numbered by _tile; program p runs
+        # tiles p, p + programs, ...: one tile each when the grid has N_TILES programs, a loop
+        # over several when it has one per SM (persistent), the next tile's Q and K/V then loading
+        # while the consumers finish the current one
         # 2-D tiles for the tensor cores, swizzled as the descriptors' (1, rows, d) boxes are
         q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_M, HEAD_DIM], desc_q.dtype)
         kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], desc_k.dtype)
@@ -285,12 +371,14 @@ def _kernels():
         k_smem = gl.allocate_shared_memory(desc_k.dtype, [NBUF, BLOCK_N, HEAD_DIM], kv_layout)
         v_smem = gl.allocate_shared_memory(desc_v.dtype, [NBUF, BLOCK_N, HEAD_DIM], kv_layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         k_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         k_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         v_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
         for c in gl.static_range(2):
             mbarrier.init(q_bar.index(c), count=1)
+            mbarrier.init(q_empty.index(c), count=1)  # consumer c is done with its half of Q
         for i in gl.static_range(NBUF):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(v_ready.index(i), count=1)
@@ -299,14 +387,15 @@ def _kernels():
 
         # (the argument tuples are written out: a tuple built with + would lose its constexprs)
         gl.warp_specialize([
-            (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                         qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, lo, n_masked_lo, n_unmasked_hi, n_blocks,
-                         first_row, 0, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
-            (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                         qk_scale, N_Q, N_KV, DIAG, WINDOW, row0, lo, n_masked_lo, n_unmasked_hi, n_blocks,
-                         first_row, 1, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
-            (_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready,
-                         v_empty, off_hz, off_kv, first_row, lo, n_blocks, HALF_M, BLOCK_N, NBUF, HEAD_DIM)),
+            (_consumer, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                         qk_scale, N_TILES, N_M, BH, GROUP_HEADS, N_Q, N_KV, DIAG, WINDOW,
+                         0, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
+            (_consumer, (q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                         qk_scale, N_TILES, N_M, BH, GROUP_HEADS, N_Q, N_KV, DIAG, WINDOW,
+                         1, HALF_M, BLOCK_N, HEAD_DIM, NBUF, CAUSAL, HAS_WINDOW)),
+            (_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
+                         v_empty, N_TILES, N_M, BH, GROUP_HEADS, GROUP, N_Q, N_KV, DIAG, WINDOW,
+                         HALF_M, BLOCK_N, NBUF, HEAD_DIM, CAUSAL, HAS_WINDOW)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
     return flash_fwd_ws_kernel
@@ -340,15 +429,19 @@ def kernel_launch(q, k, v, spec, cfg: GluonConfig):
     h_kv, n_kv = k.shape[1], k.shape[2]
     rule = spec.kernel_args(n_q, n_kv)  # DIAG, WINDOW, CAUSAL, HAS_WINDOW (flashlab.attnspec)
     q_layout, kv_layout = _layouts(str(q.dtype), d, cfg.block_n)
+    n_m = triton.cdiv(n_q, BLOCK_M)
+    n_tiles = n_m * B * H  # (query block, head) tiles, ordered by the kernel's _tile
+    programs = min(n_tiles, _sm_count(q.device)) if cfg.persistent else n_tiles
     static = dict(qk_scale=spec.resolved_scale(d) * LOG2E, N_Q=n_q, N_KV=n_kv, GROUP=H // h_kv,
-                  DIAG=rule["DIAG"], WINDOW=rule["WINDOW"], HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n,
+                  DIAG=rule["DIAG"], WINDOW=rule["WINDOW"], N_TILES=n_tiles, N_M=n_m, BH=B * H,
+                  GROUP_HEADS=min(cfg.group_heads, B * H), HEAD_DIM=d, HALF_M=BLOCK_M // 2, BLOCK_N=cfg.block_n,
                   NBUF=cfg.num_buffers, CAUSAL=spec.causal, HAS_WINDOW=rule["HAS_WINDOW"],
                   CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs)
     builders = dict(  # over q3 (B*H, Nq, d) and k3, v3 (B*Hkv, Nk, d)
         desc_q=lambda t: TensorDescriptor.from_tensor(t.view(B * H, n_q, d), [1, BLOCK_M // 2, d], q_layout),
         desc_k=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_n, d], kv_layout),
         desc_v=lambda t: TensorDescriptor.from_tensor(t.view(B * h_kv, n_kv, d), [1, cfg.block_n, d], kv_layout))
-    return KernelLaunch(_kernels(), (triton.cdiv(n_q, BLOCK_M), B * H), static, KERNEL_TENSORS,
+    return KernelLaunch(_kernels(), (programs,), static, KERNEL_TENSORS,
                         dict(num_warps=4), current_stream(q.device), q.is_cuda, builders)
 
 
@@ -365,7 +458,7 @@ def launch(q, k, v, causal: bool = False, scale: float | None = None,
     if not checked:
         _check_inputs(q, k, v, causal, scale, warmup)
     spec = as_spec(causal, scale)  # dense, causal (either alignment), sliding window
-    cfg = config or default_config(q.shape[3], spec.causal)
+    cfg = config or default_config(q.shape[3], spec.causal, q.shape[2], k.shape[2])
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o, lse = new_outputs(q)
     plan = kernel_launch(q, k, v, spec, cfg)
@@ -398,7 +491,8 @@ def supports(q, k, v, causal: bool = False) -> bool:
 
 def preferred(q, k, causal: bool) -> bool:
     """True where ``flash_attention`` uses this rung: it is supported and measured faster there
-    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N, PREFERRED_MIN_FLOPS). Inputs must have passed
+    than v4_hopper (PREFERRED_HEAD_DIMS, PREFERRED_MIN_N, PREFERRED_MIN_FLOPS; the short causal rows:
+    SHORT_CAUSAL_MIN_N, SHORT_CAUSAL_MIN_FLOPS). Inputs must have passed
     ``attention.check_inputs``; only what that leaves open is tested (this runs on every call)."""
     import torch
 
@@ -406,7 +500,8 @@ def preferred(q, k, causal: bool) -> bool:
     # grouped-query attention (Hkv < H) is indexed in the kernel, so neither needs a check here
     B, H, n_q, d = q.shape
     flops = 4.0 * B * H * n_q * k.shape[2] * d / (2 if causal else 1)
-    return (prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS
+    return (((prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS)
+             or (short_causal(d, n_q, k.shape[2], causal) and flops >= SHORT_CAUSAL_MIN_FLOPS))
             and q.dtype in (torch.float16, torch.bfloat16) and _runs_here(q))
 
 
@@ -425,6 +520,16 @@ def _runs_here(q) -> bool:
     import torch
 
     return _capability(q.device.index if q.device.index is not None else torch.cuda.current_device())[0] == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device (a persistent grid's size); 132, an H100/H200's, off a GPU."""
+    import torch
+
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.lru_cache(maxsize=None)

@@ -71,7 +71,7 @@ class ForwardPlan:
             hopper = ladder.hopper_module()
             self.launch = hopper.kernel_launch(q, k, v, spec, hopper.default_config(d, spec.causal, n_q))
         elif self.rung == "v5_gluon_ws":
-            cfg = flash_fwd_gluon.default_config(d, spec.causal)
+            cfg = flash_fwd_gluon.default_config(d, spec.causal, n_q, k.shape[2])
             self.launch = flash_fwd_gluon.kernel_launch(q, k, v, spec, cfg)
 
     def __call__(self, q, k, v):
