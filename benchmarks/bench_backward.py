@@ -306,7 +306,8 @@ def run_row(row, fwd_names, bwd_names, rounds) -> dict:
     try:
         from flashlab.kernels import ladder
 
-        probe = torch.empty(1, row["h"], row["n"], row["d"], device="cuda", dtype=getattr(torch, row["dtype"]))
+        # the row's own shape: which rung runs depends on the work (B * H heads), not only on N and d
+        probe = torch.empty(row["b"], row["h"], row["n"], row["d"], device="cuda", dtype=getattr(torch, row["dtype"]))
         kprobe = probe[:, : row["hkv"]]
         out["flashlab_forward_rung"] = ladder.choose(probe, kprobe, kprobe, spec)
         out["flashlab_backward_rung"] = ladder.choose_backward(probe, kprobe, spec)

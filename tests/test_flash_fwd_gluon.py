@@ -315,8 +315,12 @@ def test_gluon_rung_reads_each_query_heads_kv_head_and_no_other(dtype, causal, d
     assert max_error(lse[:, :4], torch.logsumexp(s, -1)) < 1e-3, f"seed={seed}: lse"
 
 
-def test_persistent_config_compiles_for_sm90_without_spills():
-    report = _compile(128, True, "bfloat16", "64,2,240,24,1,8", "-")  # one program per SM, 64-key blocks
+@pytest.mark.parametrize("config", ["64,2,240,24,1,8", "shipped"])
+def test_persistent_config_compiles_for_sm90_without_spills(config):
+    if config == "shipped":  # the short causal rows' config: 128-key blocks, 232 / 40 registers
+        c = fg.SHORT_CAUSAL_CONFIG
+        config = f"{c.block_n},{c.num_buffers},{c.consumer_regs},{c.producer_regs},{c.persistent},{c.group_heads}"
+    report = _compile(128, True, "bfloat16", config, "-")  # one program per SM
     assert report["local"] == 0 and report["threads"] == 384 and report["wgmma"] >= 4, report
     assert report["smem_model"] <= report["shared"] <= SMEM_LIMIT, report
 
@@ -335,8 +339,11 @@ PERSISTENT_CASES = [  # Nq, Nk, causal_align (None: dense), window
 @pytest.mark.usefixtures("_poison")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("case", range(len(PERSISTENT_CASES)))
-@pytest.mark.parametrize("block_n, nbuf, group_heads", [(128, 2, 8), (64, 2, 7), (64, 3, 1)])
-def test_persistent_gluon_rung_matches_reference_on_gpu(dtype, case, block_n, nbuf, group_heads):
+@pytest.mark.parametrize("cfg", [fg.SHORT_CAUSAL_CONFIG, fg.GluonConfig(128, 2, persistent=1, group_heads=8),
+                                 fg.GluonConfig(64, 2, persistent=1, group_heads=7),
+                                 fg.GluonConfig(64, 3, persistent=1, group_heads=1)],
+                         ids=["shipped", "128x2g8", "64x2g7", "64x3g1"])
+def test_persistent_gluon_rung_matches_reference_on_gpu(dtype, case, cfg):
     """One program per SM looping over several (head, query block) tiles each (B*H = 80 heads:
     hundreds of tiles for ~132 programs), GQA (Hkv = 8), groups of heads with a short last group."""
     from flashlab.attnspec import AttnSpec
@@ -344,11 +351,10 @@ def test_persistent_gluon_rung_matches_reference_on_gpu(dtype, case, block_n, nb
 
     nq, nk, align, window = PERSISTENT_CASES[case]
     spec = AttnSpec(causal=align is not None, causal_align=align or "top_left", window=window)
-    seed = 500 * case + block_n + group_heads
+    seed = 500 * case + cfg.block_n + cfg.group_heads
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(2, 40, nq, 128, device="cuda", generator=g).to(dtype)  # (B, H, Nq, d)
     k, v = (torch.randn(2, 8, nk, 128, device="cuda", generator=g).to(dtype) for _ in range(2))  # (B, Hkv, Nk, d)
-    cfg = fg.GluonConfig(block_n, nbuf, persistent=1, group_heads=group_heads)
     o, lse = fg.forward(q, k, v, spec, config=cfg)
     k40, v40 = (t.repeat_interleave(5, dim=1) for t in (k, v))  # (B, H, Nk, d)
     ref = attention_reference(q.double(), k40.double(), v40.double(), spec=spec)
@@ -375,6 +381,8 @@ def test_dispatch_runs_the_short_causal_row_persistent_and_only_it(monkeypatch):
     assert not fg.preferred(q[:, :, :512], q[:, :, :512], True), "N = 512"
     assert fg.default_config(128, True, 4096, 4096) == fg.default_config(128, True)
     assert fg.default_config(128, False, 1024, 1024) == fg.default_config(128, False)
+    # the shape-and-work rule alone (what the bench's row header and notebook 08's table ask)
+    assert fg.prefers_work(128, 1024, 1024, True, 16 * 16) and not fg.prefers_work(128, 1024, 1024, True, 16)
 
 
 @gpu

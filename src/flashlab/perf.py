@@ -196,10 +196,12 @@ def gluon_gain_table(bench: dict) -> str:
     lines = []
     for r in rows_of(bench, 128, False) + rows_of(bench, 128, True):
         gain = _speed(r, "rung:v5_gluon_ws", "rung:v4_hopper")
-        uses = flash_fwd_gluon.prefers_shape(r["d"], r["n"], r["n"], r["causal"])
+        uses = flash_fwd_gluon.prefers_work(r["d"], r["n"], r["n"], r["causal"], r["batch"] * r["heads"])
+        short = uses and flash_fwd_gluon.short_causal(r["d"], r["n"], r["n"], r["causal"])
         if gain:
             lines.append(f"bf16 d = 128 N = {r['n']:>5} causal = {int(r['causal'])}: v5 / v4 speed {gain:4.2f}x; "
-                         f"flash_attention uses {'v5_gluon_ws' if uses else 'v4_hopper'}")
+                         f"flash_attention uses {'v5_gluon_ws' if uses else 'v4_hopper'}"
+                         + (" with a persistent grid (timed apart: bench_fwd_short_s7d.json)" if short else ""))
     return "\n".join(lines)
 
 

@@ -116,15 +116,17 @@ PREFERRED_MIN_N = {False: 1024, True: 2048}
 PREFERRED_MIN_FLOPS = 1e11
 
 # The short causal rows, below PREFERRED_MIN_N[True]: d = 128, causal, 1024 <= min(Nq, Nk) < 2048,
-# run with a persistent grid (one program per SM, tiles in groups of 8 heads, heaviest first).
-# Measured at N = 1024, B = 16, H = 16 on an H200 (benchmarks/NOTES.md, "Session 7, second round",
-# results/bench_fwd_short_s7b_fwd7g_call1.json): 365 / 352 TFLOP/s bf16 / fp16, 0.88x cuDNN,
-# faster than v4 (343 / 328) in every round of both dtypes; one program per tile, 316 / 309.
+# run with a persistent grid (one program per SM, tiles in groups of 4 heads, heaviest first) and
+# consumer warpgroups capped at 232 registers, the producer given 40. Measured at N = 1024, B = 16,
+# H = 16 on an H200, 9 interleaved rounds beside cuDNN and the config shipped before (groups of 8,
+# 240 / 24 registers; benchmarks/NOTES.md, "Session 7, the short causal config",
+# results/bench_fwd_short_s7d.json): 378 / 369 TFLOP/s bf16 / fp16, 0.91x / 0.92x cuDNN, faster
+# than groups of 8 in 16 of 18 rounds; v4, the library's path before the persistent grid, 0.81-0.83x.
 # That row is 6.9e10 FLOP (a 0.19 ms kernel against this rung's ~0.13 ms host launch path); a
 # causal row of half that work stays on v4 (the launch-bound GQA row at N = 2048 above).
 SHORT_CAUSAL_MIN_N = 1024
 SHORT_CAUSAL_MIN_FLOPS = 6e10
-SHORT_CAUSAL_CONFIG = GluonConfig(persistent=1, group_heads=8)
+SHORT_CAUSAL_CONFIG = GluonConfig(consumer_regs=232, producer_regs=40, persistent=1, group_heads=4)
 
 
 def default_config(head_dim: int, causal: bool, n_q: int | None = None, n_k: int | None = None) -> GluonConfig:
@@ -499,10 +501,16 @@ def preferred(q, k, causal: bool) -> bool:
     # any Nk: a short last key tile is zero-filled by the copy engine (per-head descriptors), and
     # grouped-query attention (Hkv < H) is indexed in the kernel, so neither needs a check here
     B, H, n_q, d = q.shape
-    flops = 4.0 * B * H * n_q * k.shape[2] * d / (2 if causal else 1)
-    return (((prefers_shape(d, n_q, k.shape[2], causal) and flops >= PREFERRED_MIN_FLOPS)
-             or (short_causal(d, n_q, k.shape[2], causal) and flops >= SHORT_CAUSAL_MIN_FLOPS))
+    return (prefers_work(d, n_q, k.shape[2], causal, B * H)
             and q.dtype in (torch.float16, torch.bfloat16) and _runs_here(q))
+
+
+def prefers_work(head_dim: int, n_q: int, n_k: int, causal: bool, heads: int) -> bool:
+    """The shape and work half of :func:`preferred` for ``heads`` = B * H query heads: the long rows
+    (``prefers_shape``, PREFERRED_MIN_FLOPS) or the short causal ones (SHORT_CAUSAL_MIN_FLOPS)."""
+    flops = 4.0 * heads * n_q * n_k * head_dim / (2 if causal else 1)
+    return ((prefers_shape(head_dim, n_q, n_k, causal) and flops >= PREFERRED_MIN_FLOPS)
+            or (short_causal(head_dim, n_q, n_k, causal) and flops >= SHORT_CAUSAL_MIN_FLOPS))
 
 
 def prefers_shape(head_dim: int, n_q: int, n_k: int, causal: bool) -> bool:
