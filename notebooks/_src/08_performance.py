@@ -141,6 +141,16 @@ if bench:
     print(perf.gluon_gain_table(bench))
 
 # %% [markdown]
+# The causal row at N = 1024 is short work per program: a 1024-key causal head has 8 query
+# blocks of 1 to 8 key steps, and a program that owns one tile pays its prologue (barriers, the Q
+# load, the first product alone) and epilogue (the last product, the O store) with nothing else on
+# its SM. There v5 runs a persistent grid: one program per SM walks the tiles, heaviest first in
+# groups of 4 heads, and its producer loads the next tile while the consumers finish this one.
+# Beside cuDNN in one run (B = 16, H = 16, d = 128; `benchmarks/results/bench_fwd_short_s7_final.json`):
+# 375 against 415 TFLOP/s in bf16 (0.90x) and 363 against 396 in fp16 (0.92x), where v4 ran
+# 0.81-0.83x (`benchmarks/NOTES.md`, "Session 7").
+
+# %% [markdown]
 # ## Compiler baselines: torch.compile and FlexAttention
 #
 # How far does a compiler get on its own? `benchmarks/bench_baselines.py` timed
