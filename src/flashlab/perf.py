@@ -201,7 +201,7 @@ def gluon_gain_table(bench: dict) -> str:
         if gain:
             lines.append(f"bf16 d = 128 N = {r['n']:>5} causal = {int(r['causal'])}: v5 / v4 speed {gain:4.2f}x; "
                          f"flash_attention uses {'v5_gluon_ws' if uses else 'v4_hopper'}"
-                         + (" with a persistent grid (timed apart: bench_fwd_short_s7d.json)" if short else ""))
+                         + (" on a persistent grid (timed apart)" if short else ""))
     return "\n".join(lines)
 
 
