@@ -195,6 +195,16 @@ def _median(xs):
     return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
+def rotated_rounds(fns: dict, rounds: int = ROUNDS, warmup: int = 10, rep: int = 40) -> dict:
+    """{name: [us per round]}: every function timed once per round, the order rotated each round so
+    that no variant always runs first (or right after the same neighbour)."""
+    names, runs = list(fns), {name: [] for name in fns}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            runs[name].append(bench_us(fns[name], warmup, rep))
+    return runs
+
+
 def rounds_entry(runs: list) -> dict:
     """us (median of the rounds), us_min, us_runs and the spread (max - min) / median of one variant."""
     med = _median(runs)

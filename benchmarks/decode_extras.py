@@ -6,7 +6,7 @@ contiguous one. They reuse ``bench_decode``'s timing helpers; ``bench_decode.mai
 from __future__ import annotations
 
 import _common
-from bench_decode import D, ROUNDS, _median, _step_inputs, bench_us, graph_us, host_us, make_variants
+from bench_decode import D, _median, _step_inputs, rotated_rounds, bench_us, graph_us, host_us, make_variants
 
 LAUNCH_PATH_ROWS = ((1, 32, 32, 4096), (1, 32, 8, 4096), (4, 32, 8, 4096), (1, 32, 8, 32768))
 
@@ -162,10 +162,7 @@ def paged_cache(seed=3) -> dict:
             ref = sdpa(q, k, v).float()
             for name, fn in fns.items():
                 row["rel_err"][name] = _common.rel_err(fn(), ref)
-            names = list(fns)
-            for r in range(ROUNDS):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    row["runs"][name].append(bench_us(fns[name], 10, 40))
+            row["runs"] = rotated_rounds(fns)
         row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
         row["tb_s"] = {name: row["kv_bytes"] / us / 1e6 for name, us in row["us"].items()}
         print(f"paged {str((B, H, Hkv, nk)):>20} {row['rule']:>10} | "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 import _common
-from bench_decode import D, ROUNDS, _median, bench_us, make_variants
+from bench_decode import D, _median, rotated_rounds, bench_us, make_variants
 
 PROBE_SHAPE = (1, 32, 8, 32768)  # the target-2 exception: K + V = 134 MB
 READ_PLAIN = tuple((block, warps, per_sm) for block, warps in ((2048, 4), (4096, 8), (8192, 8)) for per_sm in (2, 4, 8))
@@ -177,10 +177,7 @@ def one_wave() -> dict:
                 except Exception as exc:
                     row.setdefault("errors", {})[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     del fns[name], row["runs"][name]
-            names = list(fns)
-            for r in range(ROUNDS):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    row["runs"][name].append(bench_us(fns[name], 10, 40))
+            row["runs"] = rotated_rounds(fns)
         row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
         row["spread"] = {name: (max(runs) - min(runs)) / _median(runs) for name, runs in row["runs"].items()}
         row["vs_sdpa"] = {name: row["us"][name] / row["us"]["sdpa_default"] for name in fns}

@@ -9,7 +9,7 @@ the rule splits), still part of a full run (``bench_decode.json``'s ``split_wide
 from __future__ import annotations
 
 import _common
-from bench_decode import D, ROUNDS, _median, _step_inputs, bench_us, host_us, make_variants
+from bench_decode import D, _median, _step_inputs, rotated_rounds, bench_us, host_us, make_variants
 
 
 # ---------------------------------------------------------------- tuning (call 1)
@@ -242,10 +242,7 @@ def split_wide() -> dict:
             ref = sdpa(q, k, v).float()
             for name, fn in fns.items():
                 row["rel_err"][name] = _common.rel_err(fn(), ref)
-            names = list(fns)
-            for r in range(ROUNDS):
-                for name in names[r % len(names):] + names[:r % len(names)]:
-                    row["runs"][name].append(bench_us(fns[name], 10, 40))
+            row["runs"] = rotated_rounds(fns)
         row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
         row["spread"] = {name: (max(runs) - min(runs)) / _median(runs) for name, runs in row["runs"].items()}
         best = min((n for n in fns if n != "sdpa_default"), key=row["us"].get)
