@@ -320,10 +320,11 @@ def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, *
     lengths inside the padded tensors; rows past a sequence's length come out 0, keys past it are
     never read; the forward runs on v3, the backward per sequence; see :mod:`flashlab.ragged`)
     or ``spec=AttnSpec(...)`` (:mod:`flashlab.attnspec`). Returns (B, H, Nq, d) in q's dtype;
-    differentiable with respect to q, k and v (on sm90, fp16/bf16, d = 64 or 128, from N = 1024 the backward is
-    ``bwd_gluon_ws``, which adds dQ's shares through the copy engine in no fixed order: dQ may
-    differ in its last bits from run to run; dK and dV do not). Limits, checked up front with a ValueError: on a GPU
-    B*H <= 65535 (CUDA's grid), and the elements one (batch, head) slice spans must fit in int32.
+    differentiable with respect to q, k and v (on sm90, fp16/bf16, d = 64 or 128, from N = 1024
+    the backward is ``bwd_gluon_ws``, which adds dQ's shares through the copy engine in no fixed
+    order: dQ may differ in its last bits from run to run; dK and dV do not). Limits, checked up
+    front with a ValueError: on a GPU B*H <= 65535 (CUDA's grid), and the elements one (batch,
+    head) slice spans must fit in int32.
 
     Runs compiled on CUDA tensors, or in Triton's CPU interpreter on CPU tensors when
     ``TRITON_INTERPRET=1`` (set automatically on a machine with no GPU; see ``kernels._mode``).
