@@ -205,6 +205,12 @@ def rotated_rounds(fns: dict, rounds: int = ROUNDS, warmup: int = 10, rep: int =
     return runs
 
 
+def checked_rounds(fns: dict, ref) -> tuple[dict, dict]:
+    """({name: relative error against ref}, {name: [us per round]}): every function's output checked
+    first, then all timed in rotated rounds (call under torch.no_grad())."""
+    return {name: _common.rel_err(fn(), ref) for name, fn in fns.items()}, rotated_rounds(fns)
+
+
 def rounds_entry(runs: list) -> dict:
     """us (median of the rounds), us_min, us_runs and the spread (max - min) / median of one variant."""
     med = _median(runs)

@@ -6,7 +6,7 @@ contiguous one. They reuse ``bench_decode``'s timing helpers; ``bench_decode.mai
 from __future__ import annotations
 
 import _common
-from bench_decode import D, _median, _step_inputs, rotated_rounds, bench_us, graph_us, host_us, make_variants
+from bench_decode import D, _median, _step_inputs, checked_rounds, bench_us, graph_us, host_us, make_variants
 
 LAUNCH_PATH_ROWS = ((1, 32, 32, 4096), (1, 32, 8, 4096), (4, 32, 8, 4096), (1, 32, 8, 32768))
 
@@ -157,12 +157,9 @@ def paged_cache(seed=3) -> dict:
                 fns[f"paged{page}_tile{page}"] = (lambda kp=kp, vp=vp, tb=tb, small=small: plans.forward(
                     q, kp, vp, None, D ** -0.5, True, choice.splits, small, block_table=tb)[0])
         row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
-               "kv_bytes": 2 * k.numel() * 2, "rel_err": {}, "runs": {name: [] for name in fns}}
+               "kv_bytes": 2 * k.numel() * 2}
         with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            for name, fn in fns.items():
-                row["rel_err"][name] = _common.rel_err(fn(), ref)
-            row["runs"] = rotated_rounds(fns)
+            row["rel_err"], row["runs"] = checked_rounds(fns, sdpa(q, k, v).float())
         row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
         row["tb_s"] = {name: row["kv_bytes"] / us / 1e6 for name, us in row["us"].items()}
         print(f"paged {str((B, H, Hkv, nk)):>20} {row['rule']:>10} | "

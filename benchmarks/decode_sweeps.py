@@ -9,7 +9,7 @@ the rule splits), still part of a full run (``bench_decode.json``'s ``split_wide
 from __future__ import annotations
 
 import _common
-from bench_decode import D, _median, _step_inputs, rotated_rounds, bench_us, host_us, make_variants
+from bench_decode import D, _median, _step_inputs, checked_rounds, bench_us, host_us, make_variants
 
 
 # ---------------------------------------------------------------- tuning (call 1)
@@ -236,13 +236,9 @@ def split_wide() -> dict:
                f"default@{CALL6_SPLITS[programs]}": split_kv(CALL6_SPLITS[programs], False)}
         fns.update({f"wide@{splits}": split_kv(splits, True) for splits in WIDE_SPLITS[programs]})
         choice = decode.choice_for(q, k)
-        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}",
-               "rel_err": {}, "runs": {name: [] for name in fns}}
+        row = {"shape": [B, H, Hkv, nk], "rule": f"{'wide' if choice.wide else 'default'}@{choice.splits}"}
         with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            for name, fn in fns.items():
-                row["rel_err"][name] = _common.rel_err(fn(), ref)
-            row["runs"] = rotated_rounds(fns)
+            row["rel_err"], row["runs"] = checked_rounds(fns, sdpa(q, k, v).float())
         row["us"] = {name: _median(runs) for name, runs in row["runs"].items()}
         row["spread"] = {name: (max(runs) - min(runs)) / _median(runs) for name, runs in row["runs"].items()}
         best = min((n for n in fns if n != "sdpa_default"), key=row["us"].get)
