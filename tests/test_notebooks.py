@@ -91,6 +91,22 @@ def test_notebook_is_committed_without_outputs_in_the_flashlab_kernel(path):
     assert "Self-test" in text and "Summary" in text, f"{path.name} lacks its self-test questions or summary"
 
 
+def test_no_markdown_line_starts_with_a_comparison():
+    """A wrapped line that starts with ">=" renders as a block quote, one with "<=" as broken HTML."""
+    import re
+
+    import nbformat
+
+    bad = []
+    for path in PATHS:
+        nb = nbformat.reads(committed_text(path), as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                bad += [f"{path.name}: {line.strip()!r}" for line in cell.source.splitlines()
+                        if re.match(r"\s*(>=|<=|>\s|<\s)", line)]
+    assert not bad, "reword these markdown lines so they do not start with a comparison:\n" + "\n".join(bad)
+
+
 def _untracked_files() -> set[str]:
     """Untracked, not ignored files where a notebook could write: notebooks/ (its working
     directory) and the top level of the repository. (Not the whole tree, where other work may
@@ -235,6 +251,30 @@ def test_course_source_prints_the_marked_part_of_a_library_function():
     assert "online_update" in part
     with pytest.raises(ValueError, match="start="):
         course.source(flashlab.tiled_attention, start="no such marker")
+
+
+def test_course_source_once_solved_shows_the_library_code_only_after_the_exercise_passes(tmp_path):
+    import shutil
+
+    import flashlab
+    from flashlab import course
+
+    marks = dict(start="for b in range", stop="return _outputs")
+    shown = course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention,
+                                      exercises_dir=REPO / "solutions", **marks)
+    assert shown == course.source(flashlab.tiled_attention, **marks)
+    stub = course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention,
+                                     exercises_dir=REPO / "exercises", **marks)
+    assert "for b in range" not in stub and "ex03_tiled_forward.py passes its public checks" in stub
+    wrong = tmp_path / "ex03_tiled_forward.py"  # the solution with the running output never rescaled
+    shutil.copy(REPO / "solutions" / "ex03_tiled_forward.py", wrong)
+    text = wrong.read_text()
+    assert "alpha[..., None] * acc" in text
+    wrong.write_text(text.replace("alpha[..., None] * acc", "acc"))
+    assert "for b in range" not in course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention,
+                                                             exercises_dir=tmp_path, **marks)
+    with pytest.raises(ValueError, match="function"):
+        course.source_once_solved("ex03_tiled_forward")
 
 
 def test_course_show_refuses_what_is_not_a_figure():

@@ -50,7 +50,7 @@ for nq, nk, block_q, block_k, d in cases:
 # ### Exercise 3: the tiled forward
 #
 # Complete `exercises/ex03_tiled_forward.py`: `tiled_attention(q, k, v, causal, scale, block_q,
-# block_k)`, FlashAttention-2's Algorithm 1 (lines 3-13) in NumPy, with ragged tiles and causal
+# block_k)`, FlashAttention-2's Algorithm 1 (lines 3-16) in NumPy, with ragged tiles and causal
 # tile skipping. The stub states the contract; `check("ex03_tiled_forward", hint=1)` (then 2, 3)
 # unfolds the idea, the step, the pseudocode. The grader also measures your function's peak
 # memory: a solution that allocates an $N_q \times N_k$ array fails with a message saying so.
@@ -61,11 +61,12 @@ from flashlab.grading import check
 check("ex03_tiled_forward")
 
 # %% [markdown]
-# Once your check passes, compare with the library's loop (the tracer calls are the bookkeeping;
-# the arithmetic is four lines):
+# Once your check passes, the next cell shows the library's loop to compare with yours (the
+# tracer calls are the bookkeeping; the arithmetic is four lines). Until then it only says so:
 
 # %%
-print(course.source(flashlab.tiled_attention, start="for b in range", stop="return _outputs"))
+print(course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention, start="for b in range",
+                                stop="return _outputs"))
 
 # %% [markdown]
 # **Predict, then check.** Before the trace below: how many times more HBM bytes does FlashAttention-1
@@ -90,7 +91,7 @@ predict("fa1_vs_fa2_bytes", None)  # your number
 # %%
 from flashlab.viz.traffic_plots import traced_forward
 
-n, d, block = env.pick(cpu=512, gpu=1024), 64, 64
+n, d, block = 1024, 64, 64  # the prediction's sizes (a trace, not a timed run: fast on any machine)
 t2 = traced_forward(n, d, block, block, algorithm="fa2")
 t1 = traced_forward(n, d, block, block, algorithm="fa1")
 print(f"N = {n}, d = {d}, blocks {block} x {block}, fp16 tensors, fp32 statistics")
@@ -300,7 +301,7 @@ answer("03.5", None)  # your letter, e.g. "b"
 #   only lse, parallelises over query blocks, and splits each tile's query rows between warps
 #   (split-Q) so the warps never combine partial results; FA1 round-trips O, m, l through HBM
 #   every step and splits the key columns (split-K).
-# - Causal with $N_q \ne N_k$: top-left (SDPA, this course) against bottom-right (flash-attn
-#   >= 2.1; what decode and chunked prefill need).
+# - Causal with $N_q \ne N_k$: top-left (SDPA, this course) against bottom-right (flash-attn 2.1
+#   and later; what decode and chunked prefill need).
 # - Causal attention skips the tiles above the diagonal: about half of them at long N.
 # - Next: notebook 04 counts the bytes as formulas and asks how they scale with N and SRAM size.

@@ -195,12 +195,13 @@ for n in (1024, 4096, 16384):
 check("ex13_triton_backward")
 
 # %% [markdown]
-# Once your check passes, compare with the library's $dK, dV$ kernel's inner loop:
+# Once your check passes, the next cell shows the library's $dK, dV$ kernel's inner loop to compare
+# with yours:
 
 # %%
 from flashlab.kernels import attention, flash_bwd
 
-print(course.source(flash_bwd._bwd_dkdv_inner))
+print(course.source_once_solved("ex13_triton_backward", flash_bwd._bwd_dkdv_inner))
 
 # %% [markdown]
 # Gradient check against float64 autograd through the plain PyTorch attention, with grouped-query

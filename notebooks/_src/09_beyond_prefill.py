@@ -173,7 +173,7 @@ print(decode_results.results_table())
 
 # %% [markdown]
 # What the table says (`benchmarks/results/bench_decode.json`; `benchmarks/NOTES.md`, decode
-# section, calls 5-8): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.6 TB/s on 14 of
+# section): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.6 TB/s on 14 of
 # 15 rows, near the 4.28 TB/s the device copy reached; the exception is the smallest, one
 # sequence with 8 kv heads (134 MB, 2.7 TB/s; SDPA 2.6). There even a kernel that does nothing
 # but read those 134 MB takes 42.7 us (3.1 TB/s), and `flash_decode` takes 1.16x that pure read.
@@ -181,14 +181,14 @@ print(decode_results.results_table())
 # writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those dirty lines back to
 # HBM while the kernel reads. After a flush that only reads, the pure read takes 34.1 us
 # (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us (`benchmarks/results/decode_probe_call9.json`;
-# NOTES, decode call 9): about 8.5 us of the row's time was the write-back. It matches or beats SDPA's time
+# NOTES, decode section, the read probe): about 8.5 us of the row's time was the write-back. It matches or beats SDPA's time
 # on 13 of 23 rows; 7 of the other 10 differ from SDPA by less than the spread between three
 # interleaved timing rounds, and all are within 1.008x. Python matters at decode: each call once
 # took 82-195 us of host time (Triton's generic launch plus checks) for 10-50 us of GPU work;
 # with a launch plan per shape (checks once, scratch reused, the compiled kernel launched
 # directly) it takes 13-23 us to issue, and no row is host-bound. Checking the values in
 # `cache_seqlens` on the host, which `flash_decode` does by default, costs a synchronisation:
-# 32-45 us per call on that machine (`results/decode_paged_call8.json`); `check_lengths=False`
+# 32-45 us per call on that machine (`benchmarks/results/decode_paged_call8.json`); `check_lengths=False`
 # skips it (a bad length then gives NaN for its sequence instead of an error).
 
 # %%

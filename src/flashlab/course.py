@@ -276,3 +276,26 @@ def source(obj, start: str | None = None, stop: str | None = None) -> str:
             raise ValueError(f"stop={stop!r} does not occur after start in the source of {fn.__qualname__}")
         last = hits[0]
     return "\n".join(lines[first:last])
+
+
+def source_once_solved(exercise: str, *objs, start: str | None = None, stop: str | None = None,
+                       exercises_dir=None) -> str:
+    """:func:`source` of the library's version of what ``exercise`` builds (one or more functions or
+    kernels, a blank line between them), once the learner's file passes that exercise's public
+    checks; before that, one line saying where it will appear.
+
+    A notebook prints the library's code right below an exercise's check; with this, running the
+    whole notebook does not put the answer beside the stub. The public checks are re-run here
+    (a few seconds at most), so the code appears as soon as the learner's own work passes, however
+    the learner got there. exercises_dir: as for :func:`flashlab.grading.check`.
+    """
+    from flashlab.grading.checks import grade
+
+    if not objs:
+        raise ValueError(f"source_once_solved({exercise!r}): give the function(s) or kernel(s) to show after exercise")
+    graded = grade([exercise], exercises_dir, public_only=True)
+    statuses = [r["status"] for _, parts in graded for r in parts.values()]
+    if statuses and all(s == "public passed" for s in statuses):
+        return "\n\n".join(source(obj, start, stop) for obj in objs)
+    return (f"(The library's version appears here once your {exercise}.py passes its public checks: "
+            f"run the check above until it does, then this cell again.)")
