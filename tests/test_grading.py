@@ -633,3 +633,15 @@ def test_a_graded_file_sees_none_of_the_graders_tokens_and_grading_leaves_byteco
     text = str(report)
     assert "leaked: {}" in text and "tok-7f3a91" not in text, text
     assert sys.dont_write_bytecode is False  # grading turned it on only while it ran
+
+
+def test_also_failed_lines_keep_whole_clauses():
+    from flashlab.grading.checks import clip_message
+
+    message = ("looks like: acc is not rescaled by alpha when a later key block raises the row max. output: "
+               "max abs error 0.739 (allowed 2e-05 + 0.0002*|expected|, dtype float32); worst at index (29, 6): "
+               "got 0.803776, expected 0.403673; 128 of 256 elements out of tolerance")
+    clipped = clip_message(message, limit=200)
+    assert clipped == message[:message.index("; worst")] + " ..."
+    assert clip_message("short message") == "short message"
+    assert clip_message("y" * 300, limit=100) == "y" * 100 + " ..."

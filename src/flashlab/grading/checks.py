@@ -300,6 +300,18 @@ def _text(value, limit: int) -> str:
     return str(value)[:limit] if value is not None else ""
 
 
+def clip_message(message: str, limit: int = 240) -> str:
+    """A failure message shortened for an "also failed" line: whole clauses (ending in ". " or
+    "; ") up to ``limit`` characters, then " ..."; never cut inside a number or a formula."""
+    if len(message) <= limit:
+        return message
+    head = message[:limit]
+    cut = max(head.rfind(". "), head.rfind("; "))
+    if cut < limit // 4:  # no clause boundary worth keeping: cut at the last space
+        cut = head.rfind(" ")
+    return message[:cut if cut > 0 else limit].rstrip(" ;.") + " ..."
+
+
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
     """The verdict on one call, from the record the child sent (every field is a claim to check)."""
     if record.get("unmeasurable"):
@@ -497,7 +509,7 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
             if result["failure"] is None:
                 result["failure"] = dict(failure, output=output, **where)
             else:
-                result["failures"].append(f"{group} check {case.label}: {failure['message'][:160]}")
+                result["failures"].append(f"{group} check {case.label}: {clip_message(failure['message'])}")
             if failure["kind"] in STOP_KINDS:
                 stopped = True
     result["checks"] = [result["public"][0] + result["hidden"][0], len(public) + len(hidden)]
