@@ -188,7 +188,10 @@ def memory_table(anchor_text: str, heads: int = 32, layers: int = 32) -> str:
     """:func:`naive_memory` as text, with P for a ``layers``-layer model."""
     from .viz.style import format_bytes
 
-    return "\n".join(f"N = {m.n:>6}: one naive forward, peak memory {m.measured:>9}; P kept per layer for "
+    def spaced(measured: str) -> str:  # the anchors write "8.6GiB"; the table, like format_bytes, "8.6 GiB"
+        return re.sub(r"(\d)([KMGT]?i?B)\b", r"\1 \2", measured)
+
+    return "\n".join(f"N = {m.n:>6}: one naive forward, peak memory {spaced(m.measured):>10}; P kept per layer for "
                      f"training {format_bytes(m.p_bytes_per_layer):>10} (x {layers} layers: "
                      f"{format_bytes(layers * m.p_bytes_per_layer)})"
                      for m in naive_memory(anchor_text, heads=heads))

@@ -16,8 +16,9 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
     SM, the tile config (default, or wide: one program per SM) and the combine (fused in the last
     split, or the second kernel). Defaults: an H200 (132 SMs, 2 programs per SM at the bf16
     d = 128 config), Nq = 1, GQA groups <= 64 rows."""
-    lines = [f"{sms} SMs x {programs_per_sm} programs of the default config; cache of {max_len} keys",
-             f"{'batch':>6} {'kv heads':>9} {'programs':>9} {'splits':>7} {'programs':>9} {'per SM':>7} "
+    lines = [f"{sms} SMs x {programs_per_sm} programs of the default config; cache of {max_len} keys; "
+             "unsplit = programs without splitting (batch x kv heads), programs = with the splits",
+             f"{'batch':>6} {'kv heads':>9} {'unsplit':>9} {'splits':>7} {'programs':>9} {'per SM':>7} "
              f"{'config':>8} {'combine':>8}"]
     for batch, kv_heads in shapes:
         choice = split_rule(batch, kv_heads, 1, max_len, sms, programs_per_sm)
@@ -44,7 +45,8 @@ def results_table(payload: dict | None = None) -> str:
     names = ("naive", "unsplit", "flash_decode", "sdpa_default")
     lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
              "(median of do_bench, L2 cleared); TB/s = K and V bytes / time; host = wall us per call of "
-             "back-to-back calls; graph = us per call in a CUDA-graph replay (ours / SDPA default)",
+             "back-to-back calls; graph = us per call in a CUDA-graph replay (ours / SDPA default); "
+             "splits: flash_decode's split count, w = the wide config (one program per SM)",
              f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>12}" for n in names)
              + f" {'TB/s':>5} {'vs SDPA':>7} {'host us':>13} {'graph us':>13}"]
 
@@ -88,15 +90,16 @@ def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> st
     long = [r["results"]["flash_decode"]["tb_s"] for r in rows if r["Nk"] >= 32768]
     lines = [f"flash_decode at or under SDPA default's time on {sum(x <= 1.0 for x in ratio.values())} of "
              f"{len(rows)} rows, within 1.02x on {sum(x <= 1.02 for x in ratio.values())}; worst: "
-             + ", ".join(f"{n} {ratio[n]:.2f}x" for n in worst),
+             + ", ".join(f"{n} {ratio[n]:.3f}x" for n in worst),
              f"K/V read at Nk >= 32k: {min(long):.2f}-{max(long):.2f} TB/s, >= {target_tb_s} TB/s on "
              f"{sum(x >= target_tb_s for x in long)} of {len(long)} rows" if long else "no row with Nk >= 32k"]
     over = [r for r in rows if ratio[name(r)] > 1.0 and "vs_sdpa_default" in r]
     if over:
         within = [r for r in over if r["vs_sdpa_default"].get("within_spread")]
         lines.append(f"of the {len(over)} rows over SDPA default, {len(within)} differ from it by less than the "
-                     "run-to-run spread of their interleaved rounds" + (": " + ", ".join(
-                         f"{name(r)} {ratio[name(r)]:.3f}x (over the spread)" for r in over if r not in within)
+                     "run-to-run spread of their interleaved rounds" + (
+                         f"; the other {len(over) - len(within)} by more: " + ", ".join(
+                             f"{name(r)} {ratio[name(r)]:.3f}x" for r in over if r not in within)
                          if len(within) < len(over) else ""))
     read = [r for r in rows if "us" in r.get("read_ceiling", {})]
     if read:
