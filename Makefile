@@ -26,11 +26,15 @@ kernel: install
 # Jupyter refuses to start as root (containers, WSL set-ups) unless told it may.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The address JupyterLab prints opens notebook 00; the launcher offers only the flashlab kernel.
+LAB_OPTIONS := --LabApp.default_url=/lab/tree/00_orientation.ipynb \
+  --KernelSpecManager.allowed_kernelspecs=flashlab --MappingKernelManager.default_kernel_name=flashlab
+
 # The learner works in work/ (git-ignored): their copies of the notebooks and exercises/.
 # `flashlab workarea` creates it, copies in new course files, never overwrites the learner's.
 lab: install  ## set up your work area (work/) and open the course there at notebook 00
 	$(BIN)/flashlab workarea
-	cd work && "$(CURDIR)/$(BIN)/jupyter" lab $(ALLOW_ROOT) 00_orientation.ipynb
+	cd work && "$(CURDIR)/$(BIN)/jupyter" lab $(ALLOW_ROOT) $(LAB_OPTIONS)
 
 test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
 	$(BIN)/python -m pytest -q

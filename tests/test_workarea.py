@@ -172,7 +172,11 @@ def test_make_lab_prepares_the_work_area_and_serves_it_at_notebook_00():
     assert recipe, "no lab target in the Makefile"
     lines = recipe.group(1).splitlines()
     assert "flashlab workarea" in lines[0], lines
-    assert re.search(r"cd work && .*jupyter\"? lab .*00_orientation\.ipynb", lines[1]), lines
+    assert re.search(r"cd work && .*jupyter\"? lab .*\$\(LAB_OPTIONS\)", lines[1]), lines
+    options = re.search(r"^LAB_OPTIONS := ((?:.*\\\n)*.*)$", makefile, re.M)
+    assert options, "no LAB_OPTIONS in the Makefile"
+    assert "--LabApp.default_url=/lab/tree/00_orientation.ipynb" in options.group(1), options.group(1)
+    assert "--KernelSpecManager.allowed_kernelspecs=flashlab" in options.group(1), options.group(1)
 
 
 def test_the_work_area_is_ignored_by_git():
