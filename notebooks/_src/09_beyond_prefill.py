@@ -181,8 +181,8 @@ print(decode_results.results_table())
 # writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those dirty lines back to
 # HBM while the kernel reads. After a flush that only reads, the pure read takes 34.1 us
 # (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us (`benchmarks/results/decode_probe_call9.json`;
-# NOTES, decode section, the read probe): about 8.5 us of the row's time was the write-back. It matches or beats SDPA's time
-# on 13 of 23 rows; 7 of the other 10 differ from SDPA by less than the spread between three
+# `benchmarks/NOTES.md`, decode section, "Call 9 outcomes"): about 8.5 us of the row's time was
+# the write-back. It matches or beats SDPA's time on 13 of 23 rows; 7 of the other 10 differ from SDPA by less than the spread between three
 # interleaved timing rounds, and all are within 1.008x. Python matters at decode: each call once
 # took 82-195 us of host time (Triton's generic launch plus checks) for 10-50 us of GPU work;
 # with a launch plan per shape (checks once, scratch reused, the compiled kernel launched

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,7 +276,7 @@ def source(obj, start: str | None = None, stop: str | None = None) -> str:
         if not hits:
             raise ValueError(f"stop={stop!r} does not occur after start in the source of {fn.__qualname__}")
         last = hits[0]
-    return "\n".join(lines[first:last])
+    return textwrap.dedent("\n".join(lines[first:last]))
 
 
 def source_once_solved(exercise: str, *objs, start: str | None = None, stop: str | None = None,
