@@ -9,6 +9,8 @@ imported where used; the backward pieces of exercise 09 are one-line NumPy formu
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from flashlab.grading.spec import Case
@@ -757,6 +759,15 @@ def autograd_case(rng, batch, nq, nk, d, dtype, causal, with_do=True, why=""):
     return Case(attn_label(kw, causal), kw, why=why)
 
 
+def autograd_memory_case(rng, with_do: bool, max_peak: int) -> Case:
+    """IO-awareness for exercise 15: Nq = 256, Nk = 16384, d = 4, float64. One Nq x Nk float64 array
+    is 32 MiB; the Q_TILE x K_TILE tiles of the exercise are 2 KiB, K and V (and dK, dV) 512 KiB each.
+    The solution's forward and backward use about 1 MiB of extra memory at peak (measured from
+    outside, as for every memory case); the limit is 8 MiB."""
+    case = autograd_case(rng, (1,), 256, 16384, 4, "float64", False, with_do, why=MEMORY_WHY)
+    return dataclasses.replace(case, label=case.label + " (memory)", max_peak_bytes=max_peak)
+
+
 def lse_forward_public(rng):
     return [autograd_case(rng, (1,), 32, 32, 8, "float64", False, False)]
 
@@ -765,7 +776,8 @@ def lse_forward_hidden(rng):
     return [autograd_case(rng, (2,), int(rng.integers(17, 50)), int(rng.integers(17, 50)), 8, "float64", c, False,
                           why="ragged last tiles, Nq != Nk") for c in (False, True)] + [
             autograd_case(rng, (1,), int(rng.integers(35, 50)), int(rng.integers(5, 20)), 8, "float32", True, False,
-                          why="causal with Nq > Nk, float32")]
+                          why="causal with Nq > Nk, float32"),
+            autograd_memory_case(rng, False, 8 << 20)]
 
 
 def grads_public(rng):
@@ -779,4 +791,5 @@ def grads_hidden(rng):
                           why="causal with Nq > Nk"),
             autograd_case(rng, (1,), int(rng.integers(10, 30)), int(rng.integers(35, 50)), 8, "float64", True,
                           why="causal with Nq < Nk: keys no query row sees get dK = dV = 0"),
-            autograd_case(rng, (1,), 20, 20, 8, "float32", True, why="float32: gradients in the input dtype")]
+            autograd_case(rng, (1,), 20, 20, 8, "float32", True, why="float32: gradients in the input dtype"),
+            autograd_memory_case(rng, True, 8 << 20)]

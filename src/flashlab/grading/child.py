@@ -204,14 +204,17 @@ def install_forbidden() -> None:
 class LaunchTracker:
     """Sees every Triton kernel launch; proves that a returned tensor was written by the learner's kernel.
 
-    Before the first launch that passes a floating-point buffer which is neither a case input (or
-    a copy of one) nor all zeros, the buffer is filled with NaN: a result computed elsewhere and
-    handed to a kernel that does nothing comes back as NaN. A filled buffer the kernel did not
-    write is an input the learner derived (D = rowsum(dO * O)): it is restored and the launch runs
-    again; the parent refuses a derived input that already equals the expected result. After every launch of the learner's
-    own kernels the bytes of its tensor arguments are kept; a returned tensor must lie inside such
-    an argument and still hold those bytes (nothing changed it after the kernel wrote it).
-    Launching a kernel defined in flashlab is forbidden.
+    Before each launch, every buffer passed that is not a case input (or a copy of one) is vetted,
+    whatever its dtype: one that holds what the tracker last saw in it (a kernel's output, or the
+    zeros of a fresh accumulator) is left as it is; any other (data computed outside the kernel)
+    is poisoned (NaN, or all-ones bits for integers), so a result computed elsewhere and handed to
+    a kernel that does nothing comes back as poison. A poisoned buffer the kernel did not write is
+    an input the learner derived (D = rowsum(dO * O)): it is restored and the launch runs again;
+    the parent refuses a derived input that holds the expected result, in any dtype or layout of
+    its bytes. After every launch of the learner's own kernels the bytes of its tensor arguments
+    are kept; a returned tensor must lie inside such an argument and still hold those bytes
+    (nothing changed it after the kernel wrote it). Launching a kernel defined in flashlab is
+    forbidden.
     """
 
     def __init__(self, learner_modules: set):
@@ -219,8 +222,9 @@ class LaunchTracker:
         self.reset([])
 
     def reset(self, inputs: list) -> None:
-        self.inputs, self.seen, self.regions, self.launches, self.derived = inputs, set(), [], [], []
-        self.pending: list = []  # (tensor, its bytes before the launch, was NaN-filled)
+        self.inputs, self.regions, self.launches, self.derived = inputs, [], [], []
+        self.known: dict = {}  # (start, nbytes) -> the bytes the tracker last saw there
+        self.pending: list = []  # (tensor, its values before the launch, was poisoned)
 
     @staticmethod
     def _span(t):
@@ -236,17 +240,49 @@ class LaunchTracker:
         offset = start - storage.data_ptr()
         return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, offset, (nbytes,), (1,))
 
+    @staticmethod
+    def _all_zero(t) -> bool:
+        """Every element 0 (and no float -0.0: a sign bit carries information too)."""
+        import torch
+
+        if bool((t != 0).any()):
+            return False
+        return not (t.is_floating_point() and bool(torch.signbit(t).any()))
+
+    @staticmethod
+    def _poison(t) -> None:
+        import torch
+
+        if t.is_floating_point() or t.is_complex():
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.fill_(True)
+        else:
+            t.fill_(torch.iinfo(t.dtype).max)
+
+    @staticmethod
+    def _still_poisoned(t) -> bool:
+        import torch
+
+        if t.is_floating_point() or t.is_complex():
+            return bool(torch.isnan(t).all())
+        return bool((t == (True if t.dtype == torch.bool else torch.iinfo(t.dtype).max)).all())
+
     def before(self, tensors: list) -> None:
+        import torch
+
         self.pending = []
         for t in tensors:
             start, nbytes = self._span(t)
-            if t.is_floating_point() and nbytes and (start, nbytes) not in self.seen:
-                self.seen.add((start, nbytes))
-                if not self._input_copy(t):
-                    filled = bool(t.any())  # all zeros: an accumulator, left as it is
-                    self.pending.append((t, t.clone(), filled))
-                    if filled:
-                        t.fill_(float("nan"))
+            if not nbytes or self._input_copy(t):
+                continue
+            known = self.known.get((start, nbytes))
+            if known is not None and torch.equal(self._bytes(t, start, nbytes), known):
+                continue  # as the last launch (or the last check) left it
+            poisoned = not self._all_zero(t)  # all zeros: an accumulator, nothing handed in
+            self.pending.append((t, t.clone(), poisoned))
+            if poisoned:
+                self._poison(t)
 
     def _input_copy(self, t) -> bool:
         import torch
@@ -259,21 +295,22 @@ class LaunchTracker:
         return False
 
     def unwritten(self) -> bool:
-        """After a launch: buffers filled with NaN that the kernel did not write are inputs the
-        learner derived before the launch (e.g. D = rowsum(dO * O)). Put every buffer back as it
-        was (written ones NaN again) and say so: the launch must run again on the real inputs.
-        The derived inputs are sent to the parent, which refuses one that already is the answer."""
-        import torch
-
-        derived = [(t, before) for t, before, filled in self.pending if filled and bool(torch.isnan(t).all())]
+        """After a launch: poisoned buffers that the kernel did not write are inputs the learner
+        derived before the launch (e.g. D = rowsum(dO * O)). Put every buffer back as it was
+        (written ones poisoned again) and say so: the launch must run again on the real inputs.
+        The derived inputs are sent to the parent, which refuses one that holds the answer."""
+        derived = [t for t, _, poisoned in self.pending if poisoned and self._still_poisoned(t)]
         if not derived:
             return False
-        for t, before, filled in self.pending:
-            if any(t is d for d, _ in derived):
+        for t, before, poisoned in self.pending:
+            if any(t is d for d in derived):
+                import torch
+
                 t.copy_(before)
-                self.derived.append(t.detach().cpu().numpy().copy())
-            elif filled:
-                t.fill_(float("nan"))
+                kept = t.detach().cpu()
+                self.derived.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
+            elif poisoned:
+                self._poison(t)
             else:
                 t.copy_(before)
         self.pending = []
@@ -284,8 +321,10 @@ class LaunchTracker:
         for t in tensors:
             start, nbytes = self._span(t)
             if nbytes:
+                snapshot = self._bytes(t, start, nbytes).clone()
                 self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
-                self.regions.append((start, nbytes, str(t.device), self._bytes(t, start, nbytes).clone()))
+                self.regions.append((start, nbytes, str(t.device), snapshot))
+                self.known[(start, nbytes)] = snapshot
 
     def written_by_launch(self, t) -> str | None:
         """None when tensor ``t`` holds exactly what a launch of the learner's kernel left there."""
@@ -522,7 +561,81 @@ def _digest(value) -> str | None:
     return hashlib.sha256(buffers[0]).hexdigest()
 
 
-def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tuple[dict, list]:
+class GradientGuard:
+    """While the learner's function runs: their ``torch.autograd.Function`` subclass ``cls`` must
+    compute the gradients. Autograd may start only at that Function's output (so it never
+    differentiates a forward written with torch operations), may not run again inside its backward
+    (no ``torch.autograd.grad`` of a naive attention there), and the gradients returned must be
+    the ones its backward returned."""
+
+    def __init__(self, cls, name: str):
+        self.cls, self.name, self.calls, self.inside, self.refused = cls, name, [], False, []
+        self._saved = None
+
+    def install(self) -> None:
+        import torch
+        from torch.autograd import variable
+
+        if not (isinstance(self.cls, type) and issubclass(self.cls, torch.autograd.Function)
+                and "backward" in vars(self.cls)):
+            return
+        guard, engine, original = self, variable.Variable._execution_engine, vars(self.cls)["backward"]
+        backward = original.__func__ if isinstance(original, staticmethod) else original
+        root = f"{self.cls.__name__}Backward"
+
+        class Engine:  # the autograd engine, refusing backpropagation the exercise does not allow
+            def run_backward(self, outputs, *args, **kwargs):
+                roots = {type(getattr(t, "grad_fn", None)).__name__ for t in outputs}
+                if guard.inside or roots != {root}:
+                    why = (f"autograd ran inside {guard.name}.backward" if guard.inside else
+                           f"autograd started at {sorted(roots)}, not at the output of {guard.name}.apply")
+                    guard.refused.append(why)
+                    raise RuntimeError(f"{why}: the gradients must be computed by {guard.name}.backward itself")
+                return engine.run_backward(outputs, *args, **kwargs)
+
+            def __getattr__(self, attr):
+                return getattr(engine, attr)
+
+        def tracked(ctx, *grads):
+            guard.inside = True
+            try:
+                out = backward(ctx, *grads)
+            finally:
+                guard.inside = False
+            outs = out if isinstance(out, tuple) else (out,)
+            guard.calls.append([o.detach().clone() if isinstance(o, torch.Tensor) else None for o in outs])
+            return out
+
+        self._saved = (engine, original)
+        variable.Variable._execution_engine = Engine()
+        self.cls.backward = staticmethod(tracked)
+
+    def uninstall(self) -> None:
+        from torch.autograd import variable
+
+        if self._saved is not None:
+            variable.Variable._execution_engine, self.cls.backward = self._saved
+            self._saved = None
+
+    def problem(self, value) -> str | None:
+        """None when the gradients in ``value`` (after its first element) are what backward returned."""
+        import torch
+
+        if self.refused:
+            return self.refused[0] + f": the gradients must be computed by {self.name}.backward itself"
+        if not self.calls:
+            return f"{self.name}.backward never ran: the gradients must come from it (call {self.name}.apply, " \
+                   "then backward on its output)"
+        grads = [g for g in (value[1:] if isinstance(value, (tuple, list)) else ()) if isinstance(g, torch.Tensor)]
+        returned = [g for g in self.calls[-1] if g is not None]
+        if len(grads) != len(returned) or not all(
+                g.shape == r.shape and torch.equal(g.detach().to(r.dtype), r) for g, r in zip(grads, returned)):
+            return f"the gradients returned are not the ones {self.name}.backward computed"
+        return None
+
+
+def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
+         guard: GradientGuard | None = None) -> tuple[dict, list]:
     """Call the learner's function; (record of what happened, buffers of the returned value)."""
     out = BoundedText()
     CALLS.clear()
@@ -536,6 +649,8 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
     TORCH_POLICY["strict"] = verify_launch is not None
     gc.freeze()  # a collection during the call walks only its own objects (the grader measures what it touches)
     TORCH_POLICY["active"] = True
+    if guard is not None:
+        guard.install()
     try:
         value = func(**kwargs)
     except NotImplementedError as exc:
@@ -547,8 +662,12 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None) -> tup
         record["where"] = _learner_frame(exc, filenames)
     finally:
         TORCH_POLICY["active"] = False
+        if guard is not None:
+            guard.uninstall()
         sys.stdout, sys.stderr = saved
     record["seconds"] = time.perf_counter() - start
+    if guard is not None and record["not_implemented"] is None:
+        record["gradient_problem"] = guard.problem(value) if record["exception"] is None else None
     if verify_launch is not None and record["exception"] is None and record["not_implemented"] is None:
         record["launch_problem"] = _verify_launch(value, verify_launch)
     record["forbidden_calls"] = list(CALLS)
@@ -661,7 +780,10 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         if go.get("op") != "go":
             return
         must = tuple(header.get("must_launch") or ())
-        record, result_buffers = call(func, kwargs, filenames, must if header.get("tensors") and must else None)
+        grads = header.get("gradients_from") or ""
+        guard = GradientGuard(namespace.get(grads), grads) if grads else None
+        record, result_buffers = call(func, kwargs, filenames, must if header.get("tensors") and must else None,
+                                      guard)
         wire.send(fd_out, dict(record, op="result"), result_buffers)
 
 

@@ -324,7 +324,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "that require grad, call FlashAttention2.apply, then o.backward(do).",
                  "q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v)); o = "
                  "FlashAttention2.apply(q, k, v, causal); o.backward(do); return o.detach(), q.grad, k.grad, v.grad"),
-             outputs=("o", "dq", "dk", "dv"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=30.0),
+             outputs=("o", "dq", "dk", "dv"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=30.0,
+             gradients_from="FlashAttention2"),
     )),
 )}
 

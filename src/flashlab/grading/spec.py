@@ -55,6 +55,9 @@ class Part:
     gpu_tolerance: dict = field(default_factory=dict)  # overrides when tensors live on CUDA
     tensors: bool = False  # convert array inputs to torch tensors (on CUDA if present)
     must_launch: tuple[str, ...] = ()  # module-level Triton kernels the function must launch
+    # a torch.autograd.Function in the learner's module whose backward must compute the returned
+    # gradients (the outputs after the first); autograd may not differentiate anything else
+    gradients_from: str = ""
     time_limit_s: float = 10.0  # per case
     # known mistakes, (what the mistake is, fn(case kwargs, launch constexprs) -> the mistaken output)
     mistakes: tuple = ()
