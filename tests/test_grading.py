@@ -651,3 +651,40 @@ def test_also_failed_lines_keep_whole_clauses():
     assert clipped == message[:message.index("; worst")] + " ..."
     assert clip_message("short message") == "short message"
     assert clip_message("y" * 300, limit=100) == "y" * 100 + " ..."
+
+
+KERNEL_MISTAKES = [  # (exercise, edits of its solution, words the report must contain)
+    ("ex08_kernel_causal", [('        if CAUSAL:\n            qk = tl.where(offs_n[None, :] <= offs_m[:, None], qk, '
+                             'float("-inf"))\n', "")], "the blocks it visits are not masked"),
+    ("ex07_kernel_inner_loop", [("qk = tl.dot(q, kt) * qk_scale", "qk = tl.dot(q, kt) * (qk_scale * 1.4426950408889634)")],
+     "exp() with log2(e) = 1.4427 folded into the scale"),
+    ("ex07_kernel_inner_loop", [("tl.exp(", "tl.exp2(")], "exp2() but the scale is not multiplied by log2(e)"),
+    ("ex07_kernel_inner_loop", [("acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
+                                 "acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)\n        acc = acc / l_i[:, None]"),
+                                ("o = acc / l_i[:, None]", "o = acc")], "acc is divided by l_i inside the key loop"),
+]
+
+
+@pytest.mark.parametrize("exercise, edits, words", KERNEL_MISTAKES, ids=[w[:24] for _, _, w in KERNEL_MISTAKES])
+def test_a_kernel_with_a_typical_mistake_gets_it_named(tmp_path, exercise, edits, words):
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / f"{exercise}.py").write_text(text)
+    report = check(exercise, exercises_dir=tmp_path, seed=5, public_only=True)
+    result = report.results[0]
+    assert result["status"] == "failed" and words in result["failure"]["message"], result["failure"]
+
+
+def test_whole_nan_rows_of_a_kernel_output_are_named_as_rows_never_stored():
+    from flashlab.grading.checks import compare
+    from flashlab.grading.registry import get_exercise
+
+    part = get_exercise("ex07_kernel_inner_loop").parts[0]
+    expected = np.random.default_rng(0).standard_normal((1, 32, 16)).astype(np.float32)
+    got = expected.copy()
+    got[0, 16:] = np.nan  # one program too few: the second query block never stored
+    failure = compare(part, got, expected)
+    assert "rows 16-31 of batch element 0 are NaN in full" in failure["message"], failure
+    assert "grid covers every query block" in failure["message"]

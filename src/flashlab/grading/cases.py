@@ -430,7 +430,8 @@ def flash_hidden(rng, causal):
                                 True, why="causal with Nq > Nk: rows past Nk see every key"))
     ragged = 16 * int(rng.integers(1, 3)) + int(rng.integers(1, 16))  # never a multiple of 16 (or of any BLOCK_M)
     cases += [flash_case(rng, 2, ragged, int(rng.integers(17, 50)), 16, "float32", causal,
-                         why="ragged tiles: Nq not a multiple of BLOCK_M, masked loads, -inf for keys past N_K"),
+                         why="ragged tiles (Nq not a multiple of BLOCK_M: masked loads, -inf for keys past N_K) in a "
+                             "batch of 2 with Nq != Nk (the batch strides of q and k differ)"),
               flash_case(rng, 1, int(rng.integers(1, 16)), int(rng.integers(33, 60)), 32, "float16", causal,
                          why="float16 inputs, Nq < BLOCK_M")]
     # Large logits, well conditioned: each row's scores share an offset of +-800..1200 (see large_logits),

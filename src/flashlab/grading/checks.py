@@ -76,7 +76,7 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
     if nan.any():
         index = tuple(int(i) for i in np.argwhere(nan)[0])
         return dict(kind="nan", index=index, message=f"{name}: NaN at index {index} ({int(nan.sum())} of "
-                    f"{nan.size} elements), expected {r[index]:.6g} there")
+                    f"{nan.size} elements), expected {r[index]:.6g} there" + _unwritten_rows(part, nan))
     with np.errstate(invalid="ignore"):
         err = np.where((g == r) | (np.isnan(g) & np.isnan(r)), 0.0, np.abs(g - r))
     err = np.nan_to_num(err, nan=np.inf)
@@ -99,6 +99,29 @@ def choice_letter(answer) -> str | None:
         return None
     match = _LETTER.match(answer.strip().lower())
     return match.group(1) if match else None
+
+
+def _unwritten_rows(part: Part, nan: np.ndarray) -> str:
+    """For a kernel's output: which rows came back NaN in full. The launch tracker fills a buffer that
+    holds data from outside the kernel (torch.empty's) with NaN before the launch, so whole NaN rows
+    are most often rows the kernel never stored (too few programs in the grid, a wrong store mask)."""
+    if not part.must_launch or nan.ndim < 2:
+        return ""
+    rows = nan.all(axis=-1).reshape(-1, nan.shape[-2])  # (batch elements, rows)
+    hit = [(b, np.flatnonzero(r)) for b, r in enumerate(rows) if r.any()]
+    if not hit:
+        return ""
+    b, idx = hit[0]
+    runs, start = [], idx[0]
+    for prev, cur in zip(idx, list(idx[1:]) + [None]):
+        if cur != prev + 1:
+            runs.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = cur
+    where = f"rows {', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''} of batch element {b}"
+    return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
+            ": rows your kernel never stores keep the NaN the grader fills an output buffer with, so check "
+            "that the grid covers every query block and batch element and that the store mask keeps every real "
+            "row (a row of 0/0 is NaN too)")
 
 
 def compare(part: Part, got, expected, on_cuda: bool = False) -> dict | None:

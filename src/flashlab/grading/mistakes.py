@@ -16,10 +16,24 @@ DIAGONAL_HIDDEN = ("the causal mask hides the diagonal (it masks j >= i): row 0 
                    "0/0 gives NaN there; mask only keys j > i")
 NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d)"
 SCALE_IGNORED = "the scale argument is ignored: 1/sqrt(d) is used even when scale is given"
+DIAGONAL_UNMASKED = ("the loop stops at the diagonal block, but the blocks it visits are not masked: keys j > i "
+                     "inside them still count (give those scores -inf, e.g. tl.where(offs_n[None, :] <= "
+                     "offs_m[:, None], qk, -inf))")
+CAUSAL_IGNORED = ("causal=True, but this is non-causal attention: no key j > i is masked (give those scores "
+                  "-inf, e.g. tl.where(offs_n[None, :] <= offs_m[:, None], qk, -inf))")
+EXP_WITH_LOG2E = ("the scores use exp() with log2(e) = 1.4427 folded into the scale: use exp2 with that "
+                  "factor, or exp without it")
+EXP2_WITHOUT_LOG2E = ("the scores use exp2() but the scale is not multiplied by log2(e) = 1.4427 (exp2(x log2 e) "
+                      "= exp(x))")
+NORMALISED_IN_LOOP = ("acc is divided by l_i inside the key loop: keep acc unnormalised and divide once, after "
+                      "the loop (FlashAttention-2 Algorithm 1, line 12)")
 
 
-def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=None, rescale=("l", "acc")):
-    """Attention with optional mistakes; rows are independent, so one 'query block' is all rows."""
+def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=None, rescale=("l", "acc"),
+               normalise_in_loop=None):
+    """Attention with optional mistakes; rows are independent, so one 'query block' is all rows.
+    normalise_in_loop: "and_after" divides acc by l_i after every key block and again at the end,
+    "only" after every key block and not at the end."""
     q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
     nq, nk = q64.shape[-2], k64.shape[-2]
     s = scale * (q64 @ np.swapaxes(k64, -1, -2))  # (..., Nq, Nk)
@@ -37,8 +51,10 @@ def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=N
             p = np.exp(s_j - m_new[..., None])
             l = (alpha if "l" in rescale else 1.0) * l + p.sum(axis=-1)
             acc = (alpha[..., None] if "acc" in rescale else 1.0) * acc + p @ v64[..., k0:k0 + block_k, :]
+            if normalise_in_loop:
+                acc = acc / l[..., None]
             m = m_new
-        return (acc / l[..., None]).astype(q.dtype)
+        return (acc if normalise_in_loop == "only" else acc / l[..., None]).astype(q.dtype)
 
 
 def _scale(kw):
@@ -76,13 +92,59 @@ def scale_ignored(kw, blocks):
     return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), 1.0 / np.sqrt(kw["q"].shape[-1]))
 
 
-_ATTENTION = ((DIAGONAL_HIDDEN, diagonal_hidden), (NO_SCALE, no_scale), (SCALE_IGNORED, scale_ignored))
-_TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled)) + _ATTENTION
+def causal_ignored(kw, blocks):
+    if not kw.get("causal"):
+        return None
+    return _attention(kw["q"], kw["k"], kw["v"], False, _scale(kw))
+
+
+def diagonal_unmasked(kw, blocks):
+    """Causal loop bound kept, the mask inside the visited blocks forgotten: a query row of block b
+    sees every key of the key blocks the loop visits, i.e. keys below the first multiple of BLOCK_N
+    at or past min(N_K, (b + 1) * BLOCK_M, N_Q)."""
+    if not kw.get("causal") or "BLOCK_M" not in blocks or "BLOCK_N" not in blocks:
+        return None
+    q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
+    bm, bn, nq, nk = blocks["BLOCK_M"], blocks["BLOCK_N"], q.shape[-2], k.shape[-2]
+    hi = np.minimum(nk, np.minimum((np.arange(nq) // bm + 1) * bm, nq))  # (Nq,) the loop's bound per row
+    visible = np.minimum(nk, -(-hi // bn) * bn)  # keys of the visited blocks
+    s = _scale(kw) * (q @ np.swapaxes(k, -1, -2))
+    s = np.where(np.arange(nk)[None, :] < visible[:, None], s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        return (p @ v / p.sum(axis=-1, keepdims=True)).astype(kw["q"].dtype)
+
+
+def exp_with_log2e(kw, blocks):
+    return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw) * np.log2(np.e))
+
+
+def exp2_without_log2e(kw, blocks):
+    return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw) * np.log(2.0))
+
+
+def _normalised_in_loop(how):
+    def detector(kw, blocks):
+        block_k = kw.get("block_k") or blocks.get("BLOCK_N") or 16
+        if kw["k"].shape[-2] <= block_k:
+            return None
+        return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw), block_k=block_k,
+                          normalise_in_loop=how)
+    return detector
+
+
+_ATTENTION = ((DIAGONAL_HIDDEN, diagonal_hidden), (NO_SCALE, no_scale), (SCALE_IGNORED, scale_ignored),
+              (CAUSAL_IGNORED, causal_ignored))
+_TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled),
+          (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
+          ) + _ATTENTION
+_KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp_with_log2e),
+                    (EXP2_WITHOUT_LOG2E, exp2_without_log2e))
 
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
     ("ex01_naive", "naive_attention"): _ATTENTION,
     ("ex03_tiled_forward", "tiled_attention"): _TILED,
-    ("ex07_kernel_inner_loop", "flash_forward"): _TILED,
-    ("ex08_kernel_causal", "flash_forward"): _TILED,
+    ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
+    ("ex08_kernel_causal", "flash_forward"): _KERNEL,
 }

@@ -85,9 +85,9 @@ _FLASH_KERNEL_HINTS = (
     "rows = start * BLOCK + tl.arange(0, BLOCK). Load K_j transposed (rows along axis 1) so tl.dot(q, kT) is "
     "(BLOCK_M, BLOCK_N). Mask loads and the store with rows < N; give keys past N_K the score -inf "
     "(tl.where), or the padded zeros add exp(0 - m) to l_i.",
-    "start_m, off_z = program_id(0), program_id(1); offs_m, offs_n, offs_d = aranges; q = load(q_ptrs, "
+    "start_m, off_z = program_id(0), program_id(1); offs_m, offs_d = aranges; q = load(q_ptrs, "
     "mask=offs_m[:, None] < N_Q, other=0); m_i = full(-inf); l_i = 0; acc = 0; for start_n in range(0, N_K, "
-    "BLOCK_N): kT, v = masked loads; qk = tl.dot(q, kT) * qk_scale; qk = where(offs_n[None, :] < N_K, qk, -inf); "
+    "BLOCK_N): offs_n = start_n + tl.arange(0, BLOCK_N); kT, v = masked loads; qk = tl.dot(q, kT) * qk_scale; qk = where(offs_n[None, :] < N_K, qk, -inf); "
     "m_new = maximum(m_i, max(qk, 1)); p = exp(qk - m_new[:, None]); alpha = exp(m_i - m_new); "
     "l_i = l_i * alpha + sum(p, 1); acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v); m_i = m_new; "
     "store(o_ptrs, (acc / l_i[:, None]).to(Out.dtype.element_ty), mask=offs_m[:, None] < N_Q). Wrapper: "
