@@ -688,3 +688,19 @@ def test_whole_nan_rows_of_a_kernel_output_are_named_as_rows_never_stored():
     failure = compare(part, got, expected)
     assert "rows 16-31 of batch element 0 are NaN in full" in failure["message"], failure
     assert "grid covers every query block" in failure["message"]
+
+
+def test_holds_answer_finds_the_answer_in_any_float_view_of_a_buffer():
+    from flashlab.grading.checks import holds_answer
+
+    rng = np.random.default_rng(7)
+    answer = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    lure = np.full(1000, answer.ravel()[0], np.float32)  # many near-starts before the real one
+    packed = np.concatenate([lure, answer.ravel(), rng.standard_normal(50).astype(np.float32)])
+    tolerance = (2e-5, 2e-4)
+    assert holds_answer(packed, answer, tolerance)
+    assert holds_answer(packed.view(np.int32), answer, tolerance)  # a bit-view
+    assert holds_answer(packed.astype(np.float64), answer, tolerance)
+    assert not holds_answer(rng.standard_normal(5000).astype(np.float32), answer, tolerance)
+    assert not holds_answer(answer.ravel()[:-1].copy(), answer, tolerance)  # one element short
+    assert not holds_answer(np.zeros(64, np.float32), np.zeros((4, 4), np.float32), tolerance)  # constant answer

@@ -356,12 +356,13 @@ def holds_answer(derived: np.ndarray, answer: np.ndarray, tolerance: tuple) -> b
     n = flat.size
     with np.errstate(invalid="ignore", over="ignore"):
         for view in views:
-            if view.size < n:
-                continue
-            starts = np.flatnonzero(np.isclose(view[: view.size - n + 1], flat[0], rtol=rtol, atol=atol, equal_nan=True))
-            for p in starts[:256]:
-                if np.allclose(view[p:p + n], flat, rtol=rtol, atol=atol, equal_nan=True):
-                    return True
+            starts = np.arange(max(0, view.size - n + 1))  # every place the answer could begin
+            for i in range(n):  # keep the starts whose next element matches too
+                if not starts.size:
+                    break
+                starts = starts[np.isclose(view[starts + i], flat[i], rtol=rtol, atol=atol, equal_nan=True)]
+            if starts.size:
+                return True
     return False
 
 
