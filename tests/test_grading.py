@@ -153,8 +153,17 @@ BROKEN_CASES = [
     ("kernel_answer_as_int_bits", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
     ("kernel_refilled_accumulator", "ex13_triton_backward", "flash_backward_dkdv", "launch", "handed the answer"),
     ("autograd_differentiates_naive", "ex15_autograd_flash", "forward_and_backward", "exception",
-     "not at the output of FlashAttention2.apply"),
+     "does not go through FlashAttention2"),
     ("autograd_inside_backward", "ex15_autograd_flash", "forward_and_backward", "exception",
+     "autograd ran inside FlashAttention2.backward"),
+    ("kernel_answer_in_input_storage", "ex12_triton_online_softmax", "online_row_softmax", "launch",
+     "an input held other values when your kernel was launched"),
+    ("kernel_answer_transposed", "ex12_triton_online_softmax", "online_row_softmax", "launch", "handed the answer"),
+    ("kernel_answer_as_scalar_args", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
+    ("kernel_answer_in_big_buffer", "ex13_triton_backward", "flash_backward_dkdv", "launch", "handed the answer"),
+    ("autograd_from_a_decoy_function", "ex15_autograd_flash", "forward_and_backward", "exception",
+     "does not go through FlashAttention2"),
+    ("autograd_on_a_second_engine", "ex15_autograd_flash", "forward_and_backward", "exception",
      "autograd ran inside FlashAttention2.backward"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
@@ -704,3 +713,12 @@ def test_holds_answer_finds_the_answer_in_any_float_view_of_a_buffer():
     assert not holds_answer(rng.standard_normal(5000).astype(np.float32), answer, tolerance)
     assert not holds_answer(answer.ravel()[:-1].copy(), answer, tolerance)  # one element short
     assert not holds_answer(np.zeros(64, np.float32), np.zeros((4, 4), np.float32), tolerance)  # constant answer
+
+
+def test_an_honest_variant_that_prepares_inputs_with_its_own_kernel_gets_full_marks(tmp_path):
+    """D = rowsum(dO * O) by a Triton kernel of the learner's, then torch preparing the main kernel's
+    inputs: the torch rules apply after the kernel the exercise requires, not after any launch."""
+    shutil.copy(Path(__file__).resolve().parent / "honest_variants" / "ex13_preprocess_kernel.py",
+                tmp_path / "ex13_triton_backward.py")
+    report = check("ex13_triton_backward", exercises_dir=tmp_path, seed=3)
+    assert report.passed and report.score == report.total, str(report)

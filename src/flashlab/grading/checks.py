@@ -251,10 +251,11 @@ class Session:
         try:
             record["value"] = wire.decode(record.get("value"), out_buffers)
             derived = record.get("derived") if isinstance(record.get("derived"), list) else []
-            record["derived"] = [wire.decode(r, out_buffers) for r in derived[:8]]
+            record["derived"] = [wire.decode(r, out_buffers) for r in derived[:64]]
         except wire.WireError as exc:
             record["value"], record["derived"] = wire.Opaque(f"malformed value ({exc})"), []
-        inputs = 2 * sum(len(b) for b in buffers)  # the received bytes and the arrays made from them
+        # the received bytes and the arrays made from them (and, for torch parts, the tensors' copies)
+        inputs = (3 if part.tensors else 2) * sum(len(b) for b in buffers)
         record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base - inputs)
         record["referenced_bytes"] = None if referenced is None else max(0, referenced - inputs)
         record["written_bytes"] = None if written1 is None else max(0, written1 - written0 - sum(map(len, out_buffers)))
@@ -337,33 +338,59 @@ def clip_message(message: str, limit: int = 240) -> str:
     return message[:cut if cut > 0 else limit].rstrip(" ;.") + " ..."
 
 
-def holds_answer(derived: np.ndarray, answer: np.ndarray, tolerance: tuple) -> bool:
-    """Whether the bytes of ``derived`` (an input the learner computed and handed to a kernel)
-    contain ``answer``'s values as one contiguous run, read as its own dtype or reinterpreted as
-    float16, float32 or float64 (a bit-view or a concatenation smuggles the answer that way).
-    Answers of fewer than 8 elements or of one repeated value are not searched (too easily found
-    by chance)."""
-    flat = np.asarray(answer, dtype=np.float64).ravel()
-    if flat.size < 8 or derived.size == 0 or np.unique(flat[np.isfinite(flat)]).size < 2:
-        return False
-    atol, rtol = tolerance
+def _float_views(derived: np.ndarray) -> list:
+    """The values of a buffer as its own dtype, and its bytes reinterpreted as float16, float32 and
+    float64 (float64 arrays of any length)."""
     raw = np.ascontiguousarray(derived).tobytes()
     views = [np.asarray(derived, dtype=np.float64).ravel()] if derived.dtype.kind in "fiub" else []
     for dt in (np.float16, np.float32, np.float64):
         usable = len(raw) // np.dtype(dt).itemsize * np.dtype(dt).itemsize
         if usable and np.dtype(dt) != derived.dtype:
             views.append(np.frombuffer(raw[:usable], dtype=dt).astype(np.float64))
-    n = flat.size
-    with np.errstate(invalid="ignore", over="ignore"):
-        for view in views:
-            starts = np.arange(max(0, view.size - n + 1))  # every place the answer could begin
-            for i in range(n):  # keep the starts whose next element matches too
-                if not starts.size:
-                    break
-                starts = starts[np.isclose(view[starts + i], flat[i], rtol=rtol, atol=atol, equal_nan=True)]
-            if starts.size:
-                return True
+    return views
+
+
+def holds_answer(derived, answer: np.ndarray, tolerance: tuple) -> bool:
+    """Whether the inputs the learner computed and handed to kernels (``derived``: one array or a
+    list, float arguments included) hold every value of ``answer``, in any order or layout and
+    spread over any of them, read as their own dtype or with their bytes reinterpreted as float16,
+    float32 or float64 (a bit-view, a transpose or a concatenation smuggles the answer that way).
+    Answers of fewer than 8 finite elements or of one repeated value are not searched (too easily
+    found by chance)."""
+    flat = np.asarray(answer, dtype=np.float64).ravel()
+    flat = np.sort(flat[np.isfinite(flat)])
+    arrays = [derived] if isinstance(derived, np.ndarray) else [a for a in derived if isinstance(a, np.ndarray)]
+    if flat.size < 8 or np.unique(flat).size < 2 or not arrays:
+        return False
+    atol, rtol = tolerance
+    per_array = [_float_views(a) for a in arrays]
+    pools = [np.concatenate([views[0] for views in per_array if views])]  # every buffer in its own dtype
+    pools += [v for views in per_array for v in views[1:]]  # each reinterpretation of each buffer
+    for k in range(1, 4):  # one reinterpretation of all buffers together
+        column = [views[k] for views in per_array if len(views) > k]
+        if len(column) > 1:
+            pools.append(np.concatenate(column))
+    for pool in pools:
+        pool = np.sort(pool[np.isfinite(pool)])
+        if pool.size < flat.size:
+            continue
+        lo = np.searchsorted(pool, flat - (atol + rtol * np.abs(flat)), side="left")
+        hi = np.searchsorted(pool, flat + (atol + rtol * np.abs(flat)), side="right")
+        if np.all(hi > lo) and _matched(lo, hi):
+            return True
     return False
+
+
+def _matched(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """Whether each answer value (sorted; its matches in the pool are positions lo[i]..hi[i]-1) gets
+    a pool value of its own: greedy in order, the first free position at or past lo[i]."""
+    taken = -1
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        position = max(a, taken + 1)
+        if position >= b:
+            return False
+        taken = position
+    return True
 
 
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
@@ -409,14 +436,14 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if failure is not None:
         return failure
     answers = expected if isinstance(expected, tuple) else (expected,)
-    for derived in record.get("derived") or []:
-        for answer in answers:
-            if type(derived) is np.ndarray and isinstance(answer, np.ndarray) and (
-                    (derived.shape == answer.shape
-                     and _compare_array(part, "x", derived.astype(answer.dtype), answer, on_cuda) is None)
-                    or holds_answer(derived, answer, _tolerance(part, str(answer.dtype), on_cuda))):
-                return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
-                            "the result must be computed by the kernel")
+    derived_inputs = [d for d in record.get("derived") or [] if type(d) is np.ndarray]
+    for answer in answers:
+        if isinstance(answer, np.ndarray) and derived_inputs and (any(
+                d.shape == answer.shape and _compare_array(part, "x", d.astype(answer.dtype), answer, on_cuda) is None
+                for d in derived_inputs) or holds_answer(derived_inputs, answer,
+                                                         _tolerance(part, str(answer.dtype), on_cuda))):
+            return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
+                        "the result must be computed by the kernel")
     extra, referenced = record.get("extra_bytes"), record.get("referenced_bytes")
     if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]

@@ -221,8 +221,13 @@ class LaunchTracker:
         self.learner_modules = learner_modules
         self.reset([])
 
-    def reset(self, inputs: list) -> None:
+    def reset(self, inputs: list, required: tuple = ()) -> None:
         self.inputs, self.regions, self.launches, self.derived = inputs, [], [], []
+        self.originals = [x.detach().clone() for x in inputs]  # the inputs as the call received them
+        self.required = set(required)  # the kernels the part must launch
+        self.changed_inputs = False  # an input differed from its original at a launch
+        self.scalars: list = []  # float arguments of the learner's launches
+        self.poisons = 0  # buffers poisoned so far: each gets its own poison value
         self.known: dict = {}  # (start, nbytes) -> the bytes the tracker last saw there
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
 
@@ -250,28 +255,42 @@ class LaunchTracker:
         return not (t.is_floating_point() and bool(torch.signbit(t).any()))
 
     @staticmethod
-    def _poison(t) -> None:
+    def _poison_bits(t, n: int):
+        """(integer view of t, the value its elements get): a NaN whose payload is n for floats, a
+        value from the top of the range for integers, so each poisoned buffer is told apart (a
+        kernel that copies one poisoned buffer into another leaves the copy's value, not its own)."""
         import torch
 
-        if t.is_floating_point() or t.is_complex():
-            t.fill_(float("nan"))
-        elif t.dtype == torch.bool:
-            t.fill_(True)
-        else:
-            t.fill_(torch.iinfo(t.dtype).max)
+        quiet = {torch.float64: (torch.int64, 0x7FF8000000000000, 51), torch.float32: (torch.int32, 0x7FC00000, 22),
+                 torch.float16: (torch.int16, 0x7E00, 9), torch.bfloat16: (torch.int16, 0x7FC0, 6)}
+        if t.dtype in quiet:
+            view, base, bits = quiet[t.dtype]
+            return t.view(view), base | (1 + n % ((1 << bits) - 1))
+        if t.dtype == torch.bool or t.is_complex():
+            return t, True if t.dtype == torch.bool else complex(float("nan"), n)
+        return t, torch.iinfo(t.dtype).max - n % 64
+
+    def _poison(self, t) -> tuple:
+        view, value = self._poison_bits(t, self.poisons)
+        self.poisons += 1
+        view.fill_(value)
+        return view, value
 
     @staticmethod
-    def _still_poisoned(t) -> bool:
+    def _still_poisoned(view, value) -> bool:
         import torch
 
-        if t.is_floating_point() or t.is_complex():
-            return bool(torch.isnan(t).all())
-        return bool((t == (True if t.dtype == torch.bool else torch.iinfo(t.dtype).max)).all())
+        if isinstance(value, complex):
+            return bool(torch.isnan(view).all())
+        return bool((view == value).all())
 
-    def before(self, tensors: list) -> None:
+    def before(self, tensors: list, scalars: list = ()) -> None:
         import torch
 
         self.pending = []
+        self.scalars += [float(x) for x in scalars]
+        if not all(self._same_bytes(x, o) for x, o in zip(self.inputs, self.originals)):
+            self.changed_inputs = True  # an answer written into an input, to be put back after the launch
         for t in tensors:
             start, nbytes = self._span(t)
             if not nbytes or self._input_copy(t):
@@ -279,18 +298,29 @@ class LaunchTracker:
             known = self.known.get((start, nbytes))
             if known is not None and torch.equal(self._bytes(t, start, nbytes), known):
                 continue  # as the last launch (or the last check) left it
-            poisoned = not self._all_zero(t)  # all zeros: an accumulator, nothing handed in
-            self.pending.append((t, t.clone(), poisoned))
-            if poisoned:
-                self._poison(t)
+            if self._all_zero(t):  # an accumulator: nothing handed in
+                self.pending.append((t, t.clone(), None))
+            else:
+                before = t.clone()
+                self.pending.append((t, before, self._poison(t)))
+
+    @staticmethod
+    def _same_bytes(a, b) -> bool:
+        """Bit for bit (NaN included: the poisoned cases' inputs hold NaN)."""
+        import torch
+
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
     def _input_copy(self, t) -> bool:
         import torch
 
-        for x in self.inputs:
+        for x, original in zip(self.inputs, self.originals):
             if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-                return True
-            if t.shape == x.shape and t.device == x.device and torch.equal(t.to(x.dtype), x):
+                return True  # the input itself (checked against its original above)
+            if t.shape == original.shape and t.device == original.device and torch.equal(t.to(original.dtype),
+                                                                                         original):
                 return True
         return False
 
@@ -299,18 +329,18 @@ class LaunchTracker:
         derived before the launch (e.g. D = rowsum(dO * O)). Put every buffer back as it was
         (written ones poisoned again) and say so: the launch must run again on the real inputs.
         The derived inputs are sent to the parent, which refuses one that holds the answer."""
-        derived = [t for t, _, poisoned in self.pending if poisoned and self._still_poisoned(t)]
+        derived = [t for t, _, poison in self.pending if poison is not None and self._still_poisoned(*poison)]
         if not derived:
             return False
-        for t, before, poisoned in self.pending:
+        for t, before, poison in self.pending:
             if any(t is d for d in derived):
                 import torch
 
                 t.copy_(before)
                 kept = t.detach().cpu()
                 self.derived.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
-            elif poisoned:
-                self._poison(t)
+            elif poison is not None:
+                poison[0].fill_(poison[1])
             else:
                 t.copy_(before)
         self.pending = []
@@ -341,6 +371,8 @@ class LaunchTracker:
 
 
 TRACKER: LaunchTracker | None = None
+DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
+DERIVED_MAX_BYTES = 32 << 20
 TORCH_POLICY = {"mode": None, "active": False, "strict": False}
 
 
@@ -352,7 +384,7 @@ def _torch_op_forbidden(name: str) -> bool:
         return True
     if not TORCH_POLICY["strict"]:
         return False
-    if TRACKER is not None and TRACKER.launches:
+    if TRACKER is not None and any(launch["kernel"] in TRACKER.required for launch in TRACKER.launches):
         return name not in TORCH_ALLOWED
     return name in TORCH_MATMULS
 
@@ -363,6 +395,8 @@ def _install_torch_mode(policy: str) -> None:
 
     class Watch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            if TORCH_POLICY["active"] and GUARD[0] is not None:
+                GUARD[0].check_node()
             if TORCH_POLICY["active"]:
                 name = func.overloadpacket.__name__
                 bad = _torch_op_forbidden(name)
@@ -463,9 +497,10 @@ def _tracked_run(run):
         if kwargs.get("warmup") or module not in TRACKER.learner_modules:
             return run(self, *args, **kwargs)
         tensors = [a for a in list(args) + list(kwargs.values()) if hasattr(a, "data_ptr") and hasattr(a, "untyped_storage")]
+        scalars = [a for a in list(args) + list(kwargs.values()) if isinstance(a, float)]
         active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False  # the grader's own copies and fills
         try:
-            TRACKER.before(tensors)
+            TRACKER.before(tensors, scalars)
             TORCH_POLICY["active"] = active
             result = run(self, *args, **kwargs)
             TORCH_POLICY["active"] = False
@@ -561,16 +596,54 @@ def _digest(value) -> str | None:
     return hashlib.sha256(buffers[0]).hexdigest()
 
 
+GUARD: list = [None]  # the GradientGuard of the call in progress, for the dispatch mode
+
+
 class GradientGuard:
     """While the learner's function runs: their ``torch.autograd.Function`` subclass ``cls`` must
-    compute the gradients. Autograd may start only at that Function's output (so it never
-    differentiates a forward written with torch operations), may not run again inside its backward
-    (no ``torch.autograd.grad`` of a naive attention there), and the gradients returned must be
-    the ones its backward returned."""
+    compute the gradients. A backward pass may only run through that Function: every node of its
+    graph is that Function's backward, a leaf's gradient accumulation, or a node on the way from
+    the loss to that Function (``(o * do).sum()``), so autograd never differentiates a forward
+    written with torch operations; no autograd node runs inside its backward, nor any node outside
+    such a pass (a second engine); and the gradients returned must be the ones its backward
+    returned."""
 
     def __init__(self, cls, name: str):
         self.cls, self.name, self.calls, self.inside, self.refused = cls, name, [], False, []
+        self.allowed: set = set()  # ids of the nodes of the graphs the engine was allowed to run
         self._saved = None
+
+    def ours(self, node) -> bool:
+        return getattr(type(node), "_forward_cls", None) is self.cls
+
+    def node_allowed(self, node) -> bool:
+        return node is None or self.ours(node) or type(node).__name__ == "AccumulateGrad" or id(node) in self.allowed
+
+    def _graph_problem(self, roots: list) -> str | None:
+        """None when every node reachable from ``roots`` is ours, a leaf's accumulation, or leads to ours."""
+        nodes, stack = {}, [r for r in roots if r is not None]
+        while stack:
+            node = stack.pop()
+            if id(node) in nodes:
+                continue
+            nodes[id(node)] = node
+            stack += [n for n, _ in getattr(node, "next_functions", ()) if n is not None]
+        reaches: dict = {}
+
+        def leads_to_ours(node, depth=0) -> bool:
+            if id(node) not in reaches:
+                reaches[id(node)] = False  # cycles cannot occur; this also bounds the recursion
+                reaches[id(node)] = self.ours(node) or (depth < 500 and any(
+                    leads_to_ours(n, depth + 1) for n, _ in getattr(node, "next_functions", ()) if n is not None))
+            return reaches[id(node)]
+
+        if not any(self.ours(n) for n in nodes.values()):
+            return f"autograd ran a backward pass that does not go through {self.name}"
+        for node in nodes.values():
+            if not (self.ours(node) or type(node).__name__ == "AccumulateGrad" or leads_to_ours(node)):
+                return f"autograd would differentiate {type(node).__name__}, which is not part of {self.name}"
+        self.allowed |= set(nodes)
+        return None
 
     def install(self) -> None:
         import torch
@@ -581,16 +654,13 @@ class GradientGuard:
             return
         guard, engine, original = self, variable.Variable._execution_engine, vars(self.cls)["backward"]
         backward = original.__func__ if isinstance(original, staticmethod) else original
-        root = f"{self.cls.__name__}Backward"
 
         class Engine:  # the autograd engine, refusing backpropagation the exercise does not allow
             def run_backward(self, outputs, *args, **kwargs):
-                roots = {type(getattr(t, "grad_fn", None)).__name__ for t in outputs}
-                if guard.inside or roots != {root}:
-                    why = (f"autograd ran inside {guard.name}.backward" if guard.inside else
-                           f"autograd started at {sorted(roots)}, not at the output of {guard.name}.apply")
-                    guard.refused.append(why)
-                    raise RuntimeError(f"{why}: the gradients must be computed by {guard.name}.backward itself")
+                why = (f"autograd ran inside {guard.name}.backward" if guard.inside
+                       else guard._graph_problem([getattr(t, "grad_fn", None) for t in outputs]))
+                if why:
+                    guard.refuse(why)
                 return engine.run_backward(outputs, *args, **kwargs)
 
             def __getattr__(self, attr):
@@ -609,10 +679,29 @@ class GradientGuard:
         self._saved = (engine, original)
         variable.Variable._execution_engine = Engine()
         self.cls.backward = staticmethod(tracked)
+        GUARD[0] = self
+
+    def refuse(self, why: str):
+        self.refused.append(why)
+        raise RuntimeError(f"{why}: the gradients must be computed by {self.name}.backward itself")
+
+    def check_node(self) -> None:
+        """From the dispatch mode, for every torch operator: the autograd node running it, if any,
+        must belong to an allowed backward pass (another engine or a nested pass is refused)."""
+        import torch
+
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return
+        if self.inside and not self.ours(node):
+            self.refuse(f"autograd ran inside {self.name}.backward ({type(node).__name__})")
+        if not self.node_allowed(node):
+            self.refuse(f"autograd differentiated {type(node).__name__} outside {self.name}")
 
     def uninstall(self) -> None:
         from torch.autograd import variable
 
+        GUARD[0] = None
         if self._saved is not None:
             variable.Variable._execution_engine, self.cls.backward = self._saved
             self._saved = None
@@ -641,7 +730,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     CALLS.clear()
     inputs = [v for v in kwargs.values() if hasattr(v, "untyped_storage")]
     if TRACKER is not None:
-        TRACKER.reset(inputs)
+        TRACKER.reset(inputs, verify_launch or ())
     record = dict(exception=None, not_implemented=None, where=None, launch_problem=None)
     value, saved = None, (sys.stdout, sys.stderr)
     start = time.perf_counter()
@@ -674,9 +763,17 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     record["digests"] = {name: _digest(v) for name, v in kwargs.items()}
     record["launches"] = TRACKER.launches[-8:] if TRACKER is not None else []
     derived_buffers: list = []
-    if TRACKER is not None and TRACKER.derived:
-        kept = [a for a in TRACKER.derived if a.nbytes <= 4 << 20][:8]
-        record["derived"] = [wire.encode(a, derived_buffers) for a in kept]
+    if TRACKER is not None and (TRACKER.derived or TRACKER.scalars):
+        import numpy as np
+
+        kept = TRACKER.derived + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
+        if len(kept) > DERIVED_MAX_COUNT or sum(a.nbytes for a in kept) > DERIVED_MAX_BYTES:
+            record["launch_problem"] = record.get("launch_problem") or (
+                f"your kernels were handed {len(kept)} buffers ({sum(a.nbytes for a in kept) / 2**20:.1f} MiB) "
+                f"computed outside them (at most {DERIVED_MAX_COUNT} and {DERIVED_MAX_BYTES >> 20} MiB): "
+                "compute the result in the kernel")
+        else:
+            record["derived"] = [wire.encode(a, derived_buffers) for a in kept]
     record["output"], record["output_chars"] = out.text(), out.total
     buffers: list = derived_buffers
     try:
@@ -692,6 +789,9 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
     for name in must_launch:
         if name not in launched:
             return f"never launched the Triton kernel {name}: the result must come from {name}[grid](...)"
+    if TRACKER.changed_inputs:
+        return ("an input held other values when your kernel was launched (an input is read, never written: "
+                "the kernel must compute from the inputs it was given)")
     tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
     for t in tensors:
         problem = TRACKER.written_by_launch(t)
