@@ -350,19 +350,22 @@ def _float_views(derived: np.ndarray) -> list:
     return views
 
 
-def holds_answer(derived, answer: np.ndarray, tolerance: tuple) -> bool:
+def holds_output(derived, returned: np.ndarray) -> bool:
     """Whether the inputs the learner computed and handed to kernels (``derived``: one array or a
-    list, float arguments included) hold every value of ``answer``, in any order or layout and
-    spread over any of them, read as their own dtype or with their bytes reinterpreted as float16,
-    float32 or float64 (a bit-view, a transpose or a concatenation smuggles the answer that way).
-    Answers of fewer than 8 finite elements or of one repeated value are not searched (too easily
+    list, the launches' float arguments included) hold every value the learner's call returned,
+    exactly (as the returned dtype), in any order or layout and spread over any of them, read as
+    their own dtype or with their bytes reinterpreted as float16, float32 or float64: a kernel that
+    copies a smuggled answer returns exactly its values (a bit-view, a transpose, a concatenation).
+    Outputs of fewer than 8 finite elements or of one repeated value are not searched (too easily
     found by chance)."""
-    flat = np.asarray(answer, dtype=np.float64).ravel()
-    flat = np.sort(flat[np.isfinite(flat)])
-    arrays = [derived] if isinstance(derived, np.ndarray) else [a for a in derived if isinstance(a, np.ndarray)]
-    if flat.size < 8 or np.unique(flat).size < 2 or not arrays:
+    if not isinstance(returned, np.ndarray) or returned.dtype.kind != "f":
         return False
-    atol, rtol = tolerance
+    out = returned.ravel()
+    out = out[np.isfinite(out)]
+    arrays = [derived] if isinstance(derived, np.ndarray) else [a for a in derived if isinstance(a, np.ndarray)]
+    if out.size < 8 or np.unique(out).size < 2 or not arrays:
+        return False
+    want, need = np.unique(out, return_counts=True)
     per_array = [_float_views(a) for a in arrays]
     pools = [np.concatenate([views[0] for views in per_array if views])]  # every buffer in its own dtype
     pools += [v for views in per_array for v in views[1:]]  # each reinterpretation of each buffer
@@ -370,27 +373,16 @@ def holds_answer(derived, answer: np.ndarray, tolerance: tuple) -> bool:
         column = [views[k] for views in per_array if len(views) > k]
         if len(column) > 1:
             pools.append(np.concatenate(column))
-    for pool in pools:
-        pool = np.sort(pool[np.isfinite(pool)])
-        if pool.size < flat.size:
-            continue
-        lo = np.searchsorted(pool, flat - (atol + rtol * np.abs(flat)), side="left")
-        hi = np.searchsorted(pool, flat + (atol + rtol * np.abs(flat)), side="right")
-        if np.all(hi > lo) and _matched(lo, hi):
-            return True
+    with np.errstate(invalid="ignore", over="ignore"):
+        for pool in pools:
+            pool = pool.astype(returned.dtype)
+            have, count = np.unique(pool[np.isfinite(pool)], return_counts=True)
+            if have.size < want.size:
+                continue
+            at = np.minimum(np.searchsorted(have, want), have.size - 1)
+            if np.all(have[at] == want) and np.all(count[at] >= need):
+                return True
     return False
-
-
-def _matched(lo: np.ndarray, hi: np.ndarray) -> bool:
-    """Whether each answer value (sorted; its matches in the pool are positions lo[i]..hi[i]-1) gets
-    a pool value of its own: greedy in order, the first free position at or past lo[i]."""
-    taken = -1
-    for a, b in zip(lo.tolist(), hi.tolist()):
-        position = max(a, taken + 1)
-        if position >= b:
-            return False
-        taken = position
-    return True
 
 
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
@@ -436,14 +428,16 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if failure is not None:
         return failure
     answers = expected if isinstance(expected, tuple) else (expected,)
+    value = record.get("value")
+    returned = value if isinstance(value, tuple) else (value,)
     derived_inputs = [d for d in record.get("derived") or [] if type(d) is np.ndarray]
-    for answer in answers:
-        if isinstance(answer, np.ndarray) and derived_inputs and (any(
-                d.shape == answer.shape and _compare_array(part, "x", d.astype(answer.dtype), answer, on_cuda) is None
-                for d in derived_inputs) or holds_answer(derived_inputs, answer,
-                                                         _tolerance(part, str(answer.dtype), on_cuda))):
-            return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
-                        "the result must be computed by the kernel")
+    handed = derived_inputs and (any(
+        isinstance(answer, np.ndarray) and d.shape == answer.shape
+        and _compare_array(part, "x", d.astype(answer.dtype), answer, on_cuda) is None
+        for answer in answers for d in derived_inputs) or any(holds_output(derived_inputs, r) for r in returned))
+    if handed:
+        return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
+                    "the result must be computed by the kernel")
     extra, referenced = record.get("extra_bytes"), record.get("referenced_bytes")
     if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]

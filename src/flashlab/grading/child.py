@@ -319,9 +319,13 @@ class LaunchTracker:
         for x, original in zip(self.inputs, self.originals):
             if t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
                 return True  # the input itself (checked against its original above)
-            if t.shape == original.shape and t.device == original.device and torch.equal(t.to(original.dtype),
-                                                                                         original):
+            if t.numel() != original.numel() or t.device != original.device or t.is_complex():
+                continue
+            same = t.to(original.dtype)
+            if t.shape == original.shape and torch.equal(same, original):
                 return True
+            if torch.equal(same.reshape(-1).sort().values, original.reshape(-1).sort().values):
+                return True  # the same values in another layout (K transposed, made contiguous)
         return False
 
     def unwritten(self) -> bool:
@@ -353,21 +357,44 @@ class LaunchTracker:
             if nbytes:
                 snapshot = self._bytes(t, start, nbytes).clone()
                 self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
-                self.regions.append((start, nbytes, str(t.device), snapshot))
+                self.regions.append((start, nbytes, str(t.device), snapshot, t))
                 self.known[(start, nbytes)] = snapshot
 
     def written_by_launch(self, t) -> str | None:
-        """None when tensor ``t`` holds exactly what a launch of the learner's kernel left there."""
+        """None when tensor ``t`` holds exactly what launches of the learner's kernels left there:
+        each byte as the latest launch whose argument covered it left it (several launches may
+        write parts of it, e.g. one per batch element), or ``t`` is a dtype cast of an argument
+        one launch wrote and nothing changed since (computed in float32, returned in float16)."""
         import torch
 
         start, nbytes = self._span(t)
-        for r_start, r_bytes, device, snapshot in reversed(self.regions):
-            if device == str(t.device) and r_start <= start and start + nbytes <= r_start + r_bytes:
-                now = self._bytes(t, start, nbytes)
-                if torch.equal(now, snapshot[start - r_start: start - r_start + nbytes]):
-                    return None
+        now = self._bytes(t, start, nbytes)
+        covered = torch.zeros(nbytes, dtype=torch.bool, device=t.device)
+        for r_start, r_bytes, device, snapshot, _ in reversed(self.regions):
+            lo, hi = max(start, r_start), min(start + nbytes, r_start + r_bytes)
+            if device != str(t.device) or lo >= hi:
+                continue
+            fresh = ~covered[lo - start:hi - start]
+            if not torch.equal(now[lo - start:hi - start][fresh], snapshot[lo - r_start:hi - r_start][fresh]):
                 return "the returned tensor was changed after your kernel wrote it"
+            covered[lo - start:hi - start] = True
+        if nbytes and bool(covered.all()):
+            return None
+        if self._cast_of_written(t):
+            return None
         return "the returned tensor was not written by a launch of your kernel"
+
+    def _cast_of_written(self, t) -> bool:
+        import torch
+
+        for r_start, r_bytes, device, snapshot, arg in reversed(self.regions):
+            if device != str(t.device) or arg.dtype == t.dtype or arg.shape != t.shape:
+                continue
+            if not torch.equal(self._bytes(arg, r_start, r_bytes), snapshot):
+                continue  # changed since the launch
+            if self._same_bytes(t.contiguous(), arg.to(t.dtype).contiguous()):
+                return True
+        return False
 
 
 TRACKER: LaunchTracker | None = None
@@ -484,8 +511,41 @@ def prepare_triton(learner_modules: set) -> str:
         pass
     for cls in classes:
         cls.run = _tracked_run(cls.run)
+    _forbid_int_to_pointer()
     _install_torch_mode("triton")
     return device
+
+
+def _forbid_int_to_pointer() -> None:
+    """A kernel may not turn an integer into a pointer: memory reached through an address passed as
+    a number (x.data_ptr()) is memory the launch tracker never sees."""
+    try:
+        from triton.language.semantic import TritonSemantic
+    except ImportError:  # an older Triton: module-level functions, not covered
+        return
+    cast = TritonSemantic.cast
+
+    def checked_cast(self, input, dst_ty, *args, **kwargs):
+        src, dst = getattr(getattr(input, "type", None), "scalar", None), getattr(dst_ty, "scalar", dst_ty)
+        if src is not None and src.is_int() and dst.is_ptr():
+            what = "an integer cast to a pointer in a kernel"
+            if what not in CALLS:
+                CALLS.append(what)
+            raise ForbiddenCall(f"{what}: pass tensors to the kernel (the grader follows what they hold)")
+        return cast(self, input, dst_ty, *args, **kwargs)
+
+    TritonSemantic.cast = checked_cast
+
+
+def _flatten(values: list, depth: int = 0) -> list:
+    """Kernel arguments with tuples and lists opened (Triton passes tuples of tensors through)."""
+    out = []
+    for v in values:
+        if isinstance(v, (tuple, list)) and depth < 8:
+            out += _flatten(list(v), depth + 1)
+        else:
+            out.append(v)
+    return out
 
 
 def _tracked_run(run):
@@ -496,8 +556,9 @@ def _tracked_run(run):
             _forbidden(f"{module}.{name} (a flashlab kernel)")
         if kwargs.get("warmup") or module not in TRACKER.learner_modules:
             return run(self, *args, **kwargs)
-        tensors = [a for a in list(args) + list(kwargs.values()) if hasattr(a, "data_ptr") and hasattr(a, "untyped_storage")]
-        scalars = [a for a in list(args) + list(kwargs.values()) if isinstance(a, float)]
+        flat = _flatten(list(args) + list(kwargs.values()))
+        tensors = [a for a in flat if hasattr(a, "data_ptr") and hasattr(a, "untyped_storage")]
+        scalars = [a for a in flat if isinstance(a, float)]
         active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False  # the grader's own copies and fills
         try:
             TRACKER.before(tensors, scalars)
@@ -619,22 +680,25 @@ class GradientGuard:
     def node_allowed(self, node) -> bool:
         return node is None or self.ours(node) or type(node).__name__ == "AccumulateGrad" or id(node) in self.allowed
 
-    def _graph_problem(self, roots: list) -> str | None:
-        """None when every node reachable from ``roots`` is ours, a leaf's accumulation, or leads to ours."""
-        nodes, stack = {}, [r for r in roots if r is not None]
+    def _graph_problem(self, roots: list, inputs=()) -> str | None:
+        """None when every node reachable from ``roots`` is ours, a leaf's accumulation, or leads to
+        ours. The nodes of ``inputs`` (``torch.autograd.grad``'s) end the walk: they do not run."""
+        stops = {id(getattr(x, "grad_fn", None)) for x in inputs or () if getattr(x, "grad_fn", None) is not None}
+        nodes, stack = {}, [r for r in roots if r is not None and id(r) not in stops]
         while stack:
             node = stack.pop()
-            if id(node) in nodes:
+            if id(node) in nodes or id(node) in stops:
                 continue
             nodes[id(node)] = node
-            stack += [n for n, _ in getattr(node, "next_functions", ()) if n is not None]
+            stack += [n for n, _ in getattr(node, "next_functions", ()) if n is not None and id(n) not in stops]
         reaches: dict = {}
 
         def leads_to_ours(node, depth=0) -> bool:
             if id(node) not in reaches:
                 reaches[id(node)] = False  # cycles cannot occur; this also bounds the recursion
                 reaches[id(node)] = self.ours(node) or (depth < 500 and any(
-                    leads_to_ours(n, depth + 1) for n, _ in getattr(node, "next_functions", ()) if n is not None))
+                    leads_to_ours(n, depth + 1) for n, _ in getattr(node, "next_functions", ())
+                    if n is not None and id(n) not in stops))
             return reaches[id(node)]
 
         if not any(self.ours(n) for n in nodes.values()):
@@ -657,8 +721,9 @@ class GradientGuard:
 
         class Engine:  # the autograd engine, refusing backpropagation the exercise does not allow
             def run_backward(self, outputs, *args, **kwargs):
+                inputs = args[3] if len(args) > 3 else kwargs.get("inputs", ())
                 why = (f"autograd ran inside {guard.name}.backward" if guard.inside
-                       else guard._graph_problem([getattr(t, "grad_fn", None) for t in outputs]))
+                       else guard._graph_problem([getattr(t, "grad_fn", None) for t in outputs], inputs))
                 if why:
                     guard.refuse(why)
                 return engine.run_backward(outputs, *args, **kwargs)
