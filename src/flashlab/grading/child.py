@@ -204,17 +204,18 @@ def install_forbidden() -> None:
 class LaunchTracker:
     """Sees every Triton kernel launch; proves that a returned tensor was written by the learner's kernel.
 
-    Before each launch, every buffer passed that is not a case input (or a copy of one) is vetted,
-    whatever its dtype: one that holds what the tracker last saw in it (a kernel's output, or the
-    zeros of a fresh accumulator) is left as it is; any other (data computed outside the kernel)
-    is poisoned (NaN, or all-ones bits for integers), so a result computed elsewhere and handed to
-    a kernel that does nothing comes back as poison. A poisoned buffer the kernel did not write is
-    an input the learner derived (D = rowsum(dO * O)): it is restored and the launch runs again;
-    the parent refuses a derived input that holds the expected result, in any dtype or layout of
-    its bytes. After every launch of the learner's own kernels the bytes of its tensor arguments
-    are kept; a returned tensor must lie inside such an argument and still hold those bytes
-    (nothing changed it after the kernel wrote it). Launching a kernel defined in flashlab is
-    forbidden.
+    Before each launch, every buffer passed (inside tuple arguments too) that is not a case input,
+    nor a copy of one in any layout, is vetted whatever its dtype: one that holds what the last
+    launch left in it, or only zeros (a fresh accumulator), is left as it is; any other (data
+    computed outside the kernel) is poisoned with a value of its own (a NaN payload; the top of the
+    range for integers), so a result computed elsewhere and handed to a kernel that does nothing
+    comes back as poison. A poisoned buffer the kernel did not write is an input the learner derived
+    (D = rowsum(dO * O)): it is restored and the launch runs again; the parent refuses derived
+    inputs that hold the returned values. An input that differs at a launch from what the call
+    received is reported. After every launch the bytes of its tensor arguments are kept; a returned
+    tensor must hold what the latest launches covering it left there, or be a dtype cast of one
+    launch's output (nothing changed it after the kernel wrote it). Launching a kernel defined in
+    flashlab is forbidden.
     """
 
     def __init__(self, learner_modules: set):
@@ -228,7 +229,6 @@ class LaunchTracker:
         self.changed_inputs = False  # an input differed from its original at a launch
         self.scalars: list = []  # float arguments of the learner's launches
         self.poisons = 0  # buffers poisoned so far: each gets its own poison value
-        self.known: dict = {}  # (start, nbytes) -> the bytes the tracker last saw there
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
 
     @staticmethod
@@ -295,9 +295,9 @@ class LaunchTracker:
             start, nbytes = self._span(t)
             if not nbytes or self._input_copy(t):
                 continue
-            known = self.known.get((start, nbytes))
-            if known is not None and torch.equal(self._bytes(t, start, nbytes), known):
-                continue  # as the last launch (or the last check) left it
+            left = next((r[3] for r in self.regions if r[0] == start and r[1] == nbytes), None)
+            if left is not None and torch.equal(self._bytes(t, start, nbytes), left):
+                continue  # as the last launch that had it left it
             if self._all_zero(t):  # an accumulator: nothing handed in
                 self.pending.append((t, t.clone(), None))
             else:
@@ -333,13 +333,13 @@ class LaunchTracker:
         derived before the launch (e.g. D = rowsum(dO * O)). Put every buffer back as it was
         (written ones poisoned again) and say so: the launch must run again on the real inputs.
         The derived inputs are sent to the parent, which refuses one that holds the answer."""
+        import torch
+
         derived = [t for t, _, poison in self.pending if poison is not None and self._still_poisoned(*poison)]
         if not derived:
             return False
         for t, before, poison in self.pending:
             if any(t is d for d in derived):
-                import torch
-
                 t.copy_(before)
                 kept = t.detach().cpu()
                 self.derived.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
@@ -358,7 +358,6 @@ class LaunchTracker:
                 snapshot = self._bytes(t, start, nbytes).clone()
                 self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
                 self.regions.append((start, nbytes, str(t.device), snapshot, t))
-                self.known[(start, nbytes)] = snapshot
 
     def written_by_launch(self, t) -> str | None:
         """None when tensor ``t`` holds exactly what launches of the learner's kernels left there:
