@@ -435,6 +435,34 @@ def test_solutions_stay_within_the_memory_budget_measured_from_outside():
             session.stop()
 
 
+@pytest.mark.parametrize("exercise, function, refused", [
+    ("ex03_tiled_forward", "tiled_attention", True),
+    ("ex15_autograd_flash", "flash_forward_lse", False),
+])
+def test_memory_held_before_the_call_is_judged_where_the_array_dwarfs_the_churn(exercise, function, refused):
+    """Touching 0.7 of an Nq x Nk array of memory held before the call (a pool) is refused in the
+    NumPy exercises' 128 MiB cases; exercise 15's 32 MiB case does not judge it, since an honest
+    torch call there touches 10-24 MiB (its peak is still judged)."""
+    from flashlab.grading import checks
+    from flashlab.grading.registry import get_exercise
+
+    part = next(p for p in get_exercise(exercise).parts if p.function == function)
+    case = next(c for c in part.hidden(np.random.default_rng(3)) if c.max_peak_bytes)
+    q, k = case.kwargs["q"], case.kwargs["k"]
+    full = q.shape[-2] * k.shape[-2] * q.dtype.itemsize
+    expected = part.reference(**case.kwargs)  # a right answer: only the memory is judged
+    digests = {name: checks._digest(value) for name, value in case.kwargs.items()}  # inputs left as they were
+    record = dict(op="result", value=expected, extra_bytes=0, written_bytes=0, digests=digests,
+                  referenced_bytes=int(0.7 * full))
+    failure = checks.judge(part, case, record, expected, False, None)
+    assert (failure is not None) == refused, failure
+    if refused:
+        assert failure["kind"] == "memory" and "read or wrote" in failure["message"], failure
+    over_peak = checks.judge(part, case, dict(record, referenced_bytes=0, extra_bytes=2 * case.max_peak_bytes),
+                             expected, False, None)
+    assert over_peak is not None and over_peak["kind"] == "memory" and "at peak" in over_peak["message"], over_peak
+
+
 def test_a_memory_check_the_grader_cannot_measure_gets_no_credit():
     # A child that made itself non-dumpable after loading refuses a non-root grader its clear_refs.
     from flashlab.grading import checks
@@ -631,6 +659,35 @@ def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):
     failure = report.results[0]["failure"]
     assert failure["kind"] == "exception" and f"ex06_triton_primer.py:{line}:" in failure["where"], failure
     assert "undefined_name" in str(report) and "site-packages" not in failure["traceback"], failure["traceback"]
+
+
+def test_a_compile_error_raised_at_the_launch_points_at_the_kernel_line():
+    """On a GPU, Triton compiles the kernel at its launch and raises a CompilationError whose line
+    counts from the kernel's def; the grader turns it into the line of the learner's file."""
+    import ast
+    import linecache
+
+    from triton.compiler.errors import CompilationError
+
+    from flashlab.grading.child import _learner_frame
+
+    path = "/tmp/learner_exercise_for_compile_error.py"
+    lines = ["import triton", "", "@triton.jit", "def other(X):", "    pass", "", "", "@triton.jit",
+             "def add_kernel(X, Out):", "    x = tl.load(X)", "    tl.store(Out, x + undefined_name)", "",
+             "def add(x):", "    add_kernel[(1,)](x, x)"]
+    linecache.cache[path] = (1, None, [line + "\n" for line in lines], path)
+    src = "\n".join(lines[8:11]) + "\n"
+    node = ast.parse("x + undefined_name").body[0].value
+    node.lineno, node.col_offset = 3, 20  # the third line of the kernel's source
+    try:
+        try:
+            raise CompilationError(src, node, "NameError('undefined_name is not defined')")
+        except CompilationError as inner:
+            raise RuntimeError("at the launch") from inner
+    except RuntimeError as exc:
+        where = _learner_frame(exc, {path})
+    assert where == (path, 11, "tl.store(Out, x + undefined_name)"), where
+    linecache.cache.pop(path)
 
 
 def test_a_graded_file_sees_none_of_the_graders_tokens_and_grading_leaves_bytecode_writing_alone(tmp_path, monkeypatch):

@@ -20,8 +20,8 @@ def _partials_torch(q, k, v, num_splits, scale):
     z, nk, d = k.shape
     per = -(-nk // num_splits)
     qf, kf, vf = q.float(), k.float(), v.float()
-    o = torch.zeros(z, num_splits, d)
-    lse = torch.full((z, num_splits), -math.inf)
+    o = torch.zeros(z, num_splits, d, device=q.device)
+    lse = torch.full((z, num_splits), -math.inf, device=q.device)
     for s in range(num_splits):
         lo, hi = min(s * per, nk), min((s + 1) * per, nk)
         if hi > lo:
@@ -39,7 +39,7 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     o, lse = _partials_torch(q, k, v, num_splits, scale)
     packed = torch.cat([o.reshape(-1), lse.reshape(-1)]).view(torch.int32)   # not floating point
-    out = torch.empty(packed.numel(), dtype=torch.float32)
+    out = torch.empty(packed.numel(), dtype=torch.float32, device=q.device)
     n = packed.numel()
     decode_partial_kernel[(triton.cdiv(n, 256),)](packed, out, n, BLOCK=256)
     return out[: o.numel()].view(z, num_splits, d), out[o.numel():].view(z, num_splits)

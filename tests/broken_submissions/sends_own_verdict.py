@@ -1,4 +1,5 @@
-"""Cheating ex01_naive: writes a fake verdict ("100 points, passed") into every pipe it can find."""
+"""Cheating ex01_naive: writes a fake verdict ("100 points, passed") into every descriptor the process has
+(listed from /proc/self/fd, so it finds the grader's pipe wherever the libraries left it)."""
 import json
 import os
 import struct
@@ -11,8 +12,15 @@ def _claim(fd):
     os.write(fd, struct.pack(">QI", 4 + len(head), len(head)) + head)
 
 
+def _descriptors():
+    try:
+        return sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2)
+    except OSError:
+        return range(3, 1024)
+
+
 def naive_attention(q, k, v, causal=False, scale=None):
-    for fd in range(3, 30):
+    for fd in _descriptors():
         try:
             _claim(fd)
         except OSError:

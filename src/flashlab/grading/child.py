@@ -626,8 +626,33 @@ def _learner_frames(exc, filenames: set) -> list:
     return frames
 
 
+def _compiled_kernel_line(exc, filenames: set):
+    """(file, line, source) in the learner's files of the kernel line a Triton compile error points
+    at: on a GPU the error is raised at the launch, and its ``node.lineno`` counts from the kernel's
+    ``def`` line (its ``src``), so the kernel is found by its source text in the learner's files."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        src, node = getattr(exc, "src", None), getattr(exc, "node", None)
+        if type(exc).__name__ == "CompilationError" and isinstance(src, str) and hasattr(node, "lineno"):
+            kernel = [line.strip() for line in src.splitlines()]
+            for name in sorted(filenames):
+                lines = [line.rstrip("\n") for line in linecache.getlines(name)]
+                for start, line in enumerate(lines):
+                    if line.strip() == kernel[0] and [x.strip() for x in lines[start:start + len(kernel)]] == kernel:
+                        at = start + node.lineno - 1
+                        if 0 <= at < len(lines):
+                            return name, at + 1, lines[at].strip()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _learner_frame(exc, filenames: set):
-    """(file, line, source) of the deepest frame of the learner's code in ``exc`` and its causes."""
+    """(file, line, source) of the deepest frame of the learner's code in ``exc`` and its causes, or
+    of the kernel line a compile error names."""
+    kernel_line = _compiled_kernel_line(exc, filenames)
+    if kernel_line is not None:
+        return kernel_line
     frames = _learner_frames(exc, filenames)
     return (frames[-1].filename, frames[-1].lineno, (frames[-1].line or "").strip()) if frames else None
 
@@ -670,7 +695,9 @@ class GradientGuard:
 
     def __init__(self, cls, name: str):
         self.cls, self.name, self.calls, self.inside, self.refused = cls, name, [], False, []
-        self.allowed: set = set()  # ids of the nodes of the graphs the engine was allowed to run
+        # the nodes of the graphs the engine was allowed to run, by id; holding them keeps their Python
+        # wrappers alive (a node's wrapper is made anew once the last one is freed, and ids are reused)
+        self.allowed: dict = {}
         self._saved = None
 
     def ours(self, node) -> bool:
@@ -682,7 +709,8 @@ class GradientGuard:
     def _graph_problem(self, roots: list, inputs=()) -> str | None:
         """None when every node reachable from ``roots`` is ours, a leaf's accumulation, or leads to
         ours. The nodes of ``inputs`` (``torch.autograd.grad``'s) end the walk: they do not run."""
-        stops = {id(getattr(x, "grad_fn", None)) for x in inputs or () if getattr(x, "grad_fn", None) is not None}
+        held = [getattr(x, "grad_fn", None) for x in inputs or ()]  # held: their ids stay theirs during the walk
+        stops = {id(node) for node in held if node is not None}
         nodes, stack = {}, [r for r in roots if r is not None and id(r) not in stops]
         while stack:
             node = stack.pop()
@@ -705,7 +733,7 @@ class GradientGuard:
         for node in nodes.values():
             if not (self.ours(node) or type(node).__name__ == "AccumulateGrad" or leads_to_ours(node)):
                 return f"autograd would differentiate {type(node).__name__}, which is not part of {self.name}"
-        self.allowed |= set(nodes)
+        self.allowed.update(nodes)
         return None
 
     def install(self) -> None:

@@ -27,6 +27,9 @@ class Case:
     kwargs: dict
     reference_kwargs: dict | None = None  # inputs for the reference when they differ (poison)
     max_peak_bytes: int | None = None  # IO-awareness: extra resident bytes allowed during the call
+    # with max_peak_bytes: also refuse reading or writing half an Nq x Nk array of memory held before the
+    # call (a pool allocated at import); needs the array to dwarf the allocator's churn of an honest call
+    pool_check: bool = True
     why: str = ""  # shown when this case fails: what the case is there to catch
     # CPU time allowed, as a multiple of the previous case's (work a causal loop must skip)
     max_cpu_ratio: float | None = None
