@@ -120,8 +120,8 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # program per SM): 128 programs took 75.6 us against 78.4 us cut into 2 splits of the default
 # config (64 keys, two programs per SM). A smaller grid is split until every SM holds one wide
 # program (`benchmarks/results/bench_decode.json`, `split_wide`): one sequence with 8 kv heads
-# and 128k keys took 138.3 us in 16 splits of the wide config against 140.7 us in 16 of the
-# default one and 141.6 us in 32 wide splits (two waves). Up to 16 splits the last program to
+# and 128k keys took 135.5 us in 16 splits of the wide config against 138.9 us in 16 of the
+# default one and 139.4 us in 32 wide splits (two waves). Up to 16 splits the last program to
 # finish merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
 
 # %%
@@ -173,23 +173,25 @@ print(decode_results.results_table())
 
 # %% [markdown]
 # What the table says (`benchmarks/results/bench_decode.json`; `benchmarks/NOTES.md`, decode
-# section): at $N_k \ge$ 32k `flash_decode` reads K and V at 3.9-4.6 TB/s on 14 of
-# 15 rows, near the 4.28 TB/s the device copy reached; the exception is the smallest, one
-# sequence with 8 kv heads (134 MB, 2.7 TB/s; SDPA 2.6). There even a kernel that does nothing
-# but read those 134 MB takes 42.7 us (3.1 TB/s), and `flash_decode` takes 1.16x that pure read.
-# Part of it is the timing method, not the kernel: before each run the bench empties L2 by
-# writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those dirty lines back to
-# HBM while the kernel reads. After a flush that only reads, the pure read takes 34.1 us
-# (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us (`benchmarks/results/decode_probe_call9.json`;
-# `benchmarks/NOTES.md`, decode section, "Call 9 outcomes"): about 8.5 us of the row's time was
-# the write-back. It matches or beats SDPA's time on 13 of 23 rows; 7 of the other 10 differ from SDPA by less than the spread between three
-# interleaved timing rounds, and all are within 1.008x. Python matters at decode: each call once
-# took 82-195 us of host time (Triton's generic launch plus checks) for 10-50 us of GPU work;
-# with a launch plan per shape (checks once, scratch reused, the compiled kernel launched
-# directly) it takes 13-23 us to issue, and no row is host-bound. Checking the values in
-# `cache_seqlens` on the host, which `flash_decode` does by default, costs a synchronisation:
-# 32-45 us per call on that machine (`benchmarks/results/decode_paged_call8.json`); `check_lengths=False`
-# skips it (a bad length then gives NaN for its sequence instead of an error).
+# section), counted in the summary under this cell. From 32k keys up `flash_decode` reads K and V
+# near the rate of the device copy on every row but the smallest, one sequence with 8 kv heads
+# (134 MB), where SDPA is no faster. There even a kernel that does nothing but read those 134 MB
+# takes 42.7 us (3.1 TB/s). Part of it is the timing method, not the kernel: before each run the
+# bench empties L2 by writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those
+# dirty lines back to HBM while the kernel reads. After a flush that only reads, the pure read
+# takes 34.1 us (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us
+# (`benchmarks/results/decode_probe_call9.json`; `benchmarks/NOTES.md`, decode section, "Call 9
+# outcomes"): about 8.5 us of the row's time was the write-back. Against SDPA's time the summary
+# names the rows over it and says which differ by more than the spread of three interleaved
+# timing rounds: on those rows both kernels run at the speed of a kernel that only reads the same
+# bytes, and launch and L2 effects under 1 % decide the order. Python matters at decode: each call
+# once took 82-195 us of host time (Triton's generic launch plus checks; NOTES.md, "Call 2
+# outcomes") for 10-50 us of GPU work; with a launch plan per shape (checks once, scratch reused,
+# the compiled kernel launched directly) the host line of the summary shows what is left, and
+# no row is host-bound. Checking the values in `cache_seqlens` on the host, which `flash_decode`
+# does by default, costs a synchronisation: 32-45 us per call on that machine
+# (`benchmarks/results/decode_paged_call8.json`); `check_lengths=False` skips it (a bad length
+# then gives NaN for its sequence instead of an error).
 
 # %%
 print(decode_results.results_summary())
