@@ -32,6 +32,9 @@ def test_split_rule_splits_a_small_grid_to_one_wide_program_per_sm():
     assert decode.split_rule(1, 16, 1, 32768, SMS) == decode.SplitChoice(8, True, True)
     # 126 splits: the combine kernel
     assert decode.split_rule(1, 1, 1, 1 << 20, SMS) == decode.SplitChoice(126, True, False)
+    assert decode.split_rule(4, 31, 1, 32768, SMS) == decode.SplitChoice(1, True, True)  # 124 programs: one wave
+    assert decode.split_rule(1, 70, 1, 32768, SMS) == decode.SplitChoice(2, True, True)  # 70 busy SMs: too few
+    assert decode.split_rule(1, 100, 1, 32768, SMS) == decode.SplitChoice(1, True, True)  # 100 of 132 busy
 
 
 def test_split_rule_without_a_wide_config_splits_up_to_two_programs_per_sm():
@@ -71,6 +74,8 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
         fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
+        if programs * fewest > sms >= programs and programs * (sms // programs) >= decode.PARTIAL_WAVE_FILL * sms:
+            fewest = sms // programs  # they would spill into a second wave: one partial wave instead
         case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, ask_deep, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
         assert not wide or has_wide, f"the wide config where none exists: {case}"
@@ -87,7 +92,7 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
         elif has_wide:
             assert wide and splits == min(fewest, cap), f"a small grid: one wide program per SM: {case}"
         elif splits < cap:  # not capped: every SM gets a program; more only for a full second one
-            assert programs * splits >= decode.ONE_WAVE_FILL * sms, case
+            assert splits == fewest or programs * splits >= decode.ONE_WAVE_FILL * sms, case
             assert splits == fewest or (programs * splits <= sms * per_sm
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
 
@@ -523,6 +528,29 @@ def test_evict_first_loads_give_the_same_answer(splits, poison):
         assert (hinted[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "evict_first output off the reference"
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [1, 3])
+def test_k_v_prefetched_into_registers_give_the_same_answer(splits, poison):
+    """The next tile's K/V loaded a step ahead (``DecodeConfig.prefetch_regs``, plain loads) is the
+    same arithmetic as loading each tile in its step: the same bits, never a key past a length."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    q, k, v, seqlens = _inputs(3, 32 if DEVICE == "cuda" else 4, 8 if DEVICE == "cuda" else 2, 1,
+                               5000 if DEVICE == "cuda" else 60, 128 if DEVICE == "cuda" else 16, dtype,
+                               [5000, 77, 4096] if DEVICE == "cuda" else [60, 7, 33], seed=48)
+    d = q.shape[-1]
+    for wide in (False, True):
+        config = dataclasses.replace(kernels.config_for(d, dtype, wide), num_stages=1, evict_first=True)
+        in_step, ahead = (decode_plan.forward(q, k, v, seqlens, d ** -0.5, False, splits,
+                                              dataclasses.replace(config, prefetch_regs=p)) for p in (False, True))
+        assert torch.equal(in_step[0], ahead[0]) and torch.equal(in_step[1], ahead[1]), \
+            f"prefetching K/V changed the output (splits={splits}, wide={wide})"
+        ref_o, _ = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
+        assert (ahead[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "prefetched output off the reference"
+
+
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's
@@ -611,14 +639,20 @@ def test_results_table_shows_ratio_host_and_graph_columns():
     assert "no benchmarks/results" in decode_results.results_table({"rows": []})
 
 
+def _unwrapped(text: str) -> str:
+    """The summary's sentences one per line again (``course.wrap_prose`` continues them two columns in)."""
+    return text.replace("\n  ", " ")
+
+
 def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_caches():
     def row(B, nk, ours, sdpa, tb_s):
         return {"B": B, "H": 32, "Hkv": 8, "Nk": nk, "kv_bytes": B * nk, "results": {
             "flash_decode": {"us": ours, "tb_s": tb_s, "issue_us": 15.0, "host_us": ours},
             "sdpa_default": {"us": sdpa, "issue_us": 30.0, "host_us": sdpa}}}
 
-    text = decode_results.results_summary({"rows": [row(1, 4096, 20.0, 16.0, 0.9), row(4, 32768, 99.0, 100.0, 4.0),
-                                            row(16, 131072, 101.0, 100.0, 3.0)]})
+    text = _unwrapped(decode_results.results_summary({"rows": [row(1, 4096, 20.0, 16.0, 0.9),
+                                                               row(4, 32768, 99.0, 100.0, 4.0),
+                                                               row(16, 131072, 101.0, 100.0, 3.0)]}))
     assert "on 1 of 3 rows, within 1.02x on 2" in text and "B=1 H=32 Hkv=8 Nk=4096 1.250x" in text, text
     assert ">= 3.5 TB/s on 1 of 2 rows" in text and "flash_decode 15-15 us, SDPA default 30-30 us" in text, text
     assert "flash_decode 20.0 us, SDPA default 16.0 us" in text, text
@@ -630,8 +664,9 @@ def test_results_summary_names_rows_over_the_spread_and_the_read_roofline():
                 "vs_sdpa_default": {"ratio": ours / sdpa, "spread": spread, "within_spread": abs(ours / sdpa - 1) <= spread},
                 "results": {"flash_decode": {"us": ours, "tb_s": 4.0}, "sdpa_default": {"us": sdpa}}}
 
-    text = decode_results.results_summary({"rows": [row(1, 101.0, 100.0, 0.02, 50.0), row(4, 103.0, 100.0, 0.01, 100.0),
-                                                    row(16, 99.0, 100.0, 0.01, 99.0)]})
+    text = _unwrapped(decode_results.results_summary({"rows": [row(1, 101.0, 100.0, 0.02, 50.0),
+                                                               row(4, 103.0, 100.0, 0.01, 100.0),
+                                                               row(16, 99.0, 100.0, 0.01, 99.0)]}))
     assert "of the 2 rows over SDPA default, 1 differ" in text, text
     assert "the other 1 by more: B=4 H=32 Hkv=8 Nk=4096 1.030x" in text, text
     assert "B=1" not in text.split("by more:")[1].splitlines()[0], text  # within its spread

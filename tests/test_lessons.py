@@ -254,7 +254,7 @@ def test_backward_ladder_table_reads_several_results_files_and_names_the_gluon_r
                               fwdbwd={name: {"tflops": t} for name, t in speeds.items()})]}
 
     files = [bench(4096), bench(16384)]
-    lines = perf.backward_ladder_table(files).splitlines()
+    lines = perf.backward_ladder_table(files).replace("\n  ", " ").splitlines()  # notes unwrapped
     for f, line in zip(files, lines[2:4]):
         runs = f["rows"][0]["fwdbwd"]
         assert line.split()[:4] == ["fp16", "128", str(f["rows"][0]["n"]), "1"]

@@ -391,3 +391,19 @@ def test_notebook_08_gpu_branch_plots_a_reduced_live_run(tmp_path, monkeypatch):
     runpy.run_path(str(NOTEBOOKS / "_src" / "08_performance.py"), run_name="__main__")
     assert [c[0] for c in calls] == ["attention", "memory"]
     assert len(list((tmp_path / "figures").glob("figure-*.png"))) >= 3
+
+
+def test_printed_prose_is_wrapped_at_spaces_and_tables_are_left_alone():
+    """JupyterLab breaks a long printed line anywhere, inside words too: the library wraps its
+    long sentences at spaces (continued two columns in) and leaves column-aligned rows alone."""
+    from flashlab import course, decode_results
+
+    words = [f"word{i}" for i in range(60)]
+    wrapped = course.wrap_prose("  " + " ".join(words), width=50).splitlines()
+    assert len(wrapped) > 1 and all(len(line) <= 50 for line in wrapped), wrapped
+    assert wrapped[0].startswith("  word0") and all(line.startswith("    word") for line in wrapped[1:])
+    assert " ".join(" ".join(wrapped).split()) == " ".join(words)  # nothing lost, no word cut
+    row = "  B   H Hkv " + "  ".join(f"{i:>6}" for i in range(30))
+    assert course.wrap_prose(row, width=50) == row
+    summary = decode_results.results_summary()
+    assert all(len(line) <= 100 for line in summary.splitlines()), summary

@@ -221,4 +221,6 @@ def serving_table() -> str:
     lines = [f"looked up {SERVING_LOOKED_UP}"]
     for engine, source, what in SERVING_SOURCES:
         lines.append(f"{engine}: {what}\n    source: {source}")
-    return "\n".join(lines)
+    from .course import wrap_prose
+
+    return wrap_prose("\n".join(lines))

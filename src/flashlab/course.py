@@ -249,6 +249,22 @@ def show(fig) -> None:
     plt.close(fig)
 
 
+def wrap_prose(text: str, width: int = 100) -> str:
+    """``text`` with each line of prose longer than ``width`` wrapped at spaces, continued two
+    columns further in; lines laid out in columns (a run of two spaces after their indent: table
+    rows) are left as they are. JupyterLab breaks long printed lines anywhere, inside words too."""
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        if len(line) <= width or "  " in body:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(body))
+        out.append(textwrap.fill(body, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out)
+
+
 def source(obj, start: str | None = None, stop: str | None = None) -> str:
     """The source code of a library function or Triton kernel, to read beside the prose.
 

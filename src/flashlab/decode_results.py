@@ -124,7 +124,9 @@ def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> st
             lines.append(f"{what} at the smallest row ({name(small)}): flash_decode "
                          f"{small['results']['flash_decode'][field]:.1f} us, SDPA default "
                          f"{small['results']['sdpa_default'][field]:.1f} us")
-    return "\n".join(lines)
+    from .course import wrap_prose
+
+    return wrap_prose("\n".join(lines))
 
 
 def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = "bfloat16") -> str:

@@ -389,5 +389,7 @@ def backward_ladder_table(bench) -> str:
         dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(r["dtype"], r["dtype"])
         lines.append(f"{dtype:<5} {r['d']:>3} {r['n']:>5} {int(r['causal']):>6} " + " ".join(cells)
                      + f"  {measured_backward(r['d'], r['causal'], r['n'], r['n'])}")
-    lines += [""] + [f"{_contender(n)[0]}: {_contender(n)[1]}" for n in names]
-    return "\n".join(lines)
+    from .course import wrap_prose
+
+    notes = [wrap_prose(f"{_contender(n)[0]}: {_contender(n)[1]}") for n in names]  # the table's lines stay one each
+    return "\n".join(lines + [""] + notes)

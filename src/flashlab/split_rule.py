@@ -17,11 +17,14 @@ MAX_SPLITS = 128  # most chunks the cache is cut into
 MIN_KEYS_PER_SPLIT = 256  # fewer keys per chunk than this: the combine costs more than it gains
 ONE_WAVE_FILL = 0.95  # a grid that fills the SMs (or the slots) to this fraction counts as full
 MANY_WAVES = 7  # a grid of at least this many waves of the default config runs unsplit, as it is
+PARTIAL_WAVE_FILL = 0.7  # a small grid whose one-per-SM split would spill into a second wave runs
+# in one partial wave instead when it keeps this fraction of the SMs busy (call 7: 96 of 132 SMs read
+# within 0.2-2.5 %; call 10's probe: 124 programs cut in 2 splits ran 1.7 % over SDPA default)
 SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
 FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
 DEEP_MIN_KEYS = 32768  # deep tiles for one wave from this many keys (call 9: better at 32k / 128k, worse at 4k)
-DEEP_ONE_WAVE = False  # the rule uses deep tiles where they apply: a candidate until a full-matrix run confirms it
+DEEP_ONE_WAVE = False  # deep tiles where they apply: off, 1.2-2.4 % slower than the rule in call 10's full run
 
 
 class SplitChoice(NamedTuple):
@@ -63,12 +66,16 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     * **the grid fills every SM once** (``programs >= ONE_WAVE_FILL * sms``): no split, wide
       config. Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at 4k keys,
       486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255).
-      With ``deep`` (the candidate; ``DEEP_ONE_WAVE`` for the library), a grid of one wave
+      With ``deep`` (a candidate, not used: ``DEEP_ONE_WAVE`` is off), a grid of one wave
       (``programs <= sms``) of at least ``DEEP_MIN_KEYS`` keys: no split, 64-key tiles with 6
       stages instead (``SplitChoice.deep``). Call 9, 128 programs: 491.2 vs 495.6 us at 32k keys,
-      1894.1 vs 1926.3 at 128k; at 4k 80.2 vs 76.8 (so not there).
+      1894.1 vs 1926.3 at 128k; at 4k 80.2 vs 76.8 (so not there). Call 10, a full run beside the
+      rule on another machine: 1.2-2.4 % slower at the same rows.
     * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
-      ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4). Call 7, 128k keys:
+      ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4); where those splits
+      would spill into a second wave (124 programs: 2 splits, 248 programs for 132 SMs), the most
+      splits that stay in one wave if they keep ``PARTIAL_WAVE_FILL`` of the SMs busy (124: 1,
+      unsplit). Call 7, 128k keys:
       138.3 us vs 140.7 for the default config at 16 splits (8 programs), 490.9 / 490.4 vs
       493.5 / 494.2 at 8 (32 programs); at 32k 0.9-1.6% faster, at 4k within the rounds' spread;
       fewer wide splits (96 programs) 0.2-2.5% slower at 32k / 128k, two waves of them 0.6-8%
@@ -98,6 +105,9 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
         return SplitChoice(1, has_wide, True)
     cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
     one_per_sm = -(-int(math.ceil(ONE_WAVE_FILL * sms)) // programs)
+    in_one_wave = sms // programs  # the most splits with one program per SM and no second wave
+    if programs * one_per_sm > sms and in_one_wave >= 1 and programs * in_one_wave >= PARTIAL_WAVE_FILL * sms:
+        one_per_sm = in_one_wave
     two_per_sm = slots // programs
     if has_wide:
         splits = one_per_sm
