@@ -121,8 +121,11 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # config (64 keys, two programs per SM). A smaller grid is split until every SM holds one wide
 # program (`benchmarks/results/bench_decode.json`, `split_wide`): one sequence with 8 kv heads
 # and 128k keys took 135.5 us in 16 splits of the wide config against 138.9 us in 16 of the
-# default one and 139.4 us in 32 wide splits (two waves). Up to 16 splits the last program to
-# finish merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
+# default one and 139.4 us in 32 wide splits (two waves). Where those splits would spill into a
+# second wave (124 programs: 2 splits make 248 for 132 SMs) the grid runs one partial wave instead
+# if it keeps 70 % of the SMs busy: unsplit, 124 programs took 474.8 us against 486.2 us in 2 splits
+# at 32k keys (`benchmarks/results/decode_wave_probe_call15.json`). Up to 16 splits the last program
+# to finish merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
 
 # %%
 from flashlab import decode, decode_results

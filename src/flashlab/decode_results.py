@@ -10,7 +10,7 @@ from .decode import flash_decode, split_rule
 
 
 def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
-                     shapes=((1, 32), (1, 8), (4, 8), (16, 8), (64, 8), (64, 32))) -> str:
+                     shapes=((1, 32), (1, 8), (4, 8), (4, 31), (16, 8), (64, 8), (64, 32))) -> str:
     """The split rule's choice (``flashlab.split_rule.split_rule``) for (batch, kv heads) pairs at one cache
     length, as a text table: programs without splitting, splits, programs with them, programs per
     SM, the tile config (default, or wide: one program per SM) and the combine (fused in the last
@@ -26,7 +26,9 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
         combine = "-" if choice.splits == 1 else "fused" if choice.fused else "kernel"
         lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {choice.splits:>7} {programs:>9} "
                      f"{programs / sms:>7.2f} {'wide' if choice.wide else 'default':>8} {combine:>8}")
-    return "\n".join(lines)
+    from .course import wrap_prose
+
+    return "\n".join([wrap_prose(lines[0])] + lines[1:])
 
 
 def results_table(payload: dict | None = None) -> str:
@@ -61,12 +63,14 @@ def results_table(payload: dict | None = None) -> str:
         res = r["results"]
         cells = [f"{res[n]['us']:>12.1f}" if "us" in res.get(n, {}) else f"{'-':>12}" for n in names]
         fd, sd = res.get("flash_decode", {}), res.get("sdpa_default", {})
-        ratio = f"{fd['us'] / sd['us']:>6.2f}x" if "us" in fd and "us" in sd else f"{'-':>7}"
+        ratio = f"{fd['us'] / sd['us']:>6.3f}x" if "us" in fd and "us" in sd else f"{'-':>7}"  # 1.004x, not 1.00x
         tb_s = f"{fd['tb_s']:>5.2f}" if "tb_s" in fd else f"{'-':>5}"
         splits = f"{r['num_splits']}{' w' if r.get('wide_config') else ''}"  # w: the wide config
         lines.append(f"{head} {splits:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
                      f"{pair(fd, sd, 'host_us')} {pair(fd, sd, 'graph_us')}")
-    return "\n".join(lines)
+    from .course import wrap_prose
+
+    return "\n".join([wrap_prose(lines[0])] + lines[1:])  # the caption wrapped; the rows one line each
 
 
 def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> str:
