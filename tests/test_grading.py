@@ -638,14 +638,22 @@ def test_public_only_never_counts_as_passed_and_html_says_so():
     ("ex03_tiled_forward", "acc = alpha[..., None] * acc + p @", "acc = acc + p @", "looks like: acc is not rescaled"),
     ("ex01_naive", "[None, :] > np.arange(nq)[:, None]", "[None, :] >= np.arange(nq)[:, None]",
      "row 0 then sees no key"),
-], ids=["no alpha rescale", "mask hides the diagonal"])
+    ("ex14_split_kv_decode", "    scale = d ** -0.5 if scale is None else scale", "    scale = 1.0 if scale is None else scale",
+     "not multiplied by scale"),
+    ("ex14_split_kv_decode", "    o = acc / tl.where(l_i > 0, l_i, 1.0)  # an empty split: o = 0", "    o = acc",
+     "o_part holds acc, not acc / l"),
+    ("ex14_split_kv_decode", "m_i + tl.log(l_i))", "tl.log(l_i))", "without the running max"),
+], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
+        "partial lse without max"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"
     (tmp_path / f"{exercise}.py").write_text(source.replace(old, new))
-    result = check(exercise, exercises_dir=tmp_path, seed=3).results[0]
+    report = check(exercise, exercises_dir=tmp_path, seed=3)
+    result = report.results[0]
     assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like: "), result["failure"]
     assert words in result["failure"]["message"]
+    assert "word-break:normal" in report._repr_html_()  # JupyterLab would break its lines inside words
 
 
 def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):

@@ -615,13 +615,21 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
         if wrong is None:
             continue
         got = record.get("value")
-        if type(got) is np.ndarray and got.shape == wrong.shape:
-            same_nan = np.array_equal(np.isnan(got), np.isnan(wrong))
-            mask = ~np.isnan(wrong)
-            if same_nan and compare(part, np.where(mask, got, 0).astype(got.dtype),
-                                    np.where(mask, wrong, 0).astype(got.dtype), on_cuda) is None:
-                return dict(failure, mistake=description, message=f"looks like: {description}. {failure['message']}")
+        gots, wrongs = (got, wrong) if isinstance(wrong, tuple) else ((got,), (wrong,))
+        if type(gots) is tuple and len(gots) == len(wrongs) and all(
+                _same_as_mistake(part, name, g, w, on_cuda) for name, g, w in zip(part.outputs or ("x",) * len(wrongs),
+                                                                              gots, wrongs)):
+            return dict(failure, mistake=description, message=f"looks like: {description}. {failure['message']}")
     return failure
+
+
+def _same_as_mistake(part: Part, name: str, got, wrong, on_cuda: bool) -> bool:
+    """Whether one output equals what the mistake gives, NaN where it has NaN, within the part's tolerance."""
+    if type(got) is not np.ndarray or got.shape != wrong.shape:
+        return False
+    mask = ~np.isnan(wrong)
+    return np.array_equal(np.isnan(got), ~mask) and _compare_array(
+        part, name, np.where(mask, got, 0).astype(got.dtype), np.where(mask, wrong, 0).astype(got.dtype), on_cuda) is None
 
 
 # ----------------------------------------------------------------------------- integrity of the grader's files

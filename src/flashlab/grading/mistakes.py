@@ -141,10 +141,49 @@ _TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled),
 _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp_with_log2e),
                     (EXP2_WITHOUT_LOG2E, exp2_without_log2e))
 
+PARTIAL_NO_SCALE = "the partial scores are not multiplied by scale = 1/sqrt(d) (or the scale argument)"
+PARTIAL_NOT_NORMALISED = ("o_part holds acc, not acc / l: each split's partial output is normalised by its own "
+                          "sum l before it is stored (the combine weighs it by exp(lse_s - lse))")
+PARTIAL_LSE_LOG2 = ("lse_part is in log2 units (m + log2(l) with scores in exp2 units): store the natural-log "
+                    "lse, (m2 + log2(l)) * ln(2)")
+PARTIAL_LSE_WITHOUT_MAX = "lse_part is log(l) without the running max m: store lse = m + log(l)"
+
+
+def _partials(kw, scale=None, normalised=True, lse="natural"):
+    """Exercise 14's partial states with one mistake: (o_part, lse_part) as float32."""
+    q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
+    z, nk, d = k.shape
+    splits = kw["num_splits"]
+    per = -(-nk // splits)
+    scale = _scale(kw) if scale is None else scale
+    o_part, lse_part = np.zeros((z, splits, v.shape[-1])), np.full((z, splits), -np.inf)
+    for s in range(splits):
+        lo, hi = min(s * per, nk), min((s + 1) * per, nk)
+        if hi > lo:
+            scores = scale * np.einsum("zd,znd->zn", q, k[:, lo:hi])
+            m = scores.max(-1, keepdims=True)
+            p = np.exp(scores - m)
+            acc = np.einsum("zn,znd->zd", p, v[:, lo:hi])
+            o_part[:, s] = acc / p.sum(-1, keepdims=True) if normalised else acc
+            if lse == "natural":
+                lse_part[:, s] = m[:, 0] + np.log(p.sum(-1))
+            elif lse == "log2":
+                lse_part[:, s] = (m[:, 0] + np.log(p.sum(-1))) / np.log(2.0)
+            else:  # without the max
+                lse_part[:, s] = np.log(p.sum(-1))
+    return o_part.astype(np.float32), lse_part.astype(np.float32)
+
+
+_PARTIALS = ((PARTIAL_NO_SCALE, lambda kw, blocks: _partials(kw, scale=1.0) if _scale(kw) != 1.0 else None),
+             (PARTIAL_NOT_NORMALISED, lambda kw, blocks: _partials(kw, normalised=False)),
+             (PARTIAL_LSE_LOG2, lambda kw, blocks: _partials(kw, lse="log2")),
+             (PARTIAL_LSE_WITHOUT_MAX, lambda kw, blocks: _partials(kw, lse="without_max")))
+
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
     ("ex01_naive", "naive_attention"): _ATTENTION,
     ("ex03_tiled_forward", "tiled_attention"): _TILED,
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
     ("ex08_kernel_causal", "flash_forward"): _KERNEL,
+    ("ex14_split_kv_decode", "split_kv_partials"): _PARTIALS,
 }

@@ -167,8 +167,9 @@ class Report:
                         f"{html.escape(exercise.title)} &mdash; {earned}/{exercise.points} points</th></tr>")
             for r in results.values():
                 details = self._failure_lines(r) + r["notes"][:3] + self._hints(r)
-                detail = (f"<pre style='white-space:pre-wrap;margin:2px 0'>{html.escape(chr(10).join(details))}</pre>"
-                          if details else "")
+                # wrap at spaces: JupyterLab's output style breaks a pre's lines anywhere, inside words too
+                detail = (f"<pre style='white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;margin:2px 0'>"
+                          f"{html.escape(chr(10).join(details))}</pre>" if details else "")
                 rows.append(
                     f"<tr><td style='color:{colour.get(r['status'], 'black')};font-weight:bold'>"
                     f"{MARKS.get(r['status'], r['status'])}</td><td><code>{html.escape(r['function'])}</code> "
