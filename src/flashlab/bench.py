@@ -170,7 +170,9 @@ def mine(exercises_dir=None, module: str | None = None) -> str:
     """Your forward kernel timed beside the course's (a table), or why it cannot be timed here."""
     why = refusal()
     if why:
-        return f"flashlab bench --mine: not timing here: {why}"
+        from flashlab.course import wrap_prose
+
+        return wrap_prose(f"flashlab bench --mine: not timing here: {why}")
     name, fn = find_mine(exercises_dir, module)
     return mine_table(time_mine(fn), name)
 

@@ -314,5 +314,5 @@ def source_once_solved(exercise: str, *objs, start: str | None = None, stop: str
     statuses = [r["status"] for _, parts in graded for r in parts.values()]
     if statuses and all(s == "public passed" for s in statuses):
         return "\n\n".join(source(obj, start, stop) for obj in objs)
-    return (f"(The library's version appears here once your {exercise}.py passes its public checks: "
-            f"run the check above until it does, then this cell again.)")
+    return wrap_prose(f"(The library's version appears here once your {exercise}.py passes its public checks: "
+                      f"run the check above until it does, then this cell again.)")

@@ -259,7 +259,9 @@ def format_text(d: Diagnosis) -> str:
         lines.append(f"grading     {d.grading}")
     for f in d.findings:
         lines.append(f"[{f.level}] {f.text}" + (f"\n       fix: {f.fix}" if f.fix else ""))
-    return "\n".join(lines)
+    from flashlab.course import wrap_prose
+
+    return wrap_prose("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

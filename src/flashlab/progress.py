@@ -243,7 +243,9 @@ class Progress:
                      + "".join(f"; {k}: {self.predictions[k].get('rel_error', 0):.0%} off" for k in made))
         nxt = self.next
         lines += ["", "next: " + (f"{nxt.name}, {nxt.todo}" if nxt else "everything is done. Well done.")]
-        return "\n".join(lines)
+        from flashlab.course import wrap_prose
+
+        return wrap_prose("\n".join(lines))
 
     __repr__ = __str__
 
