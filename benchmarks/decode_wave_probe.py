@@ -1,4 +1,4 @@
-"""Probes of one-wave decode grids on one GPU (benchmarks/NOTES.md, decode, calls 12-14).
+"""Probes of one-wave decode grids on one GPU (benchmarks/NOTES.md, decode, calls 12-15).
 
 ``--sm-count``: do more busy SMs help a grid of one wide program per SM? ``flash_decode`` and
 SDPA's default at B = 4 with H = Hkv = 31, 32 and 33 (124, 128 and 132 kv heads; the split rule
@@ -9,11 +9,10 @@ per byte. Also names the kernel each one launches (torch profiler, no L2 flush).
 rule's choice before ``PARTIAL_WAVE_FILL``: 248 programs, a second wave on 132 SMs), beside SDPA,
 at 4k, 32k and 128k keys. Outputs checked against SDPA first.
 
-``--prefetch``: K/V loaded into registers a step ahead with plain loads that keep the
-``evict_first`` L2 hint (``DecodeConfig.prefetch_regs``, ``num_stages=1``) against the rule's
-cp.async pipeline (which drops the hint), at the rows that sit 0.3-0.5 % over SDPA (one wide
-program per SM) and two that do not; with and without the hint, 4 and 8 warps, one and two
-programs per SM.
+A third probe, ``--prefetch`` (K/V loaded into registers a step ahead with plain loads that keep
+the ``evict_first`` hint, ``DecodeConfig.prefetch_regs``), was refuted in call 14 (1.08-1.7x the
+pipelined kernel's time) and removed with the kernel option; it is in commit 9efff12
+(``git show 9efff12:benchmarks/decode_wave_probe.py``), with ``results/decode_prefetch_call14.json``.
 
 Timing as ``bench_decode.py``: bf16, d = 128, Nq = 1, do_bench with L2 cleared, 5 rotated rounds,
 median. ``python benchmarks/decode_wave_probe.py --partial-wave --out results/x.json``
@@ -112,62 +111,10 @@ def partial_wave_rows() -> dict:
     return {"rows": rows}
 
 
-PREFETCH_ROWS = ((4, 32, 32, 32768), (4, 32, 32, 131072), (16, 32, 8, 32768), (64, 32, 8, 4096), (1, 32, 8, 32768),
-                 (16, 32, 32, 4096))
-
-
-def prefetch_rows() -> dict:
-    import dataclasses
-
-    import torch
-
-    from flashlab import decode
-    from flashlab.kernels import decode_plan as plans
-    from flashlab.kernels import flash_decode as kernels
-
-    rows = []
-    for B, H, Hkv, nk in PREFETCH_ROWS:
-        g = torch.Generator(device="cuda").manual_seed(B * nk + Hkv)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        sdpa = bd.make_variants(H, Hkv, D ** -0.5)["sdpa_default"]
-        choice = decode.choice_for(q, k)
-        base = kernels.config_for(D, q.dtype, False)
-
-        def variant(splits, **changes):
-            config = dataclasses.replace(base, **{"num_stages": 1, "prefetch_regs": True, "evict_first": True, **changes})
-            return lambda: plans.forward(q, k, v, None, D ** -0.5, False, splits, config)[0]
-
-        s = choice.splits
-        fns = {"rule": lambda: decode.flash_decode(q, k, v), "sdpa_default": lambda: sdpa(q, k, v),
-               f"regs64_w4@{s}": variant(s), f"regs64_w4@{2 * s}": variant(2 * s),
-               f"regs64_w8@{s}": variant(s, num_warps=8), f"regs128_w8@{s}": variant(s, block_n=128, num_warps=8),
-               f"regs64_w4_nohint@{s}": variant(s, evict_first=False)}
-        errors, failed = {}, {}
-        with torch.no_grad():
-            ref = sdpa(q, k, v).float()
-            for n, f in list(fns.items()):
-                try:
-                    errors[n] = ((f().float() - ref).abs().max() / ref.abs().max()).item()
-                except Exception as exc:  # noqa: BLE001  a config that does not compile is recorded, not fatal
-                    failed[n] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    del fns[n]
-            runs = bd.rotated_rounds(fns, rounds=3)
-        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "rule_splits": s, "rule_wide": choice.wide, "errors": errors,
-               "failed": failed,
-               **{n: bd.rounds_entry(r) for n, r in runs.items()}}
-        rows.append(row)
-        sd = row["sdpa_default"]["us"]
-        print(f"{(B, H, Hkv, nk)}: " + ", ".join(f"{n} {row[n]['us']:.1f} ({row[n]['us'] / sd:.3f}x)" for n in fns)
-              + f"; max rel err {max(errors.values()):.4f}", flush=True)
-    return {"rows": rows}
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sm-count", action="store_true", help="124, 128, 132 kv heads at B = 4")
     parser.add_argument("--partial-wave", action="store_true", help="124 programs: rule vs 2 splits")
-    parser.add_argument("--prefetch", action="store_true", help="K/V prefetched into registers with evict_first")
     parser.add_argument("--out", default=None, help="results file (JSON)")
     args = parser.parse_args(argv)
     refusal = _common.timing_refusal()
@@ -178,8 +125,6 @@ def main(argv=None) -> None:
         result["sm_count"] = sm_count_rows()
     if args.partial_wave:
         result["partial_wave"] = partial_wave_rows()
-    if args.prefetch:
-        result["prefetch"] = prefetch_rows()
     if args.out:
         _common.write_json(Path(args.out), result)
 

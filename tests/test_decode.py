@@ -528,29 +528,6 @@ def test_evict_first_loads_give_the_same_answer(splits, poison):
         assert (hinted[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "evict_first output off the reference"
 
 
-@pytest.mark.interpreter
-@pytest.mark.parametrize("splits", [1, 3])
-def test_k_v_prefetched_into_registers_give_the_same_answer(splits, poison):
-    """The next tile's K/V loaded a step ahead (``DecodeConfig.prefetch_regs``, plain loads) is the
-    same arithmetic as loading each tile in its step: the same bits, never a key past a length."""
-    from flashlab.kernels import decode_plan
-    from flashlab.kernels import flash_decode as kernels
-
-    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
-    q, k, v, seqlens = _inputs(3, 32 if DEVICE == "cuda" else 4, 8 if DEVICE == "cuda" else 2, 1,
-                               5000 if DEVICE == "cuda" else 60, 128 if DEVICE == "cuda" else 16, dtype,
-                               [5000, 77, 4096] if DEVICE == "cuda" else [60, 7, 33], seed=48)
-    d = q.shape[-1]
-    for wide in (False, True):
-        config = dataclasses.replace(kernels.config_for(d, dtype, wide), num_stages=1, evict_first=True)
-        in_step, ahead = (decode_plan.forward(q, k, v, seqlens, d ** -0.5, False, splits,
-                                              dataclasses.replace(config, prefetch_regs=p)) for p in (False, True))
-        assert torch.equal(in_step[0], ahead[0]) and torch.equal(in_step[1], ahead[1]), \
-            f"prefetching K/V changed the output (splits={splits}, wide={wide})"
-        ref_o, _ = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
-        assert (ahead[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "prefetched output off the reference"
-
-
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's

@@ -19,7 +19,7 @@ ONE_WAVE_FILL = 0.95  # a grid that fills the SMs (or the slots) to this fractio
 MANY_WAVES = 7  # a grid of at least this many waves of the default config runs unsplit, as it is
 PARTIAL_WAVE_FILL = 0.7  # a small grid whose one-per-SM split would spill into a second wave runs
 # in one partial wave instead when it keeps this fraction of the SMs busy (call 7: 96 of 132 SMs read
-# within 0.2-2.5 %; call 10's probe: 124 programs cut in 2 splits ran 1.7 % over SDPA default)
+# within 0.2-2.5 %; call 12's probe: 124 programs cut in 2 splits ran 1.7 % over SDPA default)
 SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
 FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter

@@ -73,10 +73,6 @@ class DecodeConfig:
     combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
     page_prefetch: bool = True  # paged cache: read the next tile's block-table entries a step ahead
     evict_first: bool = False  # K/V loads marked first to leave L2 (read once: keep L2's other lines)
-    # contiguous cache: the next tile's K/V loaded into registers a step ahead (plain loads, which keep
-    # evict_first; with num_stages=1 instead of the cp.async pipeline, which drops the hint). Measured
-    # and not used: 1.08-1.7x the pipelined kernel's time on an H200 (benchmarks/NOTES.md, call 14)
-    prefetch_regs: bool = False
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -165,7 +161,7 @@ def _decode_split_kv(
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, REG_PREFETCH: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -214,15 +210,6 @@ def _decode_split_kv(
         #    that tile's K/V loads (a program alone on its SM has nothing else to hide it behind)
         table_row = BlockTable + off_z * stride_bz
         page_next = _table_entries(table_row, lo, hi, stride_bb, PAGE_SIZE, BLOCK_N)
-    if REG_PREFETCH:
-        # -- contiguous cache only: the first tile's K/V, then each next tile's a step ahead, held in
-        #    registers while the current one is used (plain loads: they keep the eviction hint)
-        offs_n0 = lo + tl.arange(0, BLOCK_N)
-        ok0 = (offs_n0 < hi)[:, None] & (offs_d[None, :] < D_HEAD)
-        k_next = tl.load(k_base + offs_n0[:, None] * stride_kn + offs_d[None, :] * stride_kk, mask=ok0, other=0.0,
-                         eviction_policy="evict_first" if EVICT_FIRST else "")
-        v_next = tl.load(v_base + offs_n0[:, None] * stride_vn + offs_d[None, :] * stride_vk, mask=ok0, other=0.0,
-                         eviction_policy="evict_first" if EVICT_FIRST else "")
     for start_n in range(lo, hi, BLOCK_N):  # line 6
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi  # never load at or past L_b
@@ -255,19 +242,10 @@ def _decode_split_kv(
             v_tile = v_base + offs_n[:, None] * stride_vn
         # -- load K_j, V_j (line 7): one load serves every row of the group; with EVICT_FIRST the
         #    lines are the first L2 gives up, so the stream replaces its own lines, not L2's others
-        if REG_PREFETCH:
-            k, v = k_next, v_next
-            offs_nn = start_n + BLOCK_N + tl.arange(0, BLOCK_N)
-            ok_nn = (offs_nn < hi)[:, None] & (offs_d[None, :] < D_HEAD)
-            k_next = tl.load(k_base + offs_nn[:, None] * stride_kn + offs_d[None, :] * stride_kk, mask=ok_nn,
-                             other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")
-            v_next = tl.load(v_base + offs_nn[:, None] * stride_vn + offs_d[None, :] * stride_vk, mask=ok_nn,
-                             other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")
-        else:
-            k = tl.load(k_tile + offs_d[None, :] * stride_kk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
-                        other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
-            v = tl.load(v_tile + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
-                        other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
+        k = tl.load(k_tile + offs_d[None, :] * stride_kk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
+                    other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(v_tile + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
+                    other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
         # -- S_ij (line 8), masked past hi and (causal) past each row's last key
         qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         visible = key_ok[None, :]
