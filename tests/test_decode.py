@@ -82,7 +82,7 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
         assert deep == (ask_deep and has_wide and decode.ONE_WAVE_FILL * sms <= programs <= sms
                         and max_len >= decode.DEEP_MIN_KEYS), f"deep tiles only for one wave of long caches: {case}"
         assert not (deep and wide), case
-        assert balanced == (ask_balanced and wide), f"the balanced grid exactly where wide programs run: {case}"
+        assert balanced == (ask_balanced and wide and programs < sms), f"balanced: wide programs, < 1 wave: {case}"
         if deep:
             assert splits == 1, case
             continue
@@ -130,13 +130,16 @@ def test_deep_config_keeps_the_wide_configs_bytes_in_flight_in_64_key_steps(monk
     assert kernels.config_for(64, torch.bfloat16, deep=True) == kernels.default_config(64, torch.bfloat16)
 
 
-def test_split_rule_with_balanced_takes_the_balanced_grid_wherever_it_runs_wide_programs():
-    for shape in [(4, 32, 1, 32768), (1, 8, 1, 131072), (16, 32, 1, 4096), (1, 32, 1, 4096)]:
+def test_split_rule_with_balanced_takes_the_balanced_grid_where_it_runs_wide_programs_on_fewer_groups_than_sms():
+    for shape in [(4, 32, 1, 32768), (1, 8, 1, 131072), (4, 31, 1, 4096), (1, 32, 1, 4096)]:
         rule = decode.split_rule(*shape, SMS)
         assert rule.wide and not rule.balanced, "balanced is off unless asked for"
         assert decode.split_rule(*shape, SMS, balanced=True) == rule._replace(balanced=True)  # splits kept for ragged
     many_waves = decode.split_rule(64, 32, 1, 131072, SMS, balanced=True)  # 2048 programs: the default config
     assert not many_waves.wide and not many_waves.balanced
+    waves = decode.split_rule(16, 32, 1, 4096, SMS, balanced=True)  # 512 programs: wide, nothing to balance
+    assert waves.wide and not waves.balanced
+    assert not decode.split_rule(1, 33, 4, 4096, SMS, balanced=True).balanced  # 132 programs: every SM busy
     assert not decode.split_rule(4, 32, 1, 32768, SMS, has_wide=False, balanced=True).balanced
     with pytest.raises(ValueError, match="balanced"):
         decode.split_rule(4, 32, 1, 32768, SMS, balanced="yes")
@@ -153,12 +156,14 @@ def _pieces_by_brute_force(lanes, lane_units, programs):
 
 
 @pytest.mark.parametrize("lanes, lane_units, programs", [
-    (128, 32, 132), (128, 1024, 132), (8, 256, 132), (512, 32, 132), (1, 5, 132), (3, 7, 5), (131, 1, 132)])
+    (128, 32, 132), (128, 1024, 132), (8, 256, 132), (512, 32, 132), (1, 5, 132), (3, 7, 5), (131, 1, 132),
+    (7, 3, 20)])
 def test_balanced_layout_counts_the_pieces_every_lane_is_cut_into(lanes, lane_units, programs):
     from flashlab.kernels import decode_plan
 
     used, most = decode_plan.balanced_layout(lanes, lane_units, programs)
-    assert used == min(programs, lanes * lane_units), "a program with no unit would never write its piece"
+    assert used == max(lanes, min(programs, lanes * lane_units)), "a run of no unit, or of more than two pieces"
+    assert lanes < used or most == 1
     held = _pieces_by_brute_force(lanes, lane_units, used)
     assert most == max(len(ps) for ps in held.values())
     assert all(ps == set(range(min(ps), max(ps) + 1)) for ps in held.values()), "a lane's programs are consecutive"
@@ -319,7 +324,8 @@ def _paged_inputs(B, H, Hkv, Nq, d, page, max_blocks, num_blocks, lengths, seed,
 BALANCED_CASES = [  # B, H, Hkv, Nq, N_max, d, lengths, programs
     (2, 4, 2, 1, 100, 32, None, 5),  # 2 lanes of 7 blocks on 5 programs: every lane in pieces
     (1, 2, 1, 1, 130, 16, None, 40),  # one lane cut into 9 pieces (programs capped at its 9 blocks)
-    (4, 4, 4, 2, 48, 16, None, 3),  # 16 lanes on 3 programs: runs of several whole lanes
+    (4, 4, 4, 2, 48, 16, None, 20),  # 16 lanes of 3 blocks on 20 programs: runs across two lanes
+    (4, 4, 4, 2, 48, 16, None, 3),  # more lanes than programs asked for: one program per lane
     (2, 16, 2, 16, 40, 16, None, 3),  # 128 query rows of a group: 2 row blocks per kv head, 4 lanes
     (3, 4, 1, 3, 80, 32, [80, 3, 41], 7),  # ragged lengths: pieces past a length stay empty
 ]
@@ -337,7 +343,8 @@ def test_balanced_grid_matches_float64_reference(case, dtype, poison):
     o, lse = decode_plan.forward(q, k, v, seqlens, d ** -0.5, True, 1, programs=programs)
     plan = decode_plan.plan_for(q, k, v, seqlens, None, True, 1, None, programs)
     block_n = kernels.default_config(d, dtype).block_n
-    assert plan.grid == (min(programs, B * Hkv * -(-(H // Hkv) * Nq // 64) * -(-n_max // block_n)), 1, 1)
+    lanes = B * Hkv * -(-(H // Hkv) * Nq // 64)
+    assert plan.grid == (max(lanes, min(programs, lanes * -(-n_max // block_n))), 1, 1)
     ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens)
     assert not o.isnan().any(), "NaN in o: a poisoned cache entry was read, or an element never written"
     assert (o.double().cpu() - ref_o).abs().max().item() <= ATOL[dtype]
@@ -574,8 +581,8 @@ def test_flash_decode_on_gpu_within_twice_pytorch_error(case, dtype, poison):
     assert (lse.cpu().double() - ref_lse).abs().max().item() < 1e-3
 
 
-BALANCED_GPU_CASES = [  # B, H, Hkv, Nq, N_max: 128 lanes of 32k keys; 8 lanes of 32k (pieces of one lane
-    (4, 32, 32, 1, 32768), (1, 32, 8, 1, 32771), (64, 32, 8, 1, 4096), (3, 32, 8, 4, 9000), (2, 16, 4, 16, 3000)]
+BALANCED_GPU_CASES = [  # B, H, Hkv, Nq, N_max: 128 lanes; 8 lanes (17 pieces each); 124 lanes, a ragged last tile
+    (4, 32, 32, 1, 32768), (1, 32, 8, 1, 32771), (4, 31, 31, 1, 4099), (3, 32, 8, 4, 9000), (2, 16, 4, 16, 3000)]
 
 
 @pytest.mark.gpu
@@ -597,7 +604,7 @@ def test_balanced_grid_on_gpu_within_twice_pytorch_error_and_repeatable(case, dt
     o, lse = decode.flash_decode(q, k, v, return_lse=True)
     plan = decode_plan.plan_for(q, k, v, None, None, True, choice.splits, decode.config_of(q, choice),
                                 decode.balanced_programs(q, choice))
-    assert plan.grid[0] == min(decode.sm_count_of(q), B * Hkv * triton_cdiv(n_max, 128))
+    assert plan.grid[0] == decode.sm_count_of(q)
     for _ in range(10):
         o2, lse2 = decode.flash_decode(q, k, v, return_lse=True)
         assert torch.equal(o, o2) and torch.equal(lse, lse2), "the balanced grid changed between runs"
@@ -607,10 +614,6 @@ def test_balanced_grid_on_gpu_within_twice_pytorch_error_and_repeatable(case, dt
     err, allowed = max_error(o.cpu(), ref_o), allowed_error(ref_o, same_o.cpu())
     assert err <= allowed, f"o error {err:.3g} > allowed {allowed:.3g} ({case}, {dtype})"
     assert (lse.cpu().double() - ref_lse).abs().max().item() < 1e-3
-
-
-def triton_cdiv(a, b):
-    return -(-a // b)
 
 
 @pytest.mark.gpu

@@ -86,7 +86,8 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
       Without a wide config: two default programs per SM (the most splits that fill ``slots``)
       if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else one per SM (call 5).
 
-    With ``balanced`` (a candidate, ``BALANCED_GRID``), wherever the rule runs wide programs:
+    With ``balanced`` (a candidate, ``BALANCED_GRID``), wherever the rule runs wide programs for
+    fewer kv groups x row blocks than SMs:
     ``SplitChoice.balanced``, which ``flashlab.decode.flash_decode`` takes where every sequence is
     ``max_len`` long (no ``cache_seqlens``, no block table): one wide program per SM, each
     streaming an equal run of the step's key blocks (``kernels.decode_plan.balanced_layout``), so
@@ -105,8 +106,9 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     for name, value in (("has_wide", has_wide), ("deep", deep), ("balanced", balanced)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r} must be True or False")
-    choice = _split_counts(batch * kv_heads * row_blocks, max_len, sms, sms * programs_per_sm, has_wide, deep)
-    return choice._replace(balanced=True) if balanced and choice.wide else choice
+    programs = batch * kv_heads * row_blocks
+    choice = _split_counts(programs, max_len, sms, sms * programs_per_sm, has_wide, deep)
+    return choice._replace(balanced=True) if balanced and choice.wide and programs < sms else choice
 
 
 def _split_counts(programs: int, max_len: int, sms: int, slots: int, has_wide: bool, deep: bool) -> SplitChoice:

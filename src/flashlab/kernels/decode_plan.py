@@ -161,10 +161,13 @@ class DecodePlan:
 def balanced_layout(lanes: int, lane_units: int, programs: int) -> tuple[int, int]:
     """The balanced grid of ``lanes`` lanes (row blocks of a kv group) of ``lane_units`` key blocks
     each, cut into one equal run of blocks per program: (programs used, the most pieces any lane is
-    cut into). Programs are capped at the blocks there are, so that no run is empty. The kernel
-    finds a run's pieces with the same integer arithmetic (``flash_decode._first_program``)."""
+    cut into). Programs are at least the lanes (so that a run holds one or two pieces) and at most
+    the blocks there are (so that no run is empty). The kernel finds a run's pieces with the same
+    integer arithmetic (``flash_decode._first_program``)."""
     units = lanes * lane_units
-    programs = max(1, min(programs, units))
+    programs = max(lanes, min(programs, units))  # no more lanes than programs: a run is one or two pieces
+    if units * programs >= 2**31:
+        raise ValueError(f"a balanced grid of {programs} programs over {units} key blocks overflows its int32 indices")
 
     def holder(unit):  # the program whose run holds this unit
         return ((unit + 1) * programs + units - 1) // units - 1

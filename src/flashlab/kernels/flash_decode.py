@@ -345,8 +345,42 @@ def _store_part(o, lse, Out, LSE, OPart, LSEPart, Counters, off_z, off_h, off_i,
 @triton.jit
 def _first_program(unit, units, programs):
     """The balanced grid's program whose units ``[p * units // programs, (p + 1) * units // programs)``
-    hold ``unit``: the largest p with p * units // programs <= unit."""
+    hold ``unit``: the largest p with p * units // programs <= unit (every run non-empty)."""
     return ((unit + 1) * programs + units - 1) // units - 1
+
+
+@triton.jit
+def _balanced_piece(
+    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, p, unit_lo, unit_hi, lane,
+    lane_units, units, programs,
+    stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk, stride_oz, stride_oh, stride_om, stride_ok,
+    stride_bz, stride_bb, H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, COMBINE_STEP: tl.constexpr,
+    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Program ``p``'s piece ``[unit_lo, unit_hi)`` of the balanced grid's units, all in lane
+    ``lane``: its online softmax, then its state written whole or as one of the lane's parts."""
+    lane_start = lane * lane_units
+    first = _first_program(lane_start, units, programs)  # the programs holding this lane's pieces
+    num_parts = _first_program(lane_start + lane_units - 1, units, programs) - first + 1
+    o, lse, off_z, off_h, off_i, row_ok = _attend_chunk(
+        Q, K, V, SeqLens, BlockTable, sm_scale, lane // ROW_BLOCKS, lane % ROW_BLOCKS, 0,
+        (unit_lo - lane_start) * BLOCK_N, (unit_hi - lane_start) * BLOCK_N,
+        stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+        stride_vz, stride_vh, stride_vn, stride_vk, stride_bz, stride_bb,
+        H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
+        HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST, HAS_SEQLENS, CAUSAL,
+        True, DOT_F32, DOT_PRECISION)
+    if num_parts > 1:
+        _store_part(o, lse, Out, LSE, OPart, LSEPart, Counters, off_z, off_h, off_i, row_ok, lane, p - first,
+                    num_parts, stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, NUM_SPLITS,
+                    HEAD_DIM, D_HEAD, BLOCK_M, True, COMBINE_STEP)
+    else:
+        _store_final(o, lse, Out, LSE, off_z, off_h, off_i, row_ok,
+                     stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, HEAD_DIM, D_HEAD)
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,38 +404,35 @@ def _decode_split_kv(
         # -- the balanced grid (stream-K): every row block of every kv group is a lane of
         #    cdiv(N_MAX, BLOCK_N) key blocks; the lanes' blocks, laid end to end, are cut into one
         #    equal run per program, so every SM streams the same bytes (128 lanes on 132 SMs: 132
-        #    busy SMs, not 128). A run crosses lanes: each piece is a chunk; a lane cut into several
-        #    pieces merges them (fused combine: the last piece's program), one held whole is written
-        #    directly. NUM_SPLITS is the partial buffers' slots per row (the most pieces of a lane).
-        programs = tl.num_programs(0).to(tl.int64)
-        p = tl.program_id(0).to(tl.int64)
-        lane_units = tl.cdiv(N_MAX, BLOCK_N).to(tl.int64)  # key blocks of one lane
-        units = LANES * lane_units  # the host keeps units >= programs: no program's run is empty
+        #    busy SMs, not 128). With no more lanes than programs a run is one or two pieces of
+        #    lanes: the first at the kernel's top level (pipelined as a split's loop), the second
+        #    after it. A lane cut into several pieces merges them (the fused combine: the last
+        #    piece's program); one held whole is written directly. NUM_SPLITS is the partial
+        #    buffers' slots per row (the most pieces of a lane). int32 indices: the host keeps
+        #    units x programs below 2^31.
+        programs = tl.num_programs(0)
+        p = tl.program_id(0)
+        lane_units = tl.cdiv(N_MAX, BLOCK_N)  # key blocks of one lane
+        units = LANES * lane_units  # the host keeps LANES <= programs <= units: one or two pieces, none empty
         u = p * units // programs
         end = (p + 1) * units // programs
-        while u < end:
-            lane = u // lane_units
-            lane_start = lane * lane_units
-            piece_end = tl.minimum(end, lane_start + lane_units)
-            first = _first_program(lane_start, units, programs)  # the programs holding this lane's pieces
-            num_parts = _first_program(lane_start + lane_units - 1, units, programs) - first + 1
-            off_zh = lane // ROW_BLOCKS
-            o, lse, off_z, off_h, off_i, row_ok = _attend_chunk(
-                Q, K, V, SeqLens, BlockTable, sm_scale, off_zh, lane % ROW_BLOCKS, 0,
-                ((u - lane_start) * BLOCK_N).to(tl.int32), ((piece_end - lane_start) * BLOCK_N).to(tl.int32),
-                stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
-                stride_vz, stride_vh, stride_vn, stride_vk, stride_bz, stride_bb,
-                H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
-                HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST, HAS_SEQLENS, CAUSAL,
-                True, DOT_F32, DOT_PRECISION)
-            if num_parts > 1:
-                _store_part(o, lse, Out, LSE, OPart, LSEPart, Counters, off_z, off_h, off_i, row_ok, lane, p - first,
-                            num_parts, stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, NUM_SPLITS,
-                            HEAD_DIM, D_HEAD, BLOCK_M, True, COMBINE_STEP)
-            else:
-                _store_final(o, lse, Out, LSE, off_z, off_h, off_i, row_ok,
-                             stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, HEAD_DIM, D_HEAD)
-            u = piece_end
+        lane = u // lane_units
+        piece_end = tl.minimum(end, (lane + 1) * lane_units)
+        _balanced_piece(Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, p, u, piece_end,
+                        lane, lane_units, units, programs,
+                        stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+                        stride_vz, stride_vh, stride_vn, stride_vk, stride_oz, stride_oh, stride_om, stride_ok,
+                        stride_bz, stride_bb, H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS,
+                        HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST, HAS_SEQLENS,
+                        CAUSAL, COMBINE_STEP, DOT_F32, DOT_PRECISION)
+        if piece_end < end:  # the run goes on into the next lane
+            _balanced_piece(Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, p, piece_end,
+                            end, lane + 1, lane_units, units, programs,
+                            stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
+                            stride_vz, stride_vh, stride_vn, stride_vk, stride_oz, stride_oh, stride_om, stride_ok,
+                            stride_bz, stride_bb, H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS,
+                            HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST,
+                            HAS_SEQLENS, CAUSAL, COMBINE_STEP, DOT_F32, DOT_PRECISION)
     else:
         split = tl.program_id(0)
         off_zh = tl.program_id(1)
