@@ -13,11 +13,9 @@ timed (relative error recorded):
                         the same as flash_decode where the rule chose 1 split)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
-* ``flash_decode_balanced`` only where ``split_rule(..., balanced=True)`` differs from the rule (it
-                        runs wide programs): the balanced grid, one wide program per SM on equal runs
-                        of key blocks; timed in the rounds (``balanced_vs_rule``,
-                        ``balanced_vs_sdpa_default``). The deep-tile candidate timed here before
-                        (``deep_vs_rule``) was refuted (benchmarks/NOTES.md, decode, call 10)
+* ``flash_decode_deep`` only where ``split_rule(..., deep=True)`` differs from the rule (one wave of
+                        programs, >= 32k keys): unsplit, 64-key tiles with 6 stages instead of the
+                        wide config; timed in the rounds (``deep_vs_rule``, ``deep_vs_sdpa_default``)
 * ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
 * ``sdpa_flash``        torch SDPA with the FLASH_ATTENTION backend only
 * ``naive``             matmul, softmax, matmul in bf16 (K, V repeated to H heads for GQA);
@@ -253,15 +251,14 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
            "deep_config": choice.deep, "results": {}}
     variants = make_variants(H, Hkv, scale)
     round_names = ROUND_VARIANTS
-    balanced = decode.choice_for(q, k, balanced=True)
-    if balanced.balanced and not choice.balanced:  # the candidate change to the rule, timed in the rounds beside it
+    deep = decode.choice_for(q, k, deep=True)
+    if deep.deep and not choice.deep:  # the candidate change to the rule, timed in the rounds beside it
         from flashlab.kernels import decode_plan as plans
 
-        config, programs = decode.config_of(q, balanced), decode.balanced_programs(q, balanced)
-        variants["flash_decode_balanced"] = lambda q, k, v: plans.forward(q, k, v, None, scale, False, 1, config,
-                                                                          programs=programs)[0]
-        round_names = ROUND_VARIANTS + ("flash_decode_balanced",)
-        row["balanced_programs"] = programs
+        config = decode.config_of(q, deep)  # unsplit, 64-key tiles, 6 stages
+        variants["flash_decode_deep"] = lambda q, k, v: plans.forward(q, k, v, None, scale, False, deep.splits,
+                                                                      config)[0]
+        round_names = ROUND_VARIANTS + ("flash_decode_deep",)
     res = row["results"]
     runs = {name: [] for name in round_names}
 
@@ -315,9 +312,9 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
                 res[name]["tb_s"] = kv_bytes / res[name]["us"] / 1e6
         if all(len(runs[name]) == ROUNDS for name in ROUND_VARIANTS):
             row["vs_sdpa_default"] = compare_rounds(runs["flash_decode"], runs["sdpa_default"])
-        if len(runs.get("flash_decode_balanced", [])) == ROUNDS == len(runs["flash_decode"]) == len(runs["sdpa_default"]):
-            row["balanced_vs_sdpa_default"] = compare_rounds(runs["flash_decode_balanced"], runs["sdpa_default"])
-            row["balanced_vs_rule"] = compare_rounds(runs["flash_decode_balanced"], runs["flash_decode"])
+        if len(runs.get("flash_decode_deep", [])) == ROUNDS == len(runs["flash_decode"]) == len(runs["sdpa_default"]):
+            row["deep_vs_sdpa_default"] = compare_rounds(runs["flash_decode_deep"], runs["sdpa_default"])
+            row["deep_vs_rule"] = compare_rounds(runs["flash_decode_deep"], runs["flash_decode"])
         # -- the read roofline at this byte count (one pure-read kernel, best config)
         if kv_bytes not in ceilings:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -491,12 +488,10 @@ def main(argv=None):
     print_table(rows_out)
     print_summary(rows_out)
     for r in rows_out:
-        if "balanced_vs_rule" in r:
-            print(f"balanced grid {str((r['B'], r['H'], r['Hkv'], r['Nk'])):>22}: "
-                  f"{r['results']['flash_decode_balanced']['us']:.1f} us, {r['balanced_vs_rule']['ratio']:.4f}x the rule "
-                  f"(spread {100 * r['balanced_vs_rule']['spread']:.2f}%), "
-                  f"{r['balanced_vs_sdpa_default']['ratio']:.4f}x SDPA (rule {r['vs_sdpa_default']['ratio']:.4f}x, "
-                  f"spread {100 * r['vs_sdpa_default']['spread']:.2f}%)")
+        if "deep_vs_rule" in r:
+            print(f"deep tiles {str((r['B'], r['H'], r['Hkv'], r['Nk'])):>22}: "
+                  f"{r['results']['flash_decode_deep']['us']:.1f} us, {r['deep_vs_rule']['ratio']:.3f}x the rule "
+                  f"(spread {100 * r['deep_vs_rule']['spread']:.2f}%), {r['deep_vs_sdpa_default']['ratio']:.3f}x SDPA")
     return 0
 
 

@@ -68,21 +68,20 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
     for _ in range(400):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
         max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
-        has_wide, ask_deep, ask_balanced = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5
-        splits, wide, fused, deep, balanced = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm,
-                                                                         has_wide, ask_deep, ask_balanced)
+        has_wide, ask_deep = rng.random() < 0.5, rng.random() < 0.5
+        splits, wide, fused, deep = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide,
+                                                               ask_deep)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
         fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
         if programs * fewest > sms >= programs and programs * (sms // programs) >= decode.PARTIAL_WAVE_FILL * sms:
             fewest = sms // programs  # they would spill into a second wave: one partial wave instead
-        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, ask_deep, ask_balanced, choice)
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, ask_deep, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
         assert not wide or has_wide, f"the wide config where none exists: {case}"
         assert deep == (ask_deep and has_wide and decode.ONE_WAVE_FILL * sms <= programs <= sms
                         and max_len >= decode.DEEP_MIN_KEYS), f"deep tiles only for one wave of long caches: {case}"
         assert not (deep and wide), case
-        assert balanced == (ask_balanced and wide and programs < sms), f"balanced: wide programs, < 1 wave: {case}"
         if deep:
             assert splits == 1, case
             continue
@@ -128,46 +127,6 @@ def test_deep_config_keeps_the_wide_configs_bytes_in_flight_in_64_key_steps(monk
     assert kernels.programs_per_sm(deep, 128, 2) == 1
     assert kernels.config_for(128, torch.float32, deep=True) == kernels.default_config(128, torch.float32)
     assert kernels.config_for(64, torch.bfloat16, deep=True) == kernels.default_config(64, torch.bfloat16)
-
-
-def test_split_rule_with_balanced_takes_the_balanced_grid_where_it_runs_wide_programs_on_fewer_groups_than_sms():
-    for shape in [(4, 32, 1, 32768), (1, 8, 1, 131072), (4, 31, 1, 4096), (1, 32, 1, 4096)]:
-        rule = decode.split_rule(*shape, SMS)
-        assert rule.wide and not rule.balanced, "balanced is off unless asked for"
-        assert decode.split_rule(*shape, SMS, balanced=True) == rule._replace(balanced=True)  # splits kept for ragged
-    many_waves = decode.split_rule(64, 32, 1, 131072, SMS, balanced=True)  # 2048 programs: the default config
-    assert not many_waves.wide and not many_waves.balanced
-    waves = decode.split_rule(16, 32, 1, 4096, SMS, balanced=True)  # 512 programs: wide, nothing to balance
-    assert waves.wide and not waves.balanced
-    assert not decode.split_rule(1, 33, 4, 4096, SMS, balanced=True).balanced  # 132 programs: every SM busy
-    assert not decode.split_rule(4, 32, 1, 32768, SMS, has_wide=False, balanced=True).balanced
-    with pytest.raises(ValueError, match="balanced"):
-        decode.split_rule(4, 32, 1, 32768, SMS, balanced="yes")
-
-
-def _pieces_by_brute_force(lanes, lane_units, programs):
-    """{lane: the programs whose run of units holds some of its units}, walking every unit."""
-    units = lanes * lane_units
-    held = {}
-    for p in range(programs):
-        for u in range(p * units // programs, (p + 1) * units // programs):
-            held.setdefault(u // lane_units, set()).add(p)
-    return held
-
-
-@pytest.mark.parametrize("lanes, lane_units, programs", [
-    (128, 32, 132), (128, 1024, 132), (8, 256, 132), (512, 32, 132), (1, 5, 132), (3, 7, 5), (131, 1, 132),
-    (7, 3, 20)])
-def test_balanced_layout_counts_the_pieces_every_lane_is_cut_into(lanes, lane_units, programs):
-    from flashlab.kernels import decode_plan
-
-    used, most = decode_plan.balanced_layout(lanes, lane_units, programs)
-    assert used == max(lanes, min(programs, lanes * lane_units)), "a run of no unit, or of more than two pieces"
-    assert lanes < used or most == 1
-    held = _pieces_by_brute_force(lanes, lane_units, used)
-    assert most == max(len(ps) for ps in held.values())
-    assert all(ps == set(range(min(ps), max(ps) + 1)) for ps in held.values()), "a lane's programs are consecutive"
-    assert sorted(held) == list(range(lanes)), "every lane is covered"
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
@@ -319,60 +278,6 @@ def _paged_inputs(B, H, Hkv, Nq, d, page, max_blocks, num_blocks, lengths, seed,
         v[block] = float("nan")
     seqlens = torch.tensor(lengths, dtype=torch.int32)
     return q.to(device), k.to(device), v.to(device), table.to(device), seqlens.to(device)
-
-
-BALANCED_CASES = [  # B, H, Hkv, Nq, N_max, d, lengths, programs
-    (2, 4, 2, 1, 100, 32, None, 5),  # 2 lanes of 7 blocks on 5 programs: every lane in pieces
-    (1, 2, 1, 1, 130, 16, None, 40),  # one lane cut into 9 pieces (programs capped at its 9 blocks)
-    (4, 4, 4, 2, 48, 16, None, 20),  # 16 lanes of 3 blocks on 20 programs: runs across two lanes
-    (4, 4, 4, 2, 48, 16, None, 3),  # more lanes than programs asked for: one program per lane
-    (2, 16, 2, 16, 40, 16, None, 3),  # 128 query rows of a group: 2 row blocks per kv head, 4 lanes
-    (3, 4, 1, 3, 80, 32, [80, 3, 41], 7),  # ragged lengths: pieces past a length stay empty
-]
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
-@pytest.mark.parametrize("case", BALANCED_CASES, ids=[f"case{i}" for i in range(len(BALANCED_CASES))])
-def test_balanced_grid_matches_float64_reference(case, dtype, poison):
-    from flashlab.kernels import decode_plan
-    from flashlab.kernels import flash_decode as kernels
-
-    B, H, Hkv, Nq, n_max, d, lengths, programs = case
-    q, k, v, seqlens = _inputs(B, H, Hkv, Nq, n_max, d, dtype, lengths, seed=sum(case[:6]))
-    o, lse = decode_plan.forward(q, k, v, seqlens, d ** -0.5, True, 1, programs=programs)
-    plan = decode_plan.plan_for(q, k, v, seqlens, None, True, 1, None, programs)
-    block_n = kernels.default_config(d, dtype).block_n
-    lanes = B * Hkv * -(-(H // Hkv) * Nq // 64)
-    assert plan.grid == (max(lanes, min(programs, lanes * -(-n_max // block_n))), 1, 1)
-    ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens)
-    assert not o.isnan().any(), "NaN in o: a poisoned cache entry was read, or an element never written"
-    assert (o.double().cpu() - ref_o).abs().max().item() <= ATOL[dtype]
-    assert (lse.double().cpu() - ref_lse).abs().max().item() <= 1e-5
-
-
-@pytest.mark.interpreter
-def test_balanced_grid_reads_a_paged_cache_and_flags_a_bad_length():
-    from flashlab.kernels import decode_plan
-
-    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=23)
-    o, lse = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 1, block_table=table, programs=4)
-    ref_o, ref_lse = decode.decode_reference(q, decode.paged_to_contiguous(k, table),
-                                             decode.paged_to_contiguous(v, table), seqlens)
-    assert (o.double().cpu() - ref_o).abs().max().item() < 1e-5
-    seqlens[1] = 81  # past N_max: that sequence's outputs become NaN, the others' stay right
-    o, lse = decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, 1, block_table=table, programs=4)
-    assert o[1].isnan().all() and lse[1].isnan().all()
-    assert (o[[0, 2]].double().cpu() - ref_o[[0, 2]]).abs().max().item() < 1e-5
-
-
-def test_flash_decode_takes_the_balanced_grid_only_where_every_sequence_is_n_max_long(monkeypatch):
-    choice = decode.SplitChoice(4, True, True, False, True)
-    q = torch.zeros(1, 4, 1, 16)
-    assert decode.balanced_programs(q, choice) == decode.INTERPRETER_SMS
-    assert decode.balanced_programs(q, choice, cache_seqlens=torch.ones(1, dtype=torch.int32)) == 0
-    assert decode.balanced_programs(q, choice, block_table=torch.zeros(1, 1, dtype=torch.int32)) == 0
-    assert decode.balanced_programs(q, choice._replace(balanced=False)) == 0
 
 
 @pytest.mark.interpreter
@@ -576,41 +481,6 @@ def test_flash_decode_on_gpu_within_twice_pytorch_error(case, dtype, poison):
     ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens)
     same_o, _ = decode.decode_reference(q, k, v, seqlens, upcast=False)
     assert not o.isnan().any(), "NaN in o: a poisoned cache entry was read, or an element never written"
-    err, allowed = max_error(o.cpu(), ref_o), allowed_error(ref_o, same_o.cpu())
-    assert err <= allowed, f"o error {err:.3g} > allowed {allowed:.3g} ({case}, {dtype})"
-    assert (lse.cpu().double() - ref_lse).abs().max().item() < 1e-3
-
-
-BALANCED_GPU_CASES = [  # B, H, Hkv, Nq, N_max: 128 lanes; 8 lanes (17 pieces each); 124 lanes, a ragged last tile
-    (4, 32, 32, 1, 32768), (1, 32, 8, 1, 32771), (4, 31, 31, 1, 4099), (3, 32, 8, 4, 9000), (2, 16, 4, 16, 3000)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("case", BALANCED_GPU_CASES, ids=[f"case{i}" for i in range(len(BALANCED_GPU_CASES))])
-def test_balanced_grid_on_gpu_within_twice_pytorch_error_and_repeatable(case, dtype, monkeypatch, poison):
-    """The rule's balanced choice through flash_decode (one wide program per SM): right, and the
-    same bit for bit over 10 runs (its pieces meet through the fused combine's atomic count)."""
-    from flashlab import split_rule
-    from flashlab.kernels import decode_plan
-    from flashlab.kernels.attention import allowed_error, max_error
-
-    monkeypatch.setattr(split_rule, "BALANCED_GRID", True)
-    monkeypatch.setattr(decode, "_CALLS", {})  # calls checked under the rule without the balanced grid
-    B, H, Hkv, Nq, n_max = case
-    q, k, v, _ = _inputs(B, H, Hkv, Nq, n_max, 128, dtype, None, seed=sum(case), device="cuda")
-    choice = decode.choice_for(q, k)
-    assert choice.balanced, choice
-    o, lse = decode.flash_decode(q, k, v, return_lse=True)
-    plan = decode_plan.plan_for(q, k, v, None, None, True, choice.splits, decode.config_of(q, choice),
-                                decode.balanced_programs(q, choice))
-    assert plan.grid[0] == decode.sm_count_of(q)
-    for _ in range(10):
-        o2, lse2 = decode.flash_decode(q, k, v, return_lse=True)
-        assert torch.equal(o, o2) and torch.equal(lse, lse2), "the balanced grid changed between runs"
-    ref_o, ref_lse = decode.decode_reference(q, k, v, None)
-    same_o, _ = decode.decode_reference(q, k, v, None, upcast=False)
-    assert not o.isnan().any()
     err, allowed = max_error(o.cpu(), ref_o), allowed_error(ref_o, same_o.cpu())
     assert err <= allowed, f"o error {err:.3g} > allowed {allowed:.3g} ({case}, {dtype})"
     assert (lse.cpu().double() - ref_lse).abs().max().item() < 1e-3

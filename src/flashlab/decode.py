@@ -27,9 +27,9 @@ import functools
 import math
 
 from .decode_checks import MAX_NQ, _check_decode_inputs, _check_values, check_lengths  # noqa: F401
-from .split_rule import (BALANCED_GRID, DEEP_MIN_KEYS, DEEP_ONE_WAVE, FUSED_MAX_SPLITS, INTERPRETER_SMS, MANY_WAVES,  # noqa: F401
+from .split_rule import (DEEP_MIN_KEYS, DEEP_ONE_WAVE, FUSED_MAX_SPLITS, INTERPRETER_SMS, MANY_WAVES,  # noqa: F401
                          MAX_SPLITS, MIN_KEYS_PER_SPLIT, ONE_WAVE_FILL, PARTIAL_WAVE_FILL, SECOND_PER_SM_MAX_SPLITS,
-                         SplitChoice, balanced_programs, choice_for, config_of, num_splits, sm_count_of, split_rule, splits_for,
+                         SplitChoice, choice_for, config_of, num_splits, sm_count_of, split_rule, splits_for,
                          wave_efficiency)
 
 DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys
@@ -132,7 +132,7 @@ def flash_decode(q, k_cache, v_cache, cache_seqlens=None, scale: float | None = 
     choice = choice_for(q, k_cache, num_splits, n_max)
     with on_device(q):
         plan = decode_plan.plan_for(q, k_cache, v_cache, cache_seqlens, block_table, True, choice.splits,
-                                    config_of(q, choice), balanced_programs(q, choice, cache_seqlens, block_table))
+                                config_of(q, choice))
         o, lse = plan(q, k_cache, v_cache, cache_seqlens, block_table, scale_value, return_lse)
         if _FAST_PATH is None:
             _bind_fast_path()
@@ -298,7 +298,7 @@ def extended_attention(q, k, v, causal: bool, scale: float, return_lse, causal_a
         choice = choice_for(q, k)
         with attention.on_device(q):
             o, lse = decode_plan.forward(q, k, v, None, scale, bottom_right_mask(q, k, causal, causal_align),
-                                         choice.splits, config_of(q, choice), programs=balanced_programs(q, choice))
+                                         choice.splits, config_of(q, choice))
     elif bottom_right and not grad:
         o, lse = _bottom_right(q, k, v, scale)
     elif bottom_right:

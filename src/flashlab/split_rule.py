@@ -25,7 +25,6 @@ FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: t
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
 DEEP_MIN_KEYS = 32768  # deep tiles for one wave from this many keys (call 9: better at 32k / 128k, worse at 4k)
 DEEP_ONE_WAVE = False  # deep tiles where they apply: off, 1.2-2.4 % slower than the rule in call 10's full run
-BALANCED_GRID = False  # the balanced grid where the rule runs wide programs and every sequence is N_max long
 
 
 class SplitChoice(NamedTuple):
@@ -35,7 +34,6 @@ class SplitChoice(NamedTuple):
     wide: bool  # the wide config: twice the K/V tile, one program per SM (``kernels.flash_decode.config_for``)
     fused: bool  # the last split of a tile merges the partials (one launch); False: the combine kernel
     deep: bool = False  # 64-key tiles with 6 stages instead of the wide config (``config_for(..., deep=True)``)
-    balanced: bool = False  # every sequence N_max long: one wide program per SM on equal runs of key blocks
 
 
 def wave_efficiency(programs: int, slots: int) -> float:
@@ -51,8 +49,7 @@ def _check_sizes(**sizes) -> None:
 
 
 def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
-               programs_per_sm: int = 2, has_wide: bool = True, deep: bool = False,
-               balanced: bool = False) -> SplitChoice:
+               programs_per_sm: int = 2, has_wide: bool = True, deep: bool = False) -> SplitChoice:
     """How to cut a decode step across the GPU: splits, tile config and combine (the split rule).
 
     The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
@@ -86,14 +83,6 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
       Without a wide config: two default programs per SM (the most splits that fill ``slots``)
       if that takes at most ``SECOND_PER_SM_MAX_SPLITS`` splits, else one per SM (call 5).
 
-    With ``balanced`` (a candidate, ``BALANCED_GRID``), wherever the rule runs wide programs for
-    fewer kv groups x row blocks than SMs:
-    ``SplitChoice.balanced``, which ``flashlab.decode.flash_decode`` takes where every sequence is
-    ``max_len`` long (no ``cache_seqlens``, no block table): one wide program per SM, each
-    streaming an equal run of the step's key blocks (``kernels.decode_plan.balanced_layout``), so
-    that 128 kv groups keep 132 SMs busy instead of 128. The splits stay the choice for ragged
-    lengths.
-
     Splits are capped so that each chunk keeps at least ``MIN_KEYS_PER_SPLIT`` keys of ``max_len``
     and at most ``MAX_SPLITS``. The combine: fused (the last split to finish merges, one launch)
     up to ``FUSED_MAX_SPLITS`` splits, else the second kernel (one program per query row, which
@@ -103,16 +92,11 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     """
     _check_sizes(batch=batch, kv_heads=kv_heads, row_blocks=row_blocks, max_len=max_len, sms=sms,
                  programs_per_sm=programs_per_sm)
-    for name, value in (("has_wide", has_wide), ("deep", deep), ("balanced", balanced)):
+    for name, value in (("has_wide", has_wide), ("deep", deep)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r} must be True or False")
     programs = batch * kv_heads * row_blocks
-    choice = _split_counts(programs, max_len, sms, sms * programs_per_sm, has_wide, deep)
-    return choice._replace(balanced=True) if balanced and choice.wide and programs < sms else choice
-
-
-def _split_counts(programs: int, max_len: int, sms: int, slots: int, has_wide: bool, deep: bool) -> SplitChoice:
-    """:func:`split_rule` without the balanced grid, for ``programs`` programs per split."""
+    slots = sms * programs_per_sm
     if programs >= MANY_WAVES * slots:
         return SplitChoice(1, False, True)
     if programs >= ONE_WAVE_FILL * sms:
@@ -160,7 +144,7 @@ def sm_count_of(tensor) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool,
-              sms: int, deep: bool, balanced: bool) -> SplitChoice:
+              sms: int, deep: bool) -> SplitChoice:
     import torch
 
     from .kernels.flash_decode import block_m_for, default_config, has_wide_config, head_dim_padded, programs_per_sm
@@ -171,33 +155,25 @@ def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: i
     dtype = torch.float32 if is_fp32 else torch.float16  # the configs depend on the item size only
     config = default_config(head_dim, dtype)
     return split_rule(B, Hkv, row_blocks, n_max, sms, programs_per_sm(config, head_dim, itemsize),
-                      has_wide_config(head_dim, dtype), deep, balanced)
+                      has_wide_config(head_dim, dtype), deep)
 
 
-def choice_for(q, k, num_splits_arg=None, n_max: int | None = None, deep: bool | None = None,
-               balanced: bool | None = None) -> SplitChoice:
+def choice_for(q, k, num_splits_arg=None, n_max: int | None = None, deep: bool | None = None) -> SplitChoice:
     """The :class:`SplitChoice` for q (B, H, Nq, d) against a cache of kv heads k.shape[1] and
     ``n_max`` keys (default k.shape[2]): :func:`split_rule` of the shape, the device's SM count
     and the default config's programs per SM (cached per shape), with ``deep`` (None:
-    ``DEEP_ONE_WAVE``) and ``balanced`` (None: ``BALANCED_GRID``); with ``num_splits_arg`` given, that many splits, the default config, and
+    ``DEEP_ONE_WAVE``); with ``num_splits_arg`` given, that many splits, the default config, and
     the combine as the rule would pick it."""
     if num_splits_arg is not None:
         return SplitChoice(num_splits_arg, False, num_splits_arg <= FUSED_MAX_SPLITS)
     B, H, Nq, d = q.shape
     return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2] if n_max is None else n_max, q.element_size(),
-                     q.element_size() == 4, sm_count_of(q), DEEP_ONE_WAVE if deep is None else bool(deep),
-                     BALANCED_GRID if balanced is None else bool(balanced))
+                     q.element_size() == 4, sm_count_of(q), DEEP_ONE_WAVE if deep is None else bool(deep))
 
 
 def splits_for(q, k, num_splits_arg=None) -> int:
     """The number of splits of :func:`choice_for`."""
     return choice_for(q, k, num_splits_arg).splits
-
-
-def balanced_programs(q, choice: SplitChoice, cache_seqlens=None, block_table=None) -> int:
-    """Programs of the balanced grid for this call (the SM count), or 0 for the split grid: the
-    balanced grid where the choice allows it and every sequence is N_max long."""
-    return sm_count_of(q) if choice.balanced and cache_seqlens is None and block_table is None else 0
 
 
 def config_of(q, choice: SplitChoice):

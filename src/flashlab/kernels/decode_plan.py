@@ -47,8 +47,7 @@ class DecodePlan:
     """The launch of one decode shape. ``plan(q, k, v, seqlens, block_table, scale, return_lse)``
     -> (o (B, H, Nq, d), lse (B, H, Nq) float32, the plan's own buffer unless ``return_lse``)."""
 
-    def __init__(self, q, k, v, seqlens, block_table, causal: bool, num_splits: int, config: DecodeConfig | None,
-                 programs: int = 0):
+    def __init__(self, q, k, v, seqlens, block_table, causal: bool, num_splits: int, config: DecodeConfig | None):
         B, H, Nq, d = q.shape
         Hkv = k.shape[1]
         paged = block_table is not None
@@ -57,11 +56,8 @@ class DecodePlan:
         config = config or default_config(head_dim_padded(d), q.dtype)  # pages < block_n: a gather per key row
         block_m = block_m_for(group * Nq)
         row_blocks = triton.cdiv(group * Nq, block_m)
-        lanes = B * Hkv * row_blocks
-        if programs:  # the balanced grid: its programs, and the most pieces of one lane (partial slots)
-            programs, num_splits = balanced_layout(lanes, triton.cdiv(n_max, config.block_n), programs)
         split = num_splits > 1
-        fused = split and (config.fused_combine or bool(programs))
+        fused = split and config.fused_combine
         f32 = torch.float32
         self.o_shape, self.lse_shape, self.dtype, self.device = (B, H, Nq, d), (B, H, Nq), q.dtype, q.device
         self.lse = torch.empty(self.lse_shape, dtype=f32, device=q.device)  # lse nobody asked for; a placeholder pointer
@@ -70,8 +66,8 @@ class DecodePlan:
             self.lse_part = torch.empty(B * H * Nq, num_splits, dtype=f32, device=q.device)  # (rows, splits)
         else:
             self.o_part = self.lse_part = self.lse  # unused by the kernel
-        self.counters = torch.zeros(lanes, dtype=torch.int32, device=q.device) if fused else self.lse
-        self.grid = (programs, 1, 1) if programs else (num_splits, B * Hkv, row_blocks)
+        self.counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else self.lse
+        self.grid = (num_splits, B * Hkv, row_blocks)
         o_strides = (H * Nq * d, Nq * d, d, 1)  # a fresh contiguous o
         values = dict(Q=q, K=k, V=v, SeqLens=self.lse, BlockTable=self.lse, Out=None, LSE=None, OPart=self.o_part,
                       LSEPart=self.lse_part, Counters=self.counters, sm_scale=None)
@@ -79,8 +75,7 @@ class DecodePlan:
             values.update(zip((f"stride_{name}z", f"stride_{name}h", f"stride_{name}m" if name in "qo" else
                                f"stride_{name}n", f"stride_{name}k"), strides))
         values.update(stride_bz=block_table.stride()[0] if paged else 0, stride_bb=block_table.stride()[1] if paged else 0,
-                      H_KV=Hkv, GROUP=group, N_Q=Nq, N_MAX=n_max, NUM_SPLITS=num_splits, ROW_BLOCKS=row_blocks,
-                      LANES=lanes, BALANCED=bool(programs),
+                      H_KV=Hkv, GROUP=group, N_Q=Nq, N_MAX=n_max, NUM_SPLITS=num_splits,
                       NUM_BLOCKS=k.shape[0] if paged else 1,
                       HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
                       PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1, PAGE_PREFETCH=config.page_prefetch,
@@ -91,7 +86,7 @@ class DecodePlan:
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
         self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors
         self.options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
-        self.combine = None if not split or fused or programs else (
+        self.combine = None if not split or fused else (
             (B * H * Nq,), dict(OPart=self.o_part, LSEPart=self.lse_part, Out=None, LSE=None,
                                 stride_oz=o_strides[0], stride_oh=o_strides[1], stride_om=o_strides[2],
                                 stride_ok=o_strides[3], H=H, N_Q=Nq, NUM_SPLITS=num_splits,
@@ -158,41 +153,23 @@ class DecodePlan:
                                  (o_ptr if n == "Out" else lse_ptr if n == "LSE" else values[n]) for n in COMBINE_PARAMS]
 
 
-def balanced_layout(lanes: int, lane_units: int, programs: int) -> tuple[int, int]:
-    """The balanced grid of ``lanes`` lanes (row blocks of a kv group) of ``lane_units`` key blocks
-    each, cut into one equal run of blocks per program: (programs used, the most pieces any lane is
-    cut into). Programs are at least the lanes (so that a run holds one or two pieces) and at most
-    the blocks there are (so that no run is empty). The kernel finds a run's pieces with the same
-    integer arithmetic (``flash_decode._first_program``)."""
-    units = lanes * lane_units
-    programs = max(lanes, min(programs, units))  # no more lanes than programs: a run is one or two pieces
-    if units * programs >= 2**31:
-        raise ValueError(f"a balanced grid of {programs} programs over {units} key blocks overflows its int32 indices")
-
-    def holder(unit):  # the program whose run holds this unit
-        return ((unit + 1) * programs + units - 1) // units - 1
-
-    most = max(holder((lane + 1) * lane_units - 1) - holder(lane * lane_units) + 1 for lane in range(lanes))
-    return programs, most
-
-
-def plan_key(q, k, v, seqlens, block_table, causal: bool, num_splits: int, config, programs: int = 0):
+def plan_key(q, k, v, seqlens, block_table, causal: bool, num_splits: int, config):
     """What a plan depends on (validated inputs: k's and v's dtype and device are q's)."""
     device = q.get_device()
     return (q.shape, q.stride(), q.dtype, device, k.shape, k.stride(), v.stride(),
             None if seqlens is None else seqlens.stride(),
             None if block_table is None else (block_table.shape, block_table.stride()),
-            causal, num_splits, config, programs, current_stream(device))
+            causal, num_splits, config, current_stream(device))
 
 
 def plan_for(q, k, v, seqlens, block_table, causal: bool, num_splits: int,
-             config: DecodeConfig | None = None, programs: int = 0) -> DecodePlan:
+             config: DecodeConfig | None = None) -> DecodePlan:
     """The cached plan of these (validated) inputs, made on first use. Not cached while a CUDA
     graph is being captured (its scratch would come from the graph's memory pool)."""
-    key = plan_key(q, k, v, seqlens, block_table, causal, num_splits, config, programs)
+    key = plan_key(q, k, v, seqlens, block_table, causal, num_splits, config)
     plan = _PLANS.get(key)
     if plan is None:
-        plan = DecodePlan(q, k, v, seqlens, block_table, causal, num_splits, config, programs)
+        plan = DecodePlan(q, k, v, seqlens, block_table, causal, num_splits, config)
         if not _capturing(q):
             if len(_PLANS) >= MAX_PLANS:
                 _PLANS.clear()
@@ -207,16 +184,13 @@ def clear_plans() -> None:
 
 
 def forward(q, k, v, seqlens, scale: float, causal: bool, num_splits: int, config: DecodeConfig | None = None,
-            block_table=None, programs: int = 0):
+            block_table=None):
     """Split-KV attention of validated inputs. q (B, H, Nq, d); k, v (B, Hkv, N_max, d); seqlens
     (B,) int32 on q's device, or None for N_max everywhere. Returns (o (B, H, Nq, d) in q's dtype,
     lse (B, H, Nq) float32, natural log). ``causal``: bottom-right (query i sees j <= L_b - Nq + i).
     Paged cache: ``block_table`` (B, max_blocks) int32 and k, v (num_blocks, Hkv, page_size, d),
     page_size a power of two >= 16; logical key j of sequence b is row j % page_size of block
     block_table[b, j // page_size]; N_max = max_blocks * page_size. A length outside Nq..N_max, or
-    a used table entry outside 0..num_blocks - 1, gives NaN in that sequence's o and lse.
-    ``programs`` > 0: the balanced grid of that many programs (capped at the key blocks there are)
-    instead of ``num_splits`` splits (:func:`balanced_layout`); lengths below N_max leave its
-    programs unequal."""
-    plan = plan_for(q, k, v, seqlens, block_table, bool(causal), num_splits, config, programs)
+    a used table entry outside 0..num_blocks - 1, gives NaN in that sequence's o and lse."""
+    plan = plan_for(q, k, v, seqlens, block_table, bool(causal), num_splits, config)
     return plan(q, k, v, seqlens, block_table, float(scale), True)

@@ -149,25 +149,25 @@ def _table_entries(table_row, start, hi, stride_bb, PAGE_SIZE: tl.constexpr, BLO
 
 
 # --------------------------------------------------------------------------------------------
-# The work of one chunk, and where its state goes (both grids below inline these)
+# Kernel 1: one program per (split, batch x kv head, row block)
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _attend_chunk(
-    Q, K, V, SeqLens, BlockTable, sm_scale, off_zh, row_block, split, key_lo, key_hi,
+@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS", "NUM_BLOCKS"])
+def _decode_split_kv(
+    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, BALANCED: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """The online softmax of one row block of kv group ``off_zh`` (batch x kv head) over one chunk
-    of keys: split ``split`` of ``NUM_SPLITS`` of the sequence's length, or (``BALANCED``) the keys
-    ``[key_lo, key_hi)`` clipped to the length. Returns (o, lse) of the chunk (fp32, NaN for a bad
-    length or page) and the rows' (b, h, i) indices."""
+    # -- which chunk of the cache, which (batch, kv head), which rows of the group
+    split = tl.program_id(0)
+    off_zh = tl.program_id(1)
     off_z = (off_zh // H_KV).to(tl.int64)
     off_hkv = (off_zh % H_KV).to(tl.int64)
     if HAS_SEQLENS:
@@ -180,21 +180,17 @@ def _attend_chunk(
         seqlen = N_MAX
         bad = N_MAX < 0  # False, as a tensor
     # -- GQA packing: row r of the tile is query i = r % N_Q of head h = hkv * GROUP + r // N_Q
-    offs_r = row_block * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     row_ok = offs_r < GROUP * N_Q
     off_i = offs_r % N_Q
     off_h = off_hkv * GROUP + offs_r // N_Q  # (BLOCK_M,)
     offs_d = tl.arange(0, HEAD_DIM)
     q_ptrs = Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm + offs_d[None, :] * stride_qk
     q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
-    # -- this chunk's keys: [lo, hi), whole BLOCK_N blocks except at the sequence's end
-    if BALANCED:
-        lo = key_lo
-        hi = tl.minimum(key_hi, seqlen)
-    else:
-        per_split = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        lo = split * per_split
-        hi = tl.minimum(lo + per_split, seqlen)
+    # -- this split's keys: [lo, hi), whole BLOCK_N blocks except at the sequence's end
+    per_split = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, seqlen)
     last_key = seqlen - N_Q + off_i  # (BLOCK_M,) bottom-right causal: query i sees keys j <= last_key
     if PAGED:  # K, V: (num_blocks, Hkv, PAGE_SIZE, d); stride_kz steps one physical block
         k_base = K + off_hkv * stride_kh
@@ -269,188 +265,61 @@ def _attend_chunk(
     seen = l_i > 0.0
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)  # (BLOCK_M, HEAD_DIM)
     lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
-    # -- a bad length or page: NaN in this chunk's o and lse (a combine passes NaN on)
+    # -- a bad length or page: NaN in this split's o and lse (a combine passes NaN on)
     bad = bad | (bad_pages > 0)
     o = tl.where(bad, float("nan"), o)
     lse = tl.where(bad, float("nan"), lse)
-    return o, lse, off_z, off_h, off_i, row_ok
-
-
-@triton.jit
-def _store_final(o, lse, Out, LSE, off_z, off_h, off_i, row_ok,
-                 stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q,
-                 HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr):
-    """Write a whole key range's state: o in Out's dtype, lse (natural log) float32."""
-    offs_d = tl.arange(0, HEAD_DIM)
     row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i  # (BLOCK_M,) flat (b, h, i) index
-    o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
-    tl.store(LSE + row, lse, mask=row_ok)
-    tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD))
-
-
-@triton.jit
-def _store_part(o, lse, Out, LSE, OPart, LSEPart, Counters, off_z, off_h, off_i, row_ok, tile, part, num_parts,
-                stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, PARTS,
-                HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                FUSED_COMBINE: tl.constexpr, COMBINE_STEP: tl.constexpr):
-    """Write chunk ``part`` of ``num_parts`` of a row block's key range as a partial state, fp32:
-    OPart (B*H*Nq, PARTS, D_HEAD), LSEPart (B*H*Nq, PARTS). With ``FUSED_COMBINE`` the last of the
-    ``num_parts`` programs to finish (an atomic count per ``tile``) merges them into Out and LSE."""
-    offs_d = tl.arange(0, HEAD_DIM)
     d_ok = offs_d[None, :] < D_HEAD
-    row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i  # (BLOCK_M,) flat (b, h, i) index
-    tl.store(LSEPart + row * PARTS + part, lse, mask=row_ok)
-    tl.store(OPart + (row * PARTS + part)[:, None] * D_HEAD + offs_d[None, :], o, mask=row_ok[:, None] & d_ok)
-    if FUSED_COMBINE:
-        # -- count finished chunks of this tile; the last one to finish combines them all.
-        #    barrier: every thread's stores above come before the release of the count
-        tl.debug_barrier()
-        done = tl.atomic_add(Counters + tile, 1, sem="acq_rel", scope="gpu")
-        if done == num_parts - 1:
-            # -- combine_states over the chunks, state (m, l, acc) = (lse_s, 1, o_s), read from L2
-            #    (.cg), COMBINE_STEP chunks per step: their loads are independent, so their
-            #    latencies overlap instead of adding up chunk after chunk
-            m_c = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            l_c = tl.zeros([BLOCK_M], tl.float32)
-            acc_c = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-            nan_c = tl.zeros([BLOCK_M], tl.int32)  # chunks that flagged a bad length or page
-            offs_t = tl.arange(0, COMBINE_STEP)
-            for s0 in range(0, num_parts, COMBINE_STEP):
-                offs_s = s0 + offs_t  # (COMBINE_STEP,)
-                ok = row_ok[:, None] & (offs_s[None, :] < num_parts)  # (BLOCK_M, COMBINE_STEP)
-                slot = row[:, None] * PARTS + offs_s[None, :]  # (BLOCK_M, COMBINE_STEP)
-                lse_s = tl.load(LSEPart + slot, mask=ok, other=float("-inf"),
-                                cache_modifier=".cg")  # (BLOCK_M, COMBINE_STEP)
-                o_s = tl.load(OPart + slot[:, :, None] * D_HEAD + offs_d[None, None, :],
-                              mask=ok[:, :, None] & (offs_d[None, None, :] < D_HEAD), other=0.0,
-                              cache_modifier=".cg")  # (BLOCK_M, COMBINE_STEP, HEAD_DIM)
-                flagged = lse_s != lse_s  # (BLOCK_M, COMBINE_STEP) NaN: a bad length or page
-                nan_c += tl.sum(flagged.to(tl.int32), 1)
-                lse_s = tl.where(flagged, float("-inf"), lse_s)  # weighed 0 here; NaN set at the end
-                m_new = tl.maximum(m_c, tl.max(lse_s, 1))  # (BLOCK_M,)
-                m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp(m_c - m_new_safe)  # rescale of the state so far
-                w = tl.exp(lse_s - m_new_safe[:, None])  # (BLOCK_M, COMBINE_STEP) weights; 0 for empty chunks
-                l_c = l_c * alpha + tl.sum(w, 1)
-                acc_c = acc_c * alpha[:, None] + tl.sum(w[:, :, None] * o_s, 1)
-                m_c = m_new
-            l_c = tl.where(row_ok, l_c, 1.0)  # padding rows (never stored) saw nothing
-            lse_c = tl.where(nan_c > 0, float("nan"), m_c + tl.log(l_c))
-            o_c = tl.where(nan_c[:, None] > 0, float("nan"), acc_c / l_c[:, None])
-            _store_final(o_c, lse_c, Out, LSE, off_z, off_h, off_i, row_ok,
-                         stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, HEAD_DIM, D_HEAD)
-            tl.atomic_xchg(Counters + tile, 0)  # leave the count at 0 (tidy; each call zeroes its own)
-
-
-@triton.jit
-def _first_program(unit, units, programs):
-    """The balanced grid's program whose units ``[p * units // programs, (p + 1) * units // programs)``
-    hold ``unit``: the largest p with p * units // programs <= unit (every run non-empty)."""
-    return ((unit + 1) * programs + units - 1) // units - 1
-
-
-@triton.jit
-def _balanced_piece(
-    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, p, unit_lo, unit_hi, lane,
-    lane_units, units, programs,
-    stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk, stride_oz, stride_oh, stride_om, stride_ok,
-    stride_bz, stride_bb, H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS,
-    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, COMBINE_STEP: tl.constexpr,
-    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    """Program ``p``'s piece ``[unit_lo, unit_hi)`` of the balanced grid's units, all in lane
-    ``lane``: its online softmax, then its state written whole or as one of the lane's parts."""
-    lane_start = lane * lane_units
-    first = _first_program(lane_start, units, programs)  # the programs holding this lane's pieces
-    num_parts = _first_program(lane_start + lane_units - 1, units, programs) - first + 1
-    o, lse, off_z, off_h, off_i, row_ok = _attend_chunk(
-        Q, K, V, SeqLens, BlockTable, sm_scale, lane // ROW_BLOCKS, lane % ROW_BLOCKS, 0,
-        (unit_lo - lane_start) * BLOCK_N, (unit_hi - lane_start) * BLOCK_N,
-        stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
-        stride_vz, stride_vh, stride_vn, stride_vk, stride_bz, stride_bb,
-        H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
-        HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST, HAS_SEQLENS, CAUSAL,
-        True, DOT_F32, DOT_PRECISION)
-    if num_parts > 1:
-        _store_part(o, lse, Out, LSE, OPart, LSEPart, Counters, off_z, off_h, off_i, row_ok, lane, p - first,
-                    num_parts, stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, NUM_SPLITS,
-                    HEAD_DIM, D_HEAD, BLOCK_M, True, COMBINE_STEP)
-    else:
-        _store_final(o, lse, Out, LSE, off_z, off_h, off_i, row_ok,
-                     stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, HEAD_DIM, D_HEAD)
-
-
-# --------------------------------------------------------------------------------------------
-# Kernel 1: one program per (split, batch x kv head, row block), or a balanced grid
-# --------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS", "NUM_BLOCKS", "ROW_BLOCKS", "LANES"])
-def _decode_split_kv(
-    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale,
-    stride_qz, stride_qh, stride_qm, stride_qk,
-    stride_kz, stride_kh, stride_kn, stride_kk,
-    stride_vz, stride_vh, stride_vn, stride_vk,
-    stride_oz, stride_oh, stride_om, stride_ok,
-    stride_bz, stride_bb,
-    H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS, LANES,
-    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
-    COMBINE_STEP: tl.constexpr, BALANCED: tl.constexpr,
-    DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    if BALANCED:
-        # -- the balanced grid (stream-K): every row block of every kv group is a lane of
-        #    cdiv(N_MAX, BLOCK_N) key blocks; the lanes' blocks, laid end to end, are cut into one
-        #    equal run per program, so every SM streams the same bytes (128 lanes on 132 SMs: 132
-        #    busy SMs, not 128). With no more lanes than programs a run is one or two pieces of
-        #    lanes: the first at the kernel's top level (pipelined as a split's loop), the second
-        #    after it. A lane cut into several pieces merges them (the fused combine: the last
-        #    piece's program); one held whole is written directly. NUM_SPLITS is the partial
-        #    buffers' slots per row (the most pieces of a lane). int32 indices: the host keeps
-        #    units x programs below 2^31.
-        programs = tl.num_programs(0)
-        p = tl.program_id(0)
-        lane_units = tl.cdiv(N_MAX, BLOCK_N)  # key blocks of one lane
-        units = LANES * lane_units  # the host keeps LANES <= programs <= units: one or two pieces, none empty
-        u = p * units // programs
-        end = (p + 1) * units // programs
-        lane = u // lane_units
-        piece_end = tl.minimum(end, (lane + 1) * lane_units)
-        _balanced_piece(Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, p, u, piece_end,
-                        lane, lane_units, units, programs,
-                        stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
-                        stride_vz, stride_vh, stride_vn, stride_vk, stride_oz, stride_oh, stride_om, stride_ok,
-                        stride_bz, stride_bb, H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS,
-                        HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST, HAS_SEQLENS,
-                        CAUSAL, COMBINE_STEP, DOT_F32, DOT_PRECISION)
-        if piece_end < end:  # the run goes on into the next lane
-            _balanced_piece(Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, p, piece_end,
-                            end, lane + 1, lane_units, units, programs,
-                            stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
-                            stride_vz, stride_vh, stride_vn, stride_vk, stride_oz, stride_oh, stride_om, stride_ok,
-                            stride_bz, stride_bb, H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS, ROW_BLOCKS,
-                            HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST,
-                            HAS_SEQLENS, CAUSAL, COMBINE_STEP, DOT_F32, DOT_PRECISION)
-    else:
-        split = tl.program_id(0)
-        off_zh = tl.program_id(1)
-        o, lse, off_z, off_h, off_i, row_ok = _attend_chunk(
-            Q, K, V, SeqLens, BlockTable, sm_scale, off_zh, tl.program_id(2), split, 0, 0,
-            stride_qz, stride_qh, stride_qm, stride_qk, stride_kz, stride_kh, stride_kn, stride_kk,
-            stride_vz, stride_vh, stride_vn, stride_vk, stride_bz, stride_bb,
-            H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
-            HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, PAGED, PAGE_SIZE, PAGE_PREFETCH, EVICT_FIRST, HAS_SEQLENS, CAUSAL,
-            False, DOT_F32, DOT_PRECISION)
-        if SPLIT:
+    o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
+    if SPLIT:
+        # -- partial state of this split, fp32: OPart (B*H*Nq, NUM_SPLITS, D_HEAD), LSEPart (B*H*Nq, NUM_SPLITS)
+        tl.store(LSEPart + row * NUM_SPLITS + split, lse, mask=row_ok)
+        tl.store(OPart + (row * NUM_SPLITS + split)[:, None] * D_HEAD + offs_d[None, :], o,
+                 mask=row_ok[:, None] & d_ok)
+        if FUSED_COMBINE:
+            # -- count finished splits of this tile; the last one to finish combines them all.
+            #    barrier: every thread's stores above come before the release of the count
+            tl.debug_barrier()
             tile = off_zh * tl.num_programs(2) + tl.program_id(2)
-            _store_part(o, lse, Out, LSE, OPart, LSEPart, Counters, off_z, off_h, off_i, row_ok, tile, split,
-                        NUM_SPLITS, stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, NUM_SPLITS,
-                        HEAD_DIM, D_HEAD, BLOCK_M, FUSED_COMBINE, COMBINE_STEP)
-        else:
-            _store_final(o, lse, Out, LSE, off_z, off_h, off_i, row_ok,
-                         stride_oz, stride_oh, stride_om, stride_ok, H_KV, GROUP, N_Q, HEAD_DIM, D_HEAD)
+            done = tl.atomic_add(Counters + tile, 1, sem="acq_rel", scope="gpu")
+            if done == NUM_SPLITS - 1:
+                # -- combine_states over the splits, state (m, l, acc) = (lse_s, 1, o_s), read from L2
+                #    (.cg), COMBINE_STEP splits per step: their loads are independent, so their
+                #    latencies overlap instead of adding up split after split
+                m_c = tl.full([BLOCK_M], float("-inf"), tl.float32)
+                l_c = tl.zeros([BLOCK_M], tl.float32)
+                acc_c = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+                nan_c = tl.zeros([BLOCK_M], tl.int32)  # splits that flagged a bad length or page
+                offs_t = tl.arange(0, COMBINE_STEP)
+                for s0 in range(0, NUM_SPLITS, COMBINE_STEP):
+                    offs_s = s0 + offs_t  # (COMBINE_STEP,)
+                    ok = row_ok[:, None] & (offs_s[None, :] < NUM_SPLITS)  # (BLOCK_M, COMBINE_STEP)
+                    part = row[:, None] * NUM_SPLITS + offs_s[None, :]  # (BLOCK_M, COMBINE_STEP)
+                    lse_s = tl.load(LSEPart + part, mask=ok, other=float("-inf"),
+                                    cache_modifier=".cg")  # (BLOCK_M, COMBINE_STEP)
+                    o_s = tl.load(OPart + part[:, :, None] * D_HEAD + offs_d[None, None, :],
+                                  mask=ok[:, :, None] & (offs_d[None, None, :] < D_HEAD), other=0.0,
+                                  cache_modifier=".cg")  # (BLOCK_M, COMBINE_STEP, HEAD_DIM)
+                    flagged = lse_s != lse_s  # (BLOCK_M, COMBINE_STEP) NaN: a bad length or page
+                    nan_c += tl.sum(flagged.to(tl.int32), 1)
+                    lse_s = tl.where(flagged, float("-inf"), lse_s)  # weighed 0 here; NaN set at the end
+                    m_new = tl.maximum(m_c, tl.max(lse_s, 1))  # (BLOCK_M,)
+                    m_new_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp(m_c - m_new_safe)  # rescale of the state so far
+                    w = tl.exp(lse_s - m_new_safe[:, None])  # (BLOCK_M, COMBINE_STEP) weights; 0 for empty splits
+                    l_c = l_c * alpha + tl.sum(w, 1)
+                    acc_c = acc_c * alpha[:, None] + tl.sum(w[:, :, None] * o_s, 1)
+                    m_c = m_new
+                l_c = tl.where(row_ok, l_c, 1.0)  # padding rows (never stored) saw nothing
+                lse_c = tl.where(nan_c > 0, float("nan"), m_c + tl.log(l_c))
+                o_c = tl.where(nan_c[:, None] > 0, float("nan"), acc_c / l_c[:, None])
+                tl.store(LSE + row, lse_c, mask=row_ok)
+                tl.store(o_ptrs, o_c.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+                tl.atomic_xchg(Counters + tile, 0)  # leave the count at 0 (tidy; each call zeroes its own)
+    else:
+        tl.store(LSE + row, lse, mask=row_ok)
+        tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
 
 
 # --------------------------------------------------------------------------------------------
