@@ -654,6 +654,10 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
     assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like: "), result["failure"]
     assert words in result["failure"]["message"]
     assert "word-break:normal" in report._repr_html_()  # JupyterLab would break its lines inside words
+    hints = result["hints"]
+    if hints:  # the named mistake is the first hint level: the written hints follow on request
+        assert hints[0] not in str(report) and "hint=2)" in str(report), str(report)
+        assert hints[0] in str(report.next_hint())
 
 
 def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):

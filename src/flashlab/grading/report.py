@@ -3,7 +3,8 @@
 Counts are honest: a part whose public checks pass but whose hidden checks have not run is not
 "passed", checks that did not run (after a timeout or crash) are "not yet run", never passed, and
 "8 of 10 checks pass" is shown beside the points (which are all or nothing per part). Hints are
-shown for failing parts up to the report's hint level; :meth:`Report.next_hint` raises it by one.
+shown for failing parts up to the report's hint level (a named mistake counts as the first
+level); :meth:`Report.next_hint` raises it by one.
 ``gradescope()`` gives Gradescope's results.json.
 """
 from __future__ import annotations
@@ -97,15 +98,18 @@ class Report:
 
     # -- text
     def _hints(self, r: dict) -> list[str]:
+        """The part's hints up to the report's level. Where the failure names a known mistake, that
+        name is the first level, so the written hints (about other things, often) start one later."""
         if r["status"] != "failed" or not r["hints"]:
             return []
-        shown = r["hints"][: self.hint]
+        named = 1 if (r.get("failure") or {}).get("mistake") else 0
+        shown = r["hints"][: max(0, self.hint - named)]
         lines = [f"hint {i + 1}: {h}" for i, h in enumerate(shown)]
         if len(shown) < len(r["hints"]):
-            more = len(shown) + 1
-            how = (f"flashlab grade {r['exercise']} --hint {more}" if self.shell
-                   else f"check(\"{r['exercise']}\", hint={more})")
-            lines.append(f"(hint {more} of {len(r['hints'])}: {how})")
+            more, level = len(shown) + 1, len(shown) + 1 + named
+            how = (f"flashlab grade {r['exercise']} --hint {level}" if self.shell
+                   else f"check(\"{r['exercise']}\", hint={level})")
+            lines.append(f"(hint {more} of {len(r['hints'])}{', beyond the mistake named above' if named else ''}: {how})")
         return lines
 
     @staticmethod
