@@ -13,9 +13,6 @@ timed (relative error recorded):
                         the same as flash_decode where the rule chose 1 split)
 * ``unsplit``           the course's forward rung (``attention.best_forward``), one program per
                         (query block, batch x head): what flash_attention ran at decode before
-* ``flash_decode_deep`` only where ``split_rule(..., deep=True)`` differs from the rule (one wave of
-                        programs, >= 32k keys): unsplit, 64-key tiles with 6 stages instead of the
-                        wide config; timed in the rounds (``deep_vs_rule``, ``deep_vs_sdpa_default``)
 * ``sdpa_default``      torch SDPA, backend chosen by PyTorch (``enable_gqa`` for Hkv < H)
 * ``sdpa_flash``        torch SDPA with the FLASH_ATTENTION backend only
 * ``naive``             matmul, softmax, matmul in bf16 (K, V repeated to H heads for GQA);
@@ -248,17 +245,9 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
     choice = decode.choice_for(q, k)
     row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "Nq": 1, "d": D, "dtype": dtype_name, "kv_bytes": kv_bytes,
            "num_splits": choice.splits, "wide_config": choice.wide, "fused_combine": choice.fused,
-           "deep_config": choice.deep, "results": {}}
+           "results": {}}
     variants = make_variants(H, Hkv, scale)
     round_names = ROUND_VARIANTS
-    deep = decode.choice_for(q, k, deep=True)
-    if deep.deep and not choice.deep:  # the candidate change to the rule, timed in the rounds beside it
-        from flashlab.kernels import decode_plan as plans
-
-        config = decode.config_of(q, deep)  # unsplit, 64-key tiles, 6 stages
-        variants["flash_decode_deep"] = lambda q, k, v: plans.forward(q, k, v, None, scale, False, deep.splits,
-                                                                      config)[0]
-        round_names = ROUND_VARIANTS + ("flash_decode_deep",)
     res = row["results"]
     runs = {name: [] for name in round_names}
 
@@ -312,9 +301,6 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
                 res[name]["tb_s"] = kv_bytes / res[name]["us"] / 1e6
         if all(len(runs[name]) == ROUNDS for name in ROUND_VARIANTS):
             row["vs_sdpa_default"] = compare_rounds(runs["flash_decode"], runs["sdpa_default"])
-        if len(runs.get("flash_decode_deep", [])) == ROUNDS == len(runs["flash_decode"]) == len(runs["sdpa_default"]):
-            row["deep_vs_sdpa_default"] = compare_rounds(runs["flash_decode_deep"], runs["sdpa_default"])
-            row["deep_vs_rule"] = compare_rounds(runs["flash_decode_deep"], runs["flash_decode"])
         # -- the read roofline at this byte count (one pure-read kernel, best config)
         if kv_bytes not in ceilings:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -360,7 +346,7 @@ def print_summary(rows_out):
         fd, sd = (r["results"].get(n, {}) for n in ("flash_decode", "sdpa_default"))
         cmp_, ceiling = r.get("vs_sdpa_default", {}), r.get("read_ceiling", {})
         nan = float("nan")
-        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'d' if r.get('deep_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
+        kind = f"{r['num_splits']}{'w' if r.get('wide_config') else ''}{'' if r.get('fused_combine', True) else 'k'}"
         print(f"{str((r['B'], r['H'], r['Hkv'], r['Nk'])):>20} {kind:>5} {fd.get('us', nan):>9.1f} "
               f"{sd.get('us', nan):>9.1f} {cmp_.get('ratio', nan):>6.3f} {cmp_.get('ratio_min', nan):>6.3f} "
               f"{100 * cmp_.get('spread', nan):>5.2f}% {'y' if cmp_.get('within_spread') else 'n':>3} "
@@ -487,11 +473,6 @@ def main(argv=None):
     print("read ceiling in graph replays:", payload["read_ceiling_graph"])
     print_table(rows_out)
     print_summary(rows_out)
-    for r in rows_out:
-        if "deep_vs_rule" in r:
-            print(f"deep tiles {str((r['B'], r['H'], r['Hkv'], r['Nk'])):>22}: "
-                  f"{r['results']['flash_decode_deep']['us']:.1f} us, {r['deep_vs_rule']['ratio']:.3f}x the rule "
-                  f"(spread {100 * r['deep_vs_rule']['spread']:.2f}%), {r['deep_vs_sdpa_default']['ratio']:.3f}x SDPA")
     return 0
 
 

@@ -68,23 +68,16 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
     for _ in range(400):
         batch, kv_heads, rows = rng.randint(1, 64), rng.choice([1, 2, 4, 8, 32]), rng.randint(1, 4)
         max_len, sms, per_sm = rng.randint(1, 1 << 18), rng.randint(1, 300), rng.randint(1, 4)
-        has_wide, ask_deep = rng.random() < 0.5, rng.random() < 0.5
-        splits, wide, fused, deep = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide,
-                                                               ask_deep)
+        has_wide = rng.random() < 0.5
+        splits, wide, fused = choice = decode.split_rule(batch, kv_heads, rows, max_len, sms, per_sm, has_wide)
         programs = batch * kv_heads * rows
         cap = max(1, min(decode.MAX_SPLITS, max_len // decode.MIN_KEYS_PER_SPLIT))
         fewest = math.ceil(math.ceil(decode.ONE_WAVE_FILL * sms) / programs)  # splits for one program per SM
         if programs * fewest > sms >= programs and programs * (sms // programs) >= decode.PARTIAL_WAVE_FILL * sms:
             fewest = sms // programs  # they would spill into a second wave: one partial wave instead
-        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, ask_deep, choice)
+        case = (batch, kv_heads, rows, max_len, sms, per_sm, has_wide, choice)
         assert 1 <= splits <= cap and fused == (splits <= decode.FUSED_MAX_SPLITS), case
         assert not wide or has_wide, f"the wide config where none exists: {case}"
-        assert deep == (ask_deep and has_wide and decode.ONE_WAVE_FILL * sms <= programs <= sms
-                        and max_len >= decode.DEEP_MIN_KEYS), f"deep tiles only for one wave of long caches: {case}"
-        assert not (deep and wide), case
-        if deep:
-            assert splits == 1, case
-            continue
         if programs >= decode.MANY_WAVES * sms * per_sm:
             assert (splits, wide) == (1, False), f"a grid of many waves runs unsplit, default config: {case}"
         elif programs >= decode.ONE_WAVE_FILL * sms:
@@ -95,38 +88,6 @@ def test_split_rule_fills_the_sms_and_counts_the_combine():
             assert splits == fewest or programs * splits >= decode.ONE_WAVE_FILL * sms, case
             assert splits == fewest or (programs * splits <= sms * per_sm
                                         and splits <= decode.SECOND_PER_SM_MAX_SPLITS), case
-
-
-def test_split_rule_with_deep_runs_one_wave_of_long_caches_in_deep_tiles_only():
-    deep = decode.SplitChoice(1, False, True, True)
-    assert decode.split_rule(4, 32, 1, 32768, SMS, deep=True) == deep  # 128 programs, 32k keys
-    assert decode.split_rule(16, 8, 1, 131072, SMS, deep=True) == deep
-    assert decode.split_rule(1, 33, 4, decode.DEEP_MIN_KEYS, SMS, deep=True) == deep  # 132 programs: one wave
-    wide = decode.SplitChoice(1, True, True)
-    assert decode.split_rule(16, 8, 1, 4096, SMS, deep=True) == wide  # short cache: the wide config won (call 9)
-    assert decode.split_rule(4, 32, 1, decode.DEEP_MIN_KEYS - 1, SMS, deep=True) == wide
-    assert decode.split_rule(1, 133, 1, 131072, SMS, deep=True) == wide  # more than one wave
-    assert decode.split_rule(1, 8, 1, 131072, SMS, deep=True) == decode.SplitChoice(16, True, True)  # split, wide
-    assert decode.split_rule(4, 32, 1, 32768, SMS, has_wide=False, deep=True) == decode.SplitChoice(1, False, True)
-    assert decode.split_rule(64, 32, 1, 131072, SMS, deep=True) == decode.SplitChoice(1, False, True)  # many waves
-    assert decode.split_rule(4, 32, 1, 32768, SMS) == wide, "deep is off unless asked for"
-    with pytest.raises(ValueError, match="deep"):
-        decode.split_rule(4, 32, 1, 32768, SMS, deep=1)
-
-
-def test_deep_config_keeps_the_wide_configs_bytes_in_flight_in_64_key_steps(monkeypatch):
-    from flashlab.kernels import _mode
-    from flashlab.kernels import flash_decode as kernels
-
-    monkeypatch.setattr(_mode, "is_interpreter", lambda: False)  # the compiled configs, not the interpreter's
-    deep = kernels.config_for(128, torch.bfloat16, deep=True)
-    wide = kernels.config_for(128, torch.bfloat16, wide=True)
-    assert (deep.block_n, deep.num_stages) == (64, 6) and (wide.block_n, wide.num_stages) == (128, 3)
-    smem = [c.num_stages * c.block_n for c in (deep, wide)]
-    assert smem[0] == smem[1], f"K/V rows in flight: deep {smem[0]}, wide {smem[1]}"
-    assert kernels.programs_per_sm(deep, 128, 2) == 1
-    assert kernels.config_for(128, torch.float32, deep=True) == kernels.default_config(128, torch.float32)
-    assert kernels.config_for(64, torch.bfloat16, deep=True) == kernels.default_config(64, torch.bfloat16)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])

@@ -23,8 +23,6 @@ PARTIAL_WAVE_FILL = 0.7  # a small grid whose one-per-SM split would spill into 
 SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
 FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
-DEEP_MIN_KEYS = 32768  # deep tiles for one wave from this many keys (call 9: better at 32k / 128k, worse at 4k)
-DEEP_ONE_WAVE = False  # deep tiles where they apply: off, 1.2-2.4 % slower than the rule in call 10's full run
 
 
 class SplitChoice(NamedTuple):
@@ -33,7 +31,6 @@ class SplitChoice(NamedTuple):
     splits: int  # chunks each sequence's key range is cut into
     wide: bool  # the wide config: twice the K/V tile, one program per SM (``kernels.flash_decode.config_for``)
     fused: bool  # the last split of a tile merges the partials (one launch); False: the combine kernel
-    deep: bool = False  # 64-key tiles with 6 stages instead of the wide config (``config_for(..., deep=True)``)
 
 
 def wave_efficiency(programs: int, slots: int) -> float:
@@ -49,7 +46,7 @@ def _check_sizes(**sizes) -> None:
 
 
 def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: int,
-               programs_per_sm: int = 2, has_wide: bool = True, deep: bool = False) -> SplitChoice:
+               programs_per_sm: int = 2, has_wide: bool = True) -> SplitChoice:
     """How to cut a decode step across the GPU: splits, tile config and combine (the split rule).
 
     The grid has ``programs = batch * kv_heads * row_blocks`` programs per split (``row_blocks``:
@@ -66,11 +63,9 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     * **the grid fills every SM once** (``programs >= ONE_WAVE_FILL * sms``): no split, wide
       config. Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at 4k keys,
       486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255).
-      With ``deep`` (a candidate, not used: ``DEEP_ONE_WAVE`` is off), a grid of one wave
-      (``programs <= sms``) of at least ``DEEP_MIN_KEYS`` keys: no split, 64-key tiles with 6
-      stages instead (``SplitChoice.deep``). Call 9, 128 programs: 491.2 vs 495.6 us at 32k keys,
-      1894.1 vs 1926.3 at 128k; at 4k 80.2 vs 76.8 (so not there). Call 10, a full run beside the
-      rule on another machine: 1.2-2.4 % slower at the same rows.
+      Refuted for these grids (benchmarks/NOTES.md, decode): 64-key tiles with 6 stages (call 10:
+      1.2-2.4 % slower; in commit 790d0ac as ``deep``), and a balanced grid of one wide program
+      per SM on equal runs of key blocks (calls 19-20: 1.0008-1.086x the rule's time).
     * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
       ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4); where those splits
       would spill into a second wave (124 programs: 2 splits, 248 programs for 132 SMs), the most
@@ -92,16 +87,13 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     """
     _check_sizes(batch=batch, kv_heads=kv_heads, row_blocks=row_blocks, max_len=max_len, sms=sms,
                  programs_per_sm=programs_per_sm)
-    for name, value in (("has_wide", has_wide), ("deep", deep)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}={value!r} must be True or False")
+    if not isinstance(has_wide, bool):
+        raise ValueError(f"has_wide={has_wide!r} must be True or False")
     programs = batch * kv_heads * row_blocks
     slots = sms * programs_per_sm
     if programs >= MANY_WAVES * slots:
         return SplitChoice(1, False, True)
     if programs >= ONE_WAVE_FILL * sms:
-        if deep and has_wide and programs <= sms and max_len >= DEEP_MIN_KEYS:
-            return SplitChoice(1, False, True, True)
         return SplitChoice(1, has_wide, True)
     cap = max(1, min(MAX_SPLITS, max_len // MIN_KEYS_PER_SPLIT))
     one_per_sm = -(-int(math.ceil(ONE_WAVE_FILL * sms)) // programs)
@@ -144,7 +136,7 @@ def sm_count_of(tensor) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: int, is_fp32: bool,
-              sms: int, deep: bool) -> SplitChoice:
+              sms: int) -> SplitChoice:
     import torch
 
     from .kernels.flash_decode import block_m_for, default_config, has_wide_config, head_dim_padded, programs_per_sm
@@ -155,20 +147,19 @@ def _rule_for(B: int, H: int, Nq: int, d: int, Hkv: int, n_max: int, itemsize: i
     dtype = torch.float32 if is_fp32 else torch.float16  # the configs depend on the item size only
     config = default_config(head_dim, dtype)
     return split_rule(B, Hkv, row_blocks, n_max, sms, programs_per_sm(config, head_dim, itemsize),
-                      has_wide_config(head_dim, dtype), deep)
+                      has_wide_config(head_dim, dtype))
 
 
-def choice_for(q, k, num_splits_arg=None, n_max: int | None = None, deep: bool | None = None) -> SplitChoice:
+def choice_for(q, k, num_splits_arg=None, n_max: int | None = None) -> SplitChoice:
     """The :class:`SplitChoice` for q (B, H, Nq, d) against a cache of kv heads k.shape[1] and
     ``n_max`` keys (default k.shape[2]): :func:`split_rule` of the shape, the device's SM count
-    and the default config's programs per SM (cached per shape), with ``deep`` (None:
-    ``DEEP_ONE_WAVE``); with ``num_splits_arg`` given, that many splits, the default config, and
-    the combine as the rule would pick it."""
+    and the default config's programs per SM (cached per shape); with ``num_splits_arg`` given,
+    that many splits, the default config, and the combine as the rule would pick it."""
     if num_splits_arg is not None:
         return SplitChoice(num_splits_arg, False, num_splits_arg <= FUSED_MAX_SPLITS)
     B, H, Nq, d = q.shape
     return _rule_for(B, H, Nq, d, k.shape[1], k.shape[2] if n_max is None else n_max, q.element_size(),
-                     q.element_size() == 4, sm_count_of(q), DEEP_ONE_WAVE if deep is None else bool(deep))
+                     q.element_size() == 4, sm_count_of(q))
 
 
 def splits_for(q, k, num_splits_arg=None) -> int:
@@ -180,4 +171,4 @@ def config_of(q, choice: SplitChoice):
     """The kernel config (``kernels.flash_decode.DecodeConfig``) a :class:`SplitChoice` asks for."""
     from .kernels.flash_decode import config_for, head_dim_padded
 
-    return config_for(head_dim_padded(q.shape[-1]), q.dtype, choice.wide, choice.fused, choice.deep)
+    return config_for(head_dim_padded(q.shape[-1]), q.dtype, choice.wide, choice.fused)

@@ -98,18 +98,13 @@ def has_wide_config(head_dim: int, dtype: torch.dtype) -> bool:
     return head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter()
 
 
-def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True,
-               deep: bool = False) -> DecodeConfig:
+def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
     """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
     ``wide`` twice its K/V tile where :func:`has_wide_config`: BLOCK_N = 128 with 3 stages, 192 KB
     of shared memory, one program per SM with as many bytes in flight as two default ones
-    (measured on an H200, benchmarks/NOTES.md, calls 5-7). ``deep`` (instead of ``wide``, same
-    condition): the default 64-key tile with twice its stages (6), the same bytes in flight in
-    finer steps; ``flashlab.split_rule.split_rule(..., deep=True)`` asks for it (call 9)."""
+    (measured on an H200, benchmarks/NOTES.md, calls 5-7)."""
     config = default_config(head_dim, dtype)
-    if deep and has_wide_config(head_dim, dtype):
-        config = dataclasses.replace(config, num_stages=2 * config.num_stages)
-    elif wide and has_wide_config(head_dim, dtype):
+    if wide and has_wide_config(head_dim, dtype):
         config = dataclasses.replace(config, block_n=2 * config.block_n)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
 
