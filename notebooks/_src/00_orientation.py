@@ -6,7 +6,8 @@
 # This course builds FlashAttention end to end: the plain algorithm (01), the softmax trick that
 # makes tiling exact (02), tiled attention in NumPy with every HBM transfer traced (03), the
 # IO-complexity argument (04), Triton from first principles (05), the Triton forward and
-# backward kernels (06, 07), their performance on an H200 (08), and decoding (09).
+# backward kernels (06, 07), their performance on an H200 (08), decoding (09), and attention
+# split across GPUs by ring attention (10).
 #
 # Every notebook runs top to bottom on a laptop without a GPU: NumPy, plus Triton's CPU
 # interpreter for the kernels. With a CUDA GPU the same cells use larger sizes and real timings.
