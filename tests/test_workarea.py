@@ -46,7 +46,12 @@ def test_first_prepare_puts_notebooks_on_top_and_stubs_in_exercises_and_leaves_t
                                      "exercises/ex01_naive.py", "exercises/ex02_softmax.py"]
     for rel in report.copied:
         source = course / ("notebooks/" + rel if rel.endswith(".ipynb") else rel)
-        assert (work / rel).read_bytes() == source.read_bytes(), rel
+        if rel.endswith(".ipynb"):  # the same notebook, with the language_info its kernel will report
+            copy, original = json.loads((work / rel).read_text()), json.loads(source.read_text())
+            assert copy["metadata"].pop("language_info") == workarea.kernel_language_info()
+            assert copy == original, rel
+        else:
+            assert (work / rel).read_bytes() == source.read_bytes(), rel
     assert not (work / "_src").exists() and not (work / "_build.py").exists()
     assert (work / "README.md").is_file(), "the work area explains itself to the learner"
     again = workarea.prepare(repo=course)
@@ -87,6 +92,38 @@ def test_a_copy_the_learner_never_changed_follows_the_course(course):
     assert (work / "exercises" / "ex02_softmax.py").read_text() == revised
     assert "you had not changed your copy" in str(report)
     assert workarea.prepare(repo=course).updated == []  # recorded: up to date now
+
+
+def test_notebook_copies_carry_this_pythons_language_info_and_still_follow_the_course(course):
+    """JupyterLab marks a notebook modified on opening it when the kernel's language_info differs
+    from the file's: the copies carry this Python's, and an untouched copy still follows the course."""
+    import platform
+
+    info = workarea.kernel_language_info()
+    assert info["name"] == "python" and info["version"] == platform.python_version()
+    assert info["file_extension"] == ".py" and "mimetype" in info
+    work = course / "work"
+    workarea.prepare(repo=course)
+    assert json.loads((work / "01_naive_attention.ipynb").read_text())["metadata"]["language_info"] == info
+    (course / "notebooks" / "01_naive_attention.ipynb").write_text(_notebook("# 01, revised"))
+    report = workarea.prepare(repo=course)
+    assert report.updated == ["01_naive_attention.ipynb"] and report.changed_upstream == []
+    copy = json.loads((work / "01_naive_attention.ipynb").read_text())
+    assert copy["cells"][0]["source"] == "# 01, revised" and copy["metadata"]["language_info"] == info
+    assert workarea.prepare(repo=course).updated == []
+
+
+def test_a_work_area_made_before_language_info_still_follows_the_course(course):
+    """Copies made byte for byte, with a manifest of the course files' digests only."""
+    work = course / "work"
+    workarea.prepare(repo=course)
+    source = course / "notebooks" / "00_orientation.ipynb"
+    (work / "00_orientation.ipynb").write_bytes(source.read_bytes())
+    manifest = json.loads((work / workarea.MANIFEST).read_text())
+    manifest["files"]["00_orientation.ipynb"] = {"sha256": workarea._sha256(source)}
+    (work / workarea.MANIFEST).write_text(json.dumps(manifest))
+    source.write_text(_notebook("# 00, revised"))
+    assert workarea.prepare(repo=course).updated == ["00_orientation.ipynb"]
 
 
 def test_a_deleted_copy_comes_back_and_fresh_keeps_the_learners_version_beside_the_new_one(course):

@@ -12,13 +12,18 @@ Rules, applied on every call:
 - a course file the work area lacks is copied in (first run, a course update that adds a
   notebook, or a copy the learner deleted to get a fresh one);
 - a manifest (``.flashlab-workarea.json``) records the SHA-256 of the course file each copy was
-  made from, so a course file that changed upstream since is reported, its copy left alone.
+  made from (and of the copy, where it differs), so a course file that changed upstream since is
+  reported, its copy left alone;
+- a notebook's copy carries the ``language_info`` its kernel will report (this Python's): with
+  the committed notebooks' bare ``{"name": "python"}``, JupyterLab marked every notebook modified
+  the moment it opened, before the learner changed anything.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import platform
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -105,6 +110,38 @@ class WorkareaReport:
         return "\n".join(lines)
 
 
+def kernel_language_info() -> dict:
+    """The ``language_info`` a Jupyter kernel of this Python reports: ipykernel's own where it is
+    installed (``make lab`` runs this with the Python of the course's ``flashlab`` kernel), else the
+    same fields built here."""
+    try:
+        from ipykernel.ipkernel import IPythonKernel
+
+        if isinstance(IPythonKernel.language_info, dict):
+            return dict(IPythonKernel.language_info)
+    except Exception:  # no ipykernel (a plain `pip install flashlab`): the fields it would send
+        pass
+    return {"name": "python", "version": platform.python_version(), "mimetype": "text/x-python",
+            "codemirror_mode": {"name": "ipython", "version": sys.version_info[0]}, "pygments_lexer": "ipython3",
+            "nbconvert_exporter": "python", "file_extension": ".py"}
+
+
+def _copy(source: Path, dest: Path, language_info: dict) -> str:
+    """Copy a course file to ``dest``, a notebook with ``language_info`` in its metadata; returns
+    the copy's SHA-256."""
+    if source.suffix == ".ipynb":
+        notebook = json.loads(source.read_text(encoding="utf-8"))
+        notebook.setdefault("metadata", {})["language_info"] = language_info
+        dest.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    else:
+        shutil.copyfile(source, dest)
+    return _sha256(dest)
+
+
+def _entry(digest: str, copy_digest: str) -> dict:
+    return {"sha256": digest} if copy_digest == digest else {"sha256": digest, "copy": copy_digest}
+
+
 def _read_manifest(root: Path) -> dict:
     path = root / MANIFEST
     if not path.is_file():
@@ -144,6 +181,7 @@ def prepare(root: str | Path | None = None, repo: str | Path | None = None) -> W
     recorded: dict = manifest["files"]
     report = WorkareaReport(root)
     course = course_files(repo)
+    info = kernel_language_info() if any(rel.endswith(".ipynb") for rel in course) else {}
     for rel, source in course.items():
         dest = root / rel
         digest = _sha256(source)
@@ -155,17 +193,16 @@ def prepare(root: str | Path | None = None, repo: str | Path | None = None) -> W
                 else:
                     report.kept_unknown.append(rel)
             elif entry.get("sha256") != digest:
-                if dest.is_file() and _sha256(dest) == entry.get("sha256"):  # untouched copy: nothing to lose
-                    shutil.copyfile(source, dest)
-                    recorded[rel] = {"sha256": digest}
+                # the copy as flashlab made it (older work areas: the course file's bytes)
+                if dest.is_file() and _sha256(dest) == entry.get("copy", entry.get("sha256")):
+                    recorded[rel] = _entry(digest, _copy(source, dest, info))  # untouched copy: nothing to lose
                     report.updated.append(rel)
                 else:
                     report.changed_upstream.append(rel)
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, dest)
         (report.restored if rel in recorded else report.copied).append(rel)
-        recorded[rel] = {"sha256": digest}
+        recorded[rel] = _entry(digest, _copy(source, dest, info))
     report.removed_upstream = sorted(rel for rel in recorded if rel not in course and (root / rel).exists())
     if not (root / _ABOUT).exists():
         (root / _ABOUT).write_text(_ABOUT_TEXT, encoding="utf-8")
