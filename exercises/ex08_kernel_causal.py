@@ -1,12 +1,12 @@
 """Exercise 08: causal masking and causal tile skipping in the forward kernel.
 
-Grade with ``check("ex08_kernel_causal")`` (hints: ``hint=3``). Start from your exercise 07: copy its
+Grade with ``check("ex08_kernel_causal")`` (hints: ``hint=1``, ``2``, ``3``). Start from your exercise 07: copy its
 kernel body and flash_forward here, then make ``causal=True`` work. The kernel takes one more
 argument, CAUSAL (a tl.constexpr).
 
 Causal, top-left aligned: query row r sees key columns c <= r. Two requirements:
 1. A key block that starts past the program's last real query row is fully masked: never load it
-   (the grader puts NaN in K and V rows that no query row may see).
+   (the grader puts NaN in the K and V rows of key blocks that no query row reaches).
 2. In the key blocks that remain, scores of keys past the query row count as -inf.
 Nq and Nk may differ (rows past Nk see every key). causal=False must keep working.
 Precision as in exercise 07 (tf32 on a GPU: 1e-2 there).

@@ -1,7 +1,8 @@
 """Exercise 15: FlashAttention-2 as a PyTorch ``torch.autograd.Function``, forward and backward over tiles.
 
 Grade with ``check("ex15_autograd_flash")`` (hints: ``hint=1``, ``2``, ``3``). torch only: no
-torch.nn.functional attention, no flashlab functions, and the backward must be yours (autograd
+torch.nn.functional attention and no torch softmax (the online softmax is the exercise), no
+flashlab functions, and the backward must be yours (autograd
 never differentiates through your forward: only FlashAttention2.backward runs).
 
 forward follows FlashAttention-2's Algorithm 1 (Dao, 2023), lines 1-17, in tiles of Q_TILE query

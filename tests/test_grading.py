@@ -403,7 +403,7 @@ def test_a_written_body_that_still_raises_is_told_which_line(tmp_path):
 
 def test_counts_show_partial_progress_and_hint_commands(tmp_path):
     shutil.copy(BROKEN / "ignores_scale.py", tmp_path / "ex03_tiled_forward.py")
-    report = check("ex03_tiled_forward", exercises_dir=tmp_path, seed=3)
+    report = check("ex03_tiled_forward", exercises_dir=tmp_path, seed=3, hint=1)
     result = report.results[0]
     passed, total = result["checks"]
     assert result["earned"] == 0 and 0 < passed < total  # keeps going after the failing case
@@ -530,6 +530,16 @@ def test_hidden_cases_are_fresh_per_seed_and_public_cases_fixed():
     assert all(np.array_equal(x.kwargs["q"], y.kwargs["q"]) for x, y in zip(p1, p2))
 
 
+def test_an_untouched_stub_shows_its_hints_when_they_are_asked_for():
+    from flashlab.grading.report import Report
+
+    report = check("ex02_softmax", exercises_dir=REPO / "exercises", public_only=True, seed=3)
+    hints = EXERCISES["ex02_softmax"].parts[0].hints
+    assert hints[0] not in str(report), "a stub not attempted yet shows no hint unasked"
+    asked = Report(report.graded, hint=3)
+    assert all(h in str(asked) for h in hints[:3]), str(asked)
+
+
 def test_hint_levels_unfold_one_at_a_time(tmp_path):
     shutil.copy(BROKEN / "wrong_values.py", tmp_path / "ex02_softmax.py")
     report = check("ex02_softmax", exercises_dir=tmp_path, hint=1, public_only=True, seed=3)
@@ -643,8 +653,20 @@ def test_public_only_never_counts_as_passed_and_html_says_so():
     ("ex14_split_kv_decode", "    o = acc / tl.where(l_i > 0, l_i, 1.0)  # an empty split: o = 0", "    o = acc",
      "o_part holds acc, not acc / l"),
     ("ex14_split_kv_decode", "m_i + tl.log(l_i))", "tl.log(l_i))", "without the running max"),
+    ("ex12_triton_online_softmax", "l_i = l_i * tl.exp(m_i - m_ref) + ", "l_i = l_i + ", "l_i is not rescaled"),
+    ("ex12_triton_online_softmax", "        p = tl.exp(x - m_i) / l_i", "        p = tl.exp(x - m_i)",
+     "without the division"),
+    ("ex12_triton_online_softmax", "mask=cols < n_cols, other=float(\"-inf\")).to(tl.float32)\n        m_new",
+     "mask=cols < n_cols, other=0.0).to(tl.float32)\n        m_new", "loaded as 0, not -inf"),
+    ("ex13_triton_backward", "        ds = p * (dp - delta[:, None])\n        dk +=", "        ds = p * dp\n        dk +=",
+     "without the D_i term"),
+    ("ex13_triton_backward", "dk += tl.dot(tl.trans(ds).to(q.dtype), q) * sm_scale",
+     "dk += tl.dot(tl.trans(ds).to(q.dtype), q)", "dK is dS^T Q without the factor scale"),
+    ("ex13_triton_backward", "        dv += tl.dot(tl.trans(p)", "        dv = tl.dot(tl.trans(p)", "overwritten"),
+    ("ex07_kernel_inner_loop", "    o = acc / l_i[:, None]", "    o = acc", "without the division by l_i"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
-        "partial lse without max"])
+        "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
+        "backward without D", "dK unscaled", "dV overwritten", "acc not divided"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"
@@ -655,9 +677,10 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
     assert words in result["failure"]["message"]
     assert "word-break:normal" in report._repr_html_()  # JupyterLab would break its lines inside words
     hints = result["hints"]
-    if hints:  # the named mistake is the first hint level: the written hints follow on request
-        assert hints[0] not in str(report) and "hint=2)" in str(report), str(report)
+    if hints:  # by default no written hint under a named mistake (it may be about something else); on request, yes
+        assert hints[0] not in str(report) and "hint=1)" in str(report), str(report)
         assert hints[0] in str(report.next_hint())
+        assert hints[0] in str(type(report)(report.graded, hint=1)), "hint=1 shows hint 1, as the docs say"
 
 
 def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):
@@ -758,17 +781,20 @@ def test_a_kernel_with_a_typical_mistake_gets_it_named(tmp_path, exercise, edits
     assert result["status"] == "failed" and words in result["failure"]["message"], result["failure"]
 
 
-def test_whole_nan_rows_of_a_kernel_output_are_named_as_rows_never_stored():
+def test_whole_nan_rows_of_a_kernel_output_are_named_as_never_stored_or_computed():
     from flashlab.grading.checks import compare
     from flashlab.grading.registry import get_exercise
 
     part = get_exercise("ex07_kernel_inner_loop").parts[0]
     expected = np.random.default_rng(0).standard_normal((1, 32, 16)).astype(np.float32)
     got = expected.copy()
-    got[0, 16:] = np.nan  # one program too few: the second query block never stored
+    got.view(np.uint32)[0, 16:] = 0x7FC00003  # the launch tracker's poison, a NaN with a payload: never stored
     failure = compare(part, got, expected)
     assert "rows 16-31 of batch element 0 are NaN in full" in failure["message"], failure
-    assert "grid covers every query block" in failure["message"]
+    assert "grid covers every block of rows" in failure["message"]
+    got[0, 16:] = np.nan  # a NaN without payload: computed, e.g. from the NaN around an input read past its end
+    failure = compare(part, got, expected)
+    assert "computed by your kernel" in failure["message"] and "load past the end of an input" in failure["message"]
 
 
 def test_holds_output_finds_the_returned_values_in_any_float_view_of_the_derived_inputs():

@@ -592,6 +592,9 @@ def flash_kernel_hidden(rng, causal):
               causal=bool(causal), scale=float(rng.uniform(0.05, 0.5)))
     cases.append(Case(attn_label(kw, bool(causal), f" scale={kw['scale']:.3f}"), kw,
                       why="an explicit scale replaces 1/sqrt(d)"))
+    if causal:  # the causal exercise's kernel keeps its non-causal path
+        cases.append(flash_case(rng, 1, int(rng.integers(17, 40)), int(rng.integers(17, 40)), 16, "float32", False,
+                                why="causal=False: the same kernel without the mask and with every key block"))
     return cases
 
 
@@ -620,6 +623,8 @@ def online_kernel_hidden(rng):
     n = int(rng.integers(33, 200))
     return (online_kernel_cases(rng, [(2, n, 16, "float32", 1.0, 0), (3, int(rng.integers(1, 16)), 16, "float16", 1.0, 0)],
                                 "a ragged last block; a row shorter than one block")
+            + online_kernel_cases(rng, [(2, int(rng.integers(260, 400)), 64, "float16", 1.0, 0)],
+                                  "float16 rows of several blocks: loads converted to float32, the store in float16")
             + online_kernel_cases(rng, [(2, 150, 16, "float32", 300.0, 0)], LARGE_LOGITS)
             + online_kernel_cases(rng, [(2, 70, 16, "float32", 1.0, 20)],
                                   "the first block is all -inf: the running max is still -inf after it, and "
@@ -653,6 +658,18 @@ def dkdv_case(rng, z, nq, nk, d, causal, scale=None, why=""):
     return Case(attn_label(kw, causal, extra), kw, why=why)
 
 
+def multi_block_backward_case(blocks: dict, rng) -> Case:
+    """Non-causal, Nq = 3 BLOCK_M + 5 and Nk = 3 BLOCK_N + 5 of the learner's last launch (unknown:
+    64): each program's loop runs over several blocks, so an accumulator that is overwritten instead
+    of added to (dk = ... for dk += ...) keeps only the last block and fails here."""
+    bm, bn = blocks.get("BLOCK_M"), blocks.get("BLOCK_N")
+    bm = bm if isinstance(bm, int) and 16 <= bm <= 128 else 64
+    bn = bn if isinstance(bn, int) and 16 <= bn <= 128 else 64
+    case = dkdv_case(rng, 1, 3 * bm + 5, 3 * bn + 5, 16, False)
+    return dataclasses.replace(case, why=(f"several blocks per program with your tiles (BLOCK_M={bm}, BLOCK_N={bn}): "
+                                          "each loop must add every block into its accumulator"))
+
+
 def dkdv_public(rng):
     return [dkdv_case(rng, 1, 32, 32, 16, False), dkdv_case(rng, 1, 32, 32, 16, True)]
 
@@ -665,7 +682,9 @@ def dkdv_hidden(rng):
             dkdv_case(rng, 1, int(rng.integers(17, 30)), int(rng.integers(35, 50)), 32, True,
                       why="causal with Nq < Nk: the last key blocks see no query row (dK = dV = 0 there)"),
             dkdv_case(rng, 1, 24, 40, 16, False, scale=float(rng.uniform(0.05, 0.5)),
-                      why="an explicit scale replaces 1/sqrt(d)")]
+                      why="an explicit scale replaces 1/sqrt(d)"),
+            Case("several blocks per program (Nq, Nk built from your BLOCK_M, BLOCK_N)", {},
+                 build=multi_block_backward_case)]
 
 
 # ----------------------------------------------------------------------------- ex14 split-KV decode

@@ -76,7 +76,9 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
     if nan.any():
         index = tuple(int(i) for i in np.argwhere(nan)[0])
         return dict(kind="nan", index=index, message=f"{name}: NaN at index {index} ({int(nan.sum())} of "
-                    f"{nan.size} elements), expected {r[index]:.6g} there" + _unwritten_rows(part, nan))
+                    f"{nan.size} elements), expected {r[index]:.6g} there" + (_unwritten_rows(part, nan, got) or (
+                        "; the grader surrounds every input of a kernel with NaN, so a load past either end of "
+                        "an input (a missing mask, a wrong stride or offset) reads NaN" if part.must_launch else "")))
     with np.errstate(invalid="ignore"):
         err = np.where((g == r) | (np.isnan(g) & np.isnan(r)), 0.0, np.abs(g - r))
     err = np.nan_to_num(err, nan=np.inf)
@@ -101,10 +103,26 @@ def choice_letter(answer) -> str | None:
     return match.group(1) if match else None
 
 
-def _unwritten_rows(part: Part, nan: np.ndarray) -> str:
+_QUIET_PAYLOAD = {np.dtype(np.float64): (np.uint64, (1 << 51) - 1), np.dtype(np.float32): (np.uint32, (1 << 22) - 1),
+                  np.dtype(np.float16): (np.uint16, (1 << 9) - 1)}
+
+
+def _poisoned(got: np.ndarray, where: np.ndarray) -> bool | None:
+    """Whether the NaN at ``where`` carry a payload (the NaN the launch tracker fills an output buffer
+    with: never stored) rather than none (a NaN computed by the kernel); None when it cannot tell."""
+    kind = _QUIET_PAYLOAD.get(got.dtype) if isinstance(got, np.ndarray) else None
+    if kind is None or not where.any():
+        return None
+    payload = np.ascontiguousarray(got).view(kind[0])[where] & kind[1]
+    return bool((payload != 0).all()) if (payload != 0).all() or (payload == 0).all() else None
+
+
+def _unwritten_rows(part: Part, nan: np.ndarray, got=None) -> str:
     """For a kernel's output: which rows came back NaN in full. The launch tracker fills a buffer that
-    holds data from outside the kernel (torch.empty's) with NaN before the launch, so whole NaN rows
-    are most often rows the kernel never stored (too few programs in the grid, a wrong store mask)."""
+    holds data from outside the kernel (torch.empty's) with a NaN carrying a payload before the launch,
+    so whole NaN rows with that payload are rows the kernel never stored (too few programs in the grid,
+    a wrong store mask); NaN without one were computed, most often from a load past the end of an input
+    (the grader surrounds every input with NaN)."""
     if not part.must_launch or nan.ndim < 2:
         return ""
     rows = nan.all(axis=-1).reshape(-1, nan.shape[-2])  # (batch elements, rows)
@@ -118,10 +136,18 @@ def _unwritten_rows(part: Part, nan: np.ndarray) -> str:
             runs.append(f"{start}" if start == prev else f"{start}-{prev}")
             start = cur
     where = f"rows {', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''} of batch element {b}"
+    full_rows = np.broadcast_to(nan.all(axis=-1, keepdims=True), nan.shape) & nan
+    if _poisoned(got, full_rows) is False:
+        return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
+                ", computed by your kernel (the rows were stored): the grader surrounds every input of a kernel "
+                "with NaN, so a load past the end of an input (a missing mask, a wrong stride or offset) gives "
+                "this, as does a load of rows a check fills with NaN (see 'this check'); so does a row of 0/0, or "
+                "of exp(-inf - (-inf)) where every entry so far is masked")
     return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
             ": rows your kernel never stores keep the NaN the grader fills an output buffer with, so check "
-            "that the grid covers every query block and batch element and that the store mask keeps every real "
-            "row (a row of 0/0 is NaN too)")
+            "that the grid covers every block of rows (and every batch element) and that the store mask keeps "
+            "every real row; a row of 0/0, or of exp(-inf - (-inf)) where every entry so far is masked, is NaN "
+            "too")
 
 
 def compare(part: Part, got, expected, on_cuda: bool = False) -> dict | None:
@@ -145,11 +171,15 @@ def compare(part: Part, got, expected, on_cuda: bool = False) -> dict | None:
     if len(part.outputs) > 1:
         if type(got) is not tuple or len(got) != len(part.outputs):
             return dict(kind="type", message=f"expected a tuple ({', '.join(part.outputs)}), got {_describe(got)}")
-        for name, g, r in zip(part.outputs, got, expected):
-            failure = _compare_array(part, name, g, r, on_cuda)
-            if failure:
-                return failure
-        return None
+        failures = [(name, _compare_array(part, name, g, r, on_cuda)) for name, g, r in zip(part.outputs, got, expected)]
+        wrong = [(name, f) for name, f in failures if f]
+        if not wrong:
+            return None
+        first = wrong[0][1]
+        right = [name for name, f in failures if not f]
+        verdict = (f"; {', '.join(right)} {'is' if len(right) == 1 else 'are'} right" if right else "") + (
+            f"; {', '.join(n for n, _ in wrong[1:])} wrong too" if len(wrong) > 1 else "")
+        return dict(first, message=first["message"] + verdict) if verdict else first
     return _compare_array(part, part.outputs[0], got, expected, on_cuda)
 
 
@@ -438,6 +468,9 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if handed:
         return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
                     "the result must be computed by the kernel")
+    blocks = _launch_blocks_problem(part, case, record)
+    if blocks:
+        return dict(kind="launch", message=blocks)
     extra, referenced = record.get("extra_bytes"), record.get("referenced_bytes")
     if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]
@@ -490,6 +523,28 @@ def _stub_source(exercise: Exercise) -> str | None:
     root = _repo_root()
     path = root / "exercises" / f"{exercise.name}.py" if root else None
     return path.read_text() if path is not None and path.is_file() else None
+
+
+def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
+    """Why the launches did not use the tile the case asked for (``Part.launch_blocks``), or ''."""
+    launches = [launch for launch in record.get("launches") or []
+                if isinstance(launch, dict) and isinstance(launch.get("constexprs"), dict)]
+    for constexpr, argument in part.launch_blocks:
+        asked = case.kwargs.get(argument)
+        if type(asked) is not int:
+            continue
+        for launch in launches:
+            values = {str(k): v for k, v in launch["constexprs"].items() if type(v) is int}
+            if values.get(constexpr) != asked:
+                return (f"the kernel was launched with {constexpr}={values.get(constexpr)} where {argument}={asked} "
+                        f"was asked for: launch it with {constexpr}={argument}, whatever the row length, and walk "
+                        "the row block by block")
+            wider = sorted(f"{k}={v}" for k, v in values.items() if k != constexpr and v > asked)
+            if wider:
+                return (f"the kernel was launched with {', '.join(wider)} beside {constexpr}={asked}: a tile wider "
+                        f"than {argument} holds more than one block of the row; keep one block of {argument} values "
+                        "at a time")
+    return ""
 
 
 def _launch_info(records: list) -> dict:
@@ -559,6 +614,10 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                                         expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers))
             if lost is not None:
                 failure = lost
+                if failure.get("kind") == "crash" and part.must_launch:
+                    failure = dict(failure, message=failure["message"] + (
+                        ". With a Triton kernel in the CPU interpreter the usual cause is a tl.load or tl.store past "
+                        "the end of a tensor: a missing mask, or a wrong stride or offset"))
             else:
                 records.append(record)
                 chars = record.get("output_chars")
@@ -857,7 +916,7 @@ def _grade(exercises, exercises_dir, solutions, seed, public_only, fn, time_limi
         return _refuse_if_tampered(before, list(pool.map(one, exercises)))
 
 
-def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hint: int = 1, seed=None,
+def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hint: int | None = None, seed=None,
           public_only: bool = False, time_limit_s: float | None = None):
     """Grade one exercise and return a report (HTML in Jupyter, text with ``print``).
 
@@ -865,11 +924,11 @@ def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hi
     (matched to a part by its name), or a dict {part name: function}. exercises_dir: the folder of
     the learner's modules (default: FLASHLAB_EXERCISES_DIR, else exercises/ above the current
     directory). hint: how many hint levels to show for a failing part (``check(name, hint=2)``
-    shows two). seed: the hidden cases' seed (default: fresh each run). public_only: skip hidden
+    shows hints 1 and 2; default: hint 1, or none under a mistake the grader names). seed: the hidden cases' seed (default: fresh each run). public_only: skip hidden
     cases. time_limit_s: a lower time limit per case than the exercise's own.
     """
     from flashlab.grading.report import Report
 
-    if not isinstance(hint, int) or hint < 0:
+    if hint is not None and (type(hint) is not int or hint < 0):
         raise ValueError(f"hint={hint!r} must be an int >= 0 (hint levels to show)")
     return Report(grade([name], exercises_dir, solutions, seed, public_only, fn, time_limit_s), hint=hint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from flashlab.grading.registry import EXERCISES
@@ -27,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tests", metavar="DIR", help="an instructor's test pack: DIR/pack.py (CASES, WEIGHTS)")
     parser.add_argument("--json", action="store_true", help="print the full results as JSON")
     parser.add_argument("--gradescope", metavar="FILE", help="also write Gradescope's results.json to FILE")
-    parser.add_argument("--hint", type=int, default=1, help="hint levels to show for failing parts")
+    parser.add_argument("--hint", type=int, default=None,
+                        help="hint levels to show for failing parts (default: hint 1, or none under a named mistake)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: fresh)")
     parser.add_argument("--public-only", action="store_true", help="run only the public cases")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="exercises graded at the same time")
@@ -67,13 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.gradescope:
         with open(args.gradescope, "w") as f:
             json.dump(report.gradescope(), f, indent=1)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=1, default=str))
-    else:
-        if args.verbose or not report.passed:
-            print(report)
-            print()
-        print(report.table())
+    try:
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=1, default=str))
+        else:
+            if args.verbose or not report.passed:
+                print(report)
+                print()
+            print(report.table())
+        sys.stdout.flush()
+    except BrokenPipeError:  # the output piped into `head` or a pager that quit: not an error of the grade
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if report.passed else 1
 
 

@@ -25,6 +25,8 @@ EXP_WITH_LOG2E = ("the scores use exp() with log2(e) = 1.4427 folded into the sc
                   "factor, or exp without it")
 EXP2_WITHOUT_LOG2E = ("the scores use exp2() but the scale is not multiplied by log2(e) = 1.4427 (exp2(x log2 e) "
                       "= exp(x))")
+ACC_NOT_DIVIDED = "acc is stored without the division by l_i: O_i = acc / l_i once, after the loop (line 12)"
+SCALE_TWICE = "the scale is applied twice: the scores are multiplied by scale^2"
 NORMALISED_IN_LOOP = ("acc is divided by l_i inside the key loop: keep acc unnormalised and divide once, after "
                       "the loop (FlashAttention-2 Algorithm 1, line 12)")
 
@@ -33,7 +35,7 @@ def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=N
                normalise_in_loop=None):
     """Attention with optional mistakes; rows are independent, so one 'query block' is all rows.
     normalise_in_loop: "and_after" divides acc by l_i after every key block and again at the end,
-    "only" after every key block and not at the end."""
+    "only" after every key block and not at the end, "never" not at all."""
     q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
     nq, nk = q64.shape[-2], k64.shape[-2]
     s = scale * (q64 @ np.swapaxes(k64, -1, -2))  # (..., Nq, Nk)
@@ -51,10 +53,10 @@ def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=N
             p = np.exp(s_j - m_new[..., None])
             l = (alpha if "l" in rescale else 1.0) * l + p.sum(axis=-1)
             acc = (alpha[..., None] if "acc" in rescale else 1.0) * acc + p @ v64[..., k0:k0 + block_k, :]
-            if normalise_in_loop:
+            if normalise_in_loop in ("only", "and_after"):
                 acc = acc / l[..., None]
             m = m_new
-        return (acc if normalise_in_loop == "only" else acc / l[..., None]).astype(q.dtype)
+        return (acc if normalise_in_loop in ("only", "never") else acc / l[..., None]).astype(q.dtype)
 
 
 def _scale(kw):
@@ -139,7 +141,11 @@ _TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled),
           (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
           ) + _ATTENTION
 _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp_with_log2e),
-                    (EXP2_WITHOUT_LOG2E, exp2_without_log2e))
+                    (EXP2_WITHOUT_LOG2E, exp2_without_log2e),
+                    (ACC_NOT_DIVIDED, lambda kw, blocks: _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False),
+                                                                     _scale(kw), normalise_in_loop="never")),
+                    (SCALE_TWICE, lambda kw, blocks: _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False),
+                                                                 _scale(kw) ** 2)))
 
 PARTIAL_NO_SCALE = "the partial scores are not multiplied by scale = 1/sqrt(d) (or the scale argument)"
 PARTIAL_NOT_NORMALISED = ("o_part holds acc, not acc / l: each split's partial output is normalised by its own "
@@ -179,6 +185,128 @@ _PARTIALS = ((PARTIAL_NO_SCALE, lambda kw, blocks: _partials(kw, scale=1.0) if _
              (PARTIAL_LSE_LOG2, lambda kw, blocks: _partials(kw, lse="log2")),
              (PARTIAL_LSE_WITHOUT_MAX, lambda kw, blocks: _partials(kw, lse="without_max")))
 
+ROW_SUM_NOT_RESCALED = ("the running sum l_i is not rescaled by exp(m_i_old - m_i_new) when a later block raises "
+                        "the row max")
+ROW_EXP2 = "exp2 is used on x - m without the factor log2(e) = 1.4427 (exp2(x log2 e) = exp(x)): use exp, or scale by it"
+ROW_NOT_DIVIDED = "the output is exp(x - m) without the division by the row sum l"
+ROW_PAD_ZERO = ("the masked columns past the row's end are loaded as 0, not -inf: they add exp(0 - m) to the sum "
+                "(use other=-float('inf') in the masked load)")
+ROW_ONE_PASS = ("each block is written with the max and sum of the blocks read so far: read the whole row "
+                "once for m and l, then a second time to write exp(x - m) / l")
+
+
+def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=False, one_pass=False):
+    """Exercise 12's blockwise row softmax with one mistake, in the input dtype (None if it cannot show)."""
+    x = np.asarray(kw["x"], np.float64)
+    bn = kw.get("block_n") or blocks.get("BLOCK_N") or 32
+    n = x.shape[-1]
+    if (not rescale or one_pass) and n <= bn or pad_zero and n % bn == 0:
+        return None
+    ex = (lambda a: np.exp2(a)) if exp2 else np.exp
+    out = np.empty_like(x)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m, l = np.full(x.shape[:-1], -np.inf), np.zeros(x.shape[:-1])
+        for j in range(0, n, bn):
+            block = x[..., j:j + bn]
+            if pad_zero and block.shape[-1] < bn:
+                block = np.concatenate([block, np.zeros(block.shape[:-1] + (bn - block.shape[-1],))], axis=-1)
+            m_new = np.maximum(m, block.max(axis=-1))
+            m_ref = np.where(m_new == -np.inf, 0.0, m_new)
+            l = (ex(m - m_ref) if rescale else 1.0) * l + ex(block - m_ref[..., None]).sum(axis=-1)
+            m = m_new
+            if one_pass:
+                out[..., j:j + bn] = ex(x[..., j:j + bn] - m_ref[..., None]) / l[..., None]
+        if not one_pass:
+            out = ex(x - np.where(m == -np.inf, 0.0, m)[..., None]) / (l[..., None] if divide else 1.0)
+    return out.astype(kw["x"].dtype)
+
+
+_ROW_SOFTMAX = ((ROW_SUM_NOT_RESCALED, lambda kw, blocks: _row_softmax(kw, blocks, rescale=False)),
+                (ROW_EXP2, lambda kw, blocks: _row_softmax(kw, blocks, exp2=True)),
+                (ROW_NOT_DIVIDED, lambda kw, blocks: _row_softmax(kw, blocks, divide=False)),
+                (ROW_PAD_ZERO, lambda kw, blocks: _row_softmax(kw, blocks, pad_zero=True)),
+                (ROW_ONE_PASS, lambda kw, blocks: _row_softmax(kw, blocks, one_pass=True)))
+
+BWD_NO_DELTA = "dS is P * dP without the D_i term: dS = P * (dP - D_i[:, None]), D = rowsum(dO * O)"
+BWD_DK_UNSCALED = "dK is dS^T Q without the factor scale (dK = scale dS^T Q)"
+BWD_DQ_UNSCALED = "dQ is dS K without the factor scale (dQ = scale dS K)"
+BWD_OVERWRITTEN = ("the accumulator is overwritten in the loop (dk = ..., not dk += ...): only the last block "
+                   "the loop visits is kept")
+BWD_CAUSAL_FLIPPED = "the causal mask is on the wrong side: key c counts for query row r when c <= r, not c >= r"
+
+
+def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, cols=None, flipped=False):
+    """(dq, dk, dv) of exercise 13 with one mistake, float64; P from the given lse, D from the given o.
+    rows / cols: only these query rows / key columns contribute (an overwritten accumulator)."""
+    q, k, v, o, do = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do"))
+    lse = np.asarray(kw["lse"], np.float64)
+    scale = _scale(kw)
+    nq, nk = q.shape[-2], k.shape[-2]
+    r, c = np.arange(nq)[:, None], np.arange(nk)[None, :]
+    keep = np.ones((nq, nk), bool)
+    if kw.get("causal"):
+        keep = c >= r if flipped else c <= r
+    if rows is not None:
+        keep = keep & np.isin(np.arange(nq), rows)[:, None]
+    if cols is not None:
+        keep = keep & np.isin(np.arange(nk), cols)[None, :]
+    p = np.where(keep, np.exp(scale * (q @ np.swapaxes(k, -1, -2)) - lse[..., None]), 0.0)
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (do * o).sum(-1)[..., None]) if delta else p * dp
+    dk = (scale if scale_dk else 1.0) * (np.swapaxes(ds, -1, -2) @ q)
+    dq = (scale if scale_dq else 1.0) * (ds @ k)
+    dv = np.swapaxes(p, -1, -2) @ do
+    return dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)
+
+
+def _dkdv(**options):
+    def detector(kw, blocks):
+        _, dk, dv = _backward(kw, blocks, **options)
+        return dk, dv
+    return detector
+
+
+def _dq(**options):
+    def detector(kw, blocks):
+        return _backward(kw, blocks, **options)[0]
+    return detector
+
+
+def _last_block(size_key, block_key):
+    """Rows (or columns) of the last block a non-causal loop visits, when there is more than one."""
+    def rows(kw, blocks):
+        n, b = kw[size_key].shape[-2], blocks.get(block_key)
+        if kw.get("causal") or type(b) is not int or n <= b:
+            return None
+        return np.arange((n - 1) // b * b, n)
+    return rows
+
+
+def _overwritten(part, which=("dk", "dv")):
+    """An accumulator overwritten instead of added to: dq, or dk and / or dv (``which``)."""
+    rows_of = _last_block("q", "BLOCK_M") if part == "dkdv" else _last_block("k", "BLOCK_N")
+
+    def detector(kw, blocks):
+        last = rows_of(kw, blocks)
+        if last is None:
+            return None
+        if part == "dq":
+            return _dq(cols=last)(kw, blocks)
+        wrong, right = _dkdv(rows=last)(kw, blocks), _dkdv()(kw, blocks)
+        return tuple(w if name in which else r for name, w, r in zip(("dk", "dv"), wrong, right))
+    return detector
+
+
+def _causal_only(detector):
+    return lambda kw, blocks: detector(kw, blocks) if kw.get("causal") else None
+
+
+_DKDV = ((BWD_NO_DELTA, _dkdv(delta=False)), (BWD_DK_UNSCALED, _dkdv(scale_dk=False)),
+         (BWD_OVERWRITTEN, _overwritten("dkdv")), (BWD_OVERWRITTEN, _overwritten("dkdv", ("dk",))),
+         (BWD_OVERWRITTEN, _overwritten("dkdv", ("dv",))), (BWD_CAUSAL_FLIPPED, _causal_only(_dkdv(flipped=True))))
+_DQ = ((BWD_NO_DELTA, _dq(delta=False)), (BWD_DQ_UNSCALED, _dq(scale_dq=False)),
+       (BWD_OVERWRITTEN, _overwritten("dq")), (BWD_CAUSAL_FLIPPED, _causal_only(_dq(flipped=True))))
+
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
     ("ex01_naive", "naive_attention"): _ATTENTION,
@@ -186,4 +314,7 @@ MISTAKES = {
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
     ("ex08_kernel_causal", "flash_forward"): _KERNEL,
     ("ex14_split_kv_decode", "split_kv_partials"): _PARTIALS,
+    ("ex12_triton_online_softmax", "online_row_softmax"): _ROW_SOFTMAX,
+    ("ex13_triton_backward", "flash_backward_dkdv"): _DKDV,
+    ("ex13_triton_backward", "flash_backward_dq"): _DQ,
 }

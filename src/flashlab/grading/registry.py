@@ -246,7 +246,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "m_new = maximum(m_i, max(x, 0)); m_ref = where(m_new == -inf, 0, m_new); l_i = l_i * exp(m_i - "
                  "m_ref) + sum(exp(x - m_ref), 0); m_i = m_new; second loop: store exp(x - m_i) / l_i; wrapper: "
                  "online_softmax_kernel[(M,)](x, out, x.stride(0), out.stride(0), N, BLOCK_N=block_n)"),
-             tensors=True, must_launch=("online_softmax_kernel",), time_limit_s=60.0),
+             tensors=True, must_launch=("online_softmax_kernel",), time_limit_s=60.0,
+             launch_blocks=(("BLOCK_N", "block_n"),)),
     ), needs_triton=True),
     Exercise("ex13_triton_backward", "Triton backward: dK, dV per key block, dQ per query block", (
         Part("flash_backward_dkdv", "dK, dV kernel recomputing P from lse", 4, cases.dkdv_reference,
@@ -324,7 +325,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "that require grad, call FlashAttention2.apply, then o.backward(do).",
                  "q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v)); o = "
                  "FlashAttention2.apply(q, k, v, causal); o.backward(do); return o.detach(), q.grad, k.grad, v.grad"),
-             outputs=("o", "dq", "dk", "dv"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=30.0,
+             outputs=("o", "dq", "dk", "dv"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=120.0,
              gradients_from="FlashAttention2"),
     )),
 )}

@@ -3,8 +3,9 @@
 Counts are honest: a part whose public checks pass but whose hidden checks have not run is not
 "passed", checks that did not run (after a timeout or crash) are "not yet run", never passed, and
 "8 of 10 checks pass" is shown beside the points (which are all or nothing per part). Hints are
-shown for failing parts up to the report's hint level (a named mistake counts as the first
-level); :meth:`Report.next_hint` raises it by one.
+shown for failing parts up to the report's hint level: ``hint=N`` shows hints 1 to N. Without a
+level, a failing part shows hint 1, or none where the grader named a known mistake (the hint may
+be about something else); :meth:`Report.next_hint` shows one more.
 ``gradescope()`` gives Gradescope's results.json.
 """
 from __future__ import annotations
@@ -53,9 +54,10 @@ def counts_line(r: dict) -> str:
 class Report:
     """Results of grading one or more exercises (see :func:`flashlab.grading.check`)."""
 
-    def __init__(self, graded: list, hint: int = 1, shell: bool = False):
+    def __init__(self, graded: list, hint: int | None = None, shell: bool = False):
         self.graded = graded  # [(Exercise, {part: result dict})]
-        self.hint = hint
+        self.hint = hint  # None: the default level (1, or 0 under a named mistake)
+        self.more = 0  # levels added by next_hint()
         self.shell = shell  # hint footers name the command-line option instead of check()
 
     # -- numbers
@@ -77,7 +79,7 @@ class Report:
 
     def next_hint(self) -> "Report":
         """Show one more hint level for the failing parts (returns the report, for display)."""
-        self.hint += 1
+        self.more += 1
         return self
 
     def gradescope(self) -> dict:
@@ -92,24 +94,30 @@ class Report:
                     output=f"score: {self.score}/{self.total} points", visibility="visible")
 
     def to_dict(self) -> dict:
-        return dict(score=self.score, total=self.total, passed=self.passed, hint=self.hint,
+        return dict(score=self.score, total=self.total, passed=self.passed, hint=self.hint_level(),
                     exercises=[dict(name=e.name, title=e.title, score=sum(r["earned"] for r in rs.values()),
                                     total=e.points, parts=list(rs.values())) for e, rs in self.graded])
 
     # -- text
+    def hint_level(self, r: dict | None = None) -> int:
+        """Hints shown for a failing part ``r``: the level asked for, else 1, or 0 where the failure
+        names a known mistake; plus one per :meth:`next_hint`."""
+        named = r is not None and bool((r.get("failure") or {}).get("mistake"))
+        return (self.hint if self.hint is not None else 0 if named else 1) + self.more
+
     def _hints(self, r: dict) -> list[str]:
-        """The part's hints up to the report's level. Where the failure names a known mistake, that
-        name is the first level, so the written hints (about other things, often) start one later."""
-        if r["status"] != "failed" or not r["hints"]:
+        """The part's hints up to its level (:meth:`hint_level`). A part not attempted yet shows
+        them only when a level was asked for."""
+        asked = self.hint is not None or self.more > 0
+        if not r["hints"] or not (r["status"] == "failed" or r["status"] == "not attempted" and asked):
             return []
-        named = 1 if (r.get("failure") or {}).get("mistake") else 0
-        shown = r["hints"][: max(0, self.hint - named)]
+        shown = r["hints"][: self.hint_level(r)]
         lines = [f"hint {i + 1}: {h}" for i, h in enumerate(shown)]
         if len(shown) < len(r["hints"]):
-            more, level = len(shown) + 1, len(shown) + 1 + named
-            how = (f"flashlab grade {r['exercise']} --hint {level}" if self.shell
-                   else f"check(\"{r['exercise']}\", hint={level})")
-            lines.append(f"(hint {more} of {len(r['hints'])}{', beyond the mistake named above' if named else ''}: {how})")
+            more = len(shown) + 1
+            how = (f"flashlab grade {r['exercise']} --hint {more}" if self.shell
+                   else f"check(\"{r['exercise']}\", hint={more})")
+            lines.append(f"(hint {more} of {len(r['hints'])}: {how})")
         return lines
 
     @staticmethod

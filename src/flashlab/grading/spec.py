@@ -64,6 +64,9 @@ class Part:
     time_limit_s: float = 10.0  # per case
     # known mistakes, (what the mistake is, fn(case kwargs, launch constexprs) -> the mistaken output)
     mistakes: tuple = ()
+    # (kernel constexpr, argument): every launch must use the tile size the case asks for, and no
+    # integer constexpr above it (a kernel that widens its tile to the whole row walks no blocks)
+    launch_blocks: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
