@@ -26,10 +26,12 @@ def online_softmax_kernel(X, Out, stride_xm, stride_om, n_cols, BLOCK_N: tl.cons
 def online_row_softmax(x, block_n=32):
     """softmax over the last axis of x: (M, N) -> (M, N), same dtype, by online_softmax_kernel.
 
-    x: a 2-D float32 or float16 tensor, rows contiguous. block_n: the kernel's BLOCK_N, a power of
-    two >= 16 (ValueError otherwise), whatever N is. Entries may be -inf (probability 0), and a
-    row's first block may be all -inf; every row holds at least one finite entry.
-    Graded: N not a multiple of block_n, N < block_n, float16, scores near 300 (exp overflows
-    float32 past 88.7), leading -inf columns.
+    x: a 2-D float32 or float16 tensor whose columns are contiguous; its rows may lie further apart
+    than N (x.stride(0) > N: pass x.stride(0), and out.stride(0) for out). block_n: the kernel's
+    BLOCK_N, a power of two >= 16 (otherwise a ValueError naming block_n), whatever N is. Entries may
+    be -inf (probability 0), and a row's first block may be all -inf; every row holds at least one
+    finite entry. Graded: N not a multiple of block_n, N < block_n, float16, scores near 300 (exp
+    overflows float32 past 88.7), leading -inf columns, a first block far above the rest, strided
+    rows, a bad block_n.
     """
     raise NotImplementedError("Exercise 12: online softmax kernel")

@@ -622,6 +622,8 @@ MISTAKES = [
      "ds = p * (dp - (p * dp).sum(-1, keepdims=True))", "tiled_attention_backward", "value"),
     ("ex10_tiled_backward", "no causal tile skipping", "if causal and k0 > q1 - 1:", "if False:",
      "tiled_attention_backward", "nan"),
+    ("ex15_autograd_flash", "running max not carried", "m_new = torch.maximum(m_i, s.amax(-1))", "m_new = s.amax(-1)",
+     "flash_forward_lse", "nan"),
 ]
 
 
@@ -641,7 +643,10 @@ def test_public_only_never_counts_as_passed_and_html_says_so():
     report = check("ex04_causal_tiles", exercises_dir=REPO / "solutions", public_only=True, seed=3)
     assert {r["status"] for r in report.results} == {"public passed"} and report.score == 0 and not report.passed
     assert "hidden checks not yet run" in str(report) and "PART" in report._repr_html_()
-    assert "not all checks passed" in report._repr_html_()
+    assert "public checks only (2 of 2 parts pass theirs)" in report._repr_html_()
+    assert str(report).endswith('the points come from the hidden checks: check("ex04_causal_tiles")'), str(report)
+    shell = type(report)(report.graded, shell=True)
+    assert str(shell).endswith("the points come from the hidden checks: flashlab grade ex04_causal_tiles"), str(shell)
 
 
 @pytest.mark.parametrize("exercise, old, new, words", [
@@ -664,9 +669,20 @@ def test_public_only_never_counts_as_passed_and_html_says_so():
      "dk += tl.dot(tl.trans(ds).to(q.dtype), q)", "dK is dS^T Q without the factor scale"),
     ("ex13_triton_backward", "        dv += tl.dot(tl.trans(p)", "        dv = tl.dot(tl.trans(p)", "overwritten"),
     ("ex07_kernel_inner_loop", "    o = acc / l_i[:, None]", "    o = acc", "without the division by l_i"),
+    ("ex03_tiled_forward", "m_new = np.maximum(m_i, s.max(axis=-1))", "m_new = s.max(axis=-1)",
+     "running max is not carried"),
+    ("ex07_kernel_inner_loop", "m_new = tl.maximum(m_i, tl.max(qk, 1))", "m_new = tl.max(qk, 1)",
+     "running max is not carried"),
+    ("ex08_kernel_causal", "m_new = tl.maximum(m_i, tl.max(qk, 1))", "m_new = tl.max(qk, 1)",
+     "running max is not carried"),
+    ("ex12_triton_online_softmax", "m_new = tl.maximum(m_i, tl.max(x, 0))", "m_new = tl.max(x, 0)",
+     "running max is not carried"),
+    ("ex14_split_kv_decode", "m_new = tl.maximum(m_i, tl.max(s, 0))", "m_new = tl.max(s, 0)",
+     "running max is not carried"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
         "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
-        "backward without D", "dK unscaled", "dV overwritten", "acc not divided"])
+        "backward without D", "dK unscaled", "dV overwritten", "acc not divided", "tiled max not carried",
+        "kernel max not carried", "causal kernel max not carried", "row max not carried", "split max not carried"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"
@@ -779,6 +795,115 @@ def test_a_kernel_with_a_typical_mistake_gets_it_named(tmp_path, exercise, edits
     report = check(exercise, exercises_dir=tmp_path, seed=5, public_only=True)
     result = report.results[0]
     assert result["status"] == "failed" and words in result["failure"]["message"], result["failure"]
+
+
+OUT_OF_BOUNDS = [  # (exercise, a masked load or store of its solution, the same unmasked, the parameter named)
+    ("ex07_kernel_inner_loop", "q = tl.load(q_ptrs, mask=offs_m[:, None] < N_Q, other=0.0)", "q = tl.load(q_ptrs)",
+     "tl.load", "Q"),
+    ("ex07_kernel_inner_loop", "tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=offs_m[:, None] < N_Q)",
+     "tl.store(o_ptrs, o.to(Out.dtype.element_ty))", "tl.store", "Out"),
+    ("ex13_triton_backward", "tl.store(dQ + q_off, dq.to(dQ.dtype.element_ty), mask=row_ok[:, None])",
+     "tl.store(dQ + q_off, dq.to(dQ.dtype.element_ty))", "tl.store", "dQ"),
+]
+
+
+@pytest.mark.skipif(has_gpu_driver(), reason="the interpreter's check: compiled kernels are not checked on a GPU")
+@pytest.mark.parametrize("exercise, old, new, what, name", OUT_OF_BOUNDS, ids=[f"{e[:4]} {w} {n}" for e, _, _, w, n in OUT_OF_BOUNDS])
+def test_a_load_or_store_outside_the_tensors_fails_naming_the_tensor_and_line(tmp_path, exercise, old, new, what, name):
+    """Rows a missing mask reads past the end may never reach a returned value (an unmasked Q load
+    whose extra rows are not stored), and a store past the end may corrupt nothing the grader reads:
+    under the interpreter every access is checked against the launch's tensors."""
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    assert old in text, "the solution changed: update this test"
+    (tmp_path / f"{exercise}.py").write_text(text.replace(old, new))
+    line = text.replace(old, new).splitlines().index(next(x for x in text.replace(old, new).splitlines() if new in x)) + 1
+    report = check(exercise, exercises_dir=tmp_path, seed=3)
+    failures = [r["failure"] for r in report.results if r["status"] == "failed"]
+    assert failures and not report.passed, str(report)
+    failure = failures[0]
+    assert failure["kind"] == "exception" and f"{exercise}.py:{line}:" in failure["where"], failure
+    assert f"OutOfBounds: a {what} reached memory outside every tensor" in failure["message"], failure["message"]
+    assert f"past the end of {name} (shape" in failure["message"], failure["message"]
+
+
+ROW_KERNEL_MISTAKES = [  # (exercise, text of its solution, the mistake, words of the failing check's report)
+    ("ex12_triton_online_softmax", "X + row * stride_xm", "X + row * n_cols", "x.stride(0) = "),
+    ("ex12_triton_online_softmax", "Out + row * stride_om", "Out + row * stride_xm", "x.stride(0) = "),
+    ("ex06_triton_primer", "X + row * stride_xm", "X + row * n_cols", "x.stride(0) = "),
+    ("ex12_triton_online_softmax", '        raise ValueError(f"block_n={block_n} must be a power of two >= 16")\n',
+     "        pass\n", "expected ValueError whose message names block_n"),
+    ("ex12_triton_online_softmax", 'raise ValueError(f"block_n={block_n} must be a power of two >= 16")',
+     'raise ValueError("bad block size")', "it raised ValueError: bad block size"),
+]
+
+
+@pytest.mark.parametrize("exercise, old, new, words", ROW_KERNEL_MISTAKES,
+                         ids=["x rows by n_cols", "out rows by x's stride", "primer rows by n_cols", "no ValueError",
+                              "ValueError without the name"])
+def test_strided_rows_and_a_refused_block_n_are_graded(tmp_path, exercise, old, new, words):
+    """A row kernel must step by the strides it is given (the grader hands it a column slice of a
+    wider array), and exercise 12 must refuse a bad block_n naming it."""
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    assert old in text, "the solution changed: update this test"
+    (tmp_path / f"{exercise}.py").write_text(text.replace(old, new))
+    report = check(exercise, exercises_dir=tmp_path, seed=3)
+    failed = [r for r in report.results if r["status"] == "failed"]
+    assert len(failed) == 1 and not report.passed, str(report)
+    failure = failed[0]["failure"]
+    assert words in failure["case"] + failure["message"], failure
+
+
+def test_every_public_case_says_what_it_checks(tmp_path):
+    from flashlab.grading.cases import PUBLIC_WHY
+    from flashlab.grading.checks import PUBLIC_SEED
+
+    for name, exercise in EXERCISES.items():
+        for index, part in enumerate(exercise.parts):
+            if part.kind in ("choice", "number"):
+                continue
+            public = part.public(np.random.default_rng([PUBLIC_SEED, index]))
+            whys = PUBLIC_WHY.get((name, part.function), ())
+            assert len(whys) == len(public) or all(c.why for c in public), (name, part.function, len(whys), len(public))
+    source = (REPO / "solutions" / "ex04_causal_tiles.py").read_text()
+    (tmp_path / "ex04_causal_tiles.py").write_text(source.replace("return j * block_k > last_row",
+                                                                  "return j * block_k >= last_row"))
+    report = check("ex04_causal_tiles", exercises_dir=tmp_path, seed=3)
+    assert "this check (public, the same on every run): block_q != block_k, a tile that the diagonal crosses" in str(
+        report), str(report)
+
+
+@pytest.mark.skipif(has_gpu_driver(), reason="NumPy's warnings come from Triton's CPU interpreter")
+def test_numpy_warnings_from_inside_the_interpreter_are_not_reported_as_printed(tmp_path):
+    source = (REPO / "solutions" / "ex06_triton_primer.py").read_text()
+    old = 'other=float("-inf")).to(tl.float32)'
+    assert old in source, "the solution changed: update this test"
+    (tmp_path / "ex06_triton_primer.py").write_text(source.replace(old, old + ' * float("inf")'))  # inf - inf: NaN
+    report = check("ex06_triton_primer", exercises_dir=tmp_path, seed=3, public_only=True)
+    failure = report.results[1]["failure"]
+    assert failure["kind"] == "nan" and not failure["output"], failure
+    assert "RuntimeWarning" not in str(report) and "printed:" not in str(report), str(report)
+
+
+def test_memory_bounds_accepts_every_byte_of_a_view_and_names_the_nearest_tensor():
+    import torch
+
+    from flashlab.grading.child import MemoryBounds, OutOfBounds
+
+    frame = torch.full((100,), float("nan"))
+    x = frame[10:22].view(3, 4)  # inside a larger buffer, as the grader's inputs are
+    y = torch.zeros(5, dtype=torch.float16)
+    bounds = MemoryBounds()
+    bounds.set([("X", x), ("Y", y)])
+    inside = np.array([x.data_ptr() + 4 * i for i in range(12)] + [y.data_ptr() + 2 * i for i in range(5)], np.uint64)
+    bounds.check("tl.load", inside)
+    past = np.array([x.data_ptr() + 4 * 12], np.uint64)
+    with pytest.raises(OutOfBounds, match=r"1 element past the end of X \(shape \(3, 4\)\)"):
+        bounds.check("tl.load", past)
+    bounds.check("tl.load", past, np.array([False]))  # masked off: not read
+    with pytest.raises(OutOfBounds, match="3 elements before the start of X"):
+        bounds.check("tl.store", np.array([x.data_ptr() - 12], np.uint64))
+    bounds.set([])
+    bounds.check("tl.load", past)  # no launch running: nothing to check
 
 
 def test_whole_nan_rows_of_a_kernel_output_are_named_as_never_stored_or_computed():

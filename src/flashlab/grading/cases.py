@@ -66,6 +66,26 @@ def large_logits(rng, nq, nk, d, batch=()) -> dict:
     kw["k"][..., 0] = 1.0
     kw["q"][..., 0] = offset * np.sqrt(d)
     return kw
+FIRST_KEYS_WHY = ("the first keys of each row{where} score {boost:g} above the rest: a running max that is not "
+                  "carried from block to block makes exp(m_old - m_new) overflow at the next key block")
+
+
+def boost_first_keys(kw: dict, starts, count: int, boost: float) -> dict:
+    """``kw`` with keys start..start+count-1 (for each start) scoring ``boost`` above the others in
+    every row: q[..., 0] = 1 and those keys' k[..., 0] = boost / scale. The large term sits in one
+    product whose factors are exact in float32 and tf32 (boost / scale is, for d = 16), so a
+    GPU's tf32 dot keeps it exact; the softmax falls almost wholly on the boosted keys, whose
+    scores differ by O(1) terms as in any random case."""
+    kw = dict(kw)
+    q, k = kw["q"].copy(), kw["k"].copy()
+    scale = kw.get("scale") or 1.0 / np.sqrt(q.shape[-1])
+    q[..., 0] = 1.0
+    for start in starts:
+        k[..., start:start + count, 0] = boost / scale
+    kw["q"], kw["k"] = q, k
+    return kw
+
+
 POISON_WHY = ("causal: every key from row {first} on is past the last query row, and those K/V rows "
               "hold NaN; a causal tiled loop skips fully masked tiles, so it never reads them")
 
@@ -592,6 +612,10 @@ def flash_kernel_hidden(rng, causal):
               causal=bool(causal), scale=float(rng.uniform(0.05, 0.5)))
     cases.append(Case(attn_label(kw, bool(causal), f" scale={kw['scale']:.3f}"), kw,
                       why="an explicit scale replaces 1/sqrt(d)"))
+    nk = int(rng.integers(130, 160))  # more than one key block for any BLOCK_N up to 128
+    nq = nk if causal else int(rng.integers(17, 40))  # causal: rows past the first key block exist
+    kw = dict(boost_first_keys(qkv(rng, nq, nk, 16, batch=(1,), dtype="float32"), [0], 8, 128.0), causal=bool(causal))
+    cases.append(Case(attn_label(kw, bool(causal), " keys 0-7 +128"), kw, why=FIRST_KEYS_WHY.format(where="", boost=128)))
     if causal:  # the causal exercise's kernel keeps its non-causal path
         cases.append(flash_case(rng, 1, int(rng.integers(17, 40)), int(rng.integers(17, 40)), 16, "float32", False,
                                 why="causal=False: the same kernel without the mask and with every key block"))
@@ -628,7 +652,34 @@ def online_kernel_hidden(rng):
             + online_kernel_cases(rng, [(2, 150, 16, "float32", 300.0, 0)], LARGE_LOGITS)
             + online_kernel_cases(rng, [(2, 70, 16, "float32", 1.0, 20)],
                                   "the first block is all -inf: the running max is still -inf after it, and "
-                                  "exp(-inf - (-inf)) is NaN unless that case is guarded"))
+                                  "exp(-inf - (-inf)) is NaN unless that case is guarded")
+            + [boosted_row_case(rng), strided_row_case(rng, 100, 16)]
+            + [Case(f"x(2, 40) float32 block_n={bn}", dict(x=randn(rng, 2, 40, dtype="float32"), block_n=bn),
+                    why="block_n must be a power of two >= 16: anything else is refused with a ValueError naming "
+                        "block_n", raises=("ValueError", "block_n")) for bn in (24, 8)])
+
+
+def strided_row_case(rng, n: int, block_n: int | None = None) -> Case:
+    """Rows 9 elements further apart than their length (x is a column slice of a wider array, NaN
+    between its rows): the kernel must step from row to row by x.stride(0), and write out's rows by
+    out.stride(0), which differs from x's."""
+    kw = dict(x=randn(rng, 3, n, dtype="float32"))
+    if block_n is not None:
+        kw["block_n"] = block_n
+    label = f"x(3, {n}) float32" + (f" block_n={block_n}" if block_n else "") + ", x.stride(0) = {}".format(n + 9)
+    return Case(label, kw, row_padding={"x": 9},
+                why="rows further apart than their length (a column slice of a wider array): step by x.stride(0) "
+                    "for x and by out.stride(0) for out")
+
+
+def boosted_row_case(rng) -> Case:
+    """x whose first block of each row lies 120 above the rest: a running max not carried from block to
+    block overflows exp(m_old - m_new) in float32 (past 88.7)."""
+    x = randn(rng, 2, 100, dtype="float64")
+    x[:, :16] += 120.0
+    return Case("x(2, 100) float32 block_n=16, columns 0-15 +120", dict(x=x.astype("float32"), block_n=16),
+                why="the first block of each row lies 120 above the rest: a running max that is not carried from "
+                    "block to block makes exp(m_old - m_new) overflow at the next block")
 
 
 # ----------------------------------------------------------------------------- ex13 backward kernel (dK, dV)
@@ -730,7 +781,19 @@ def partials_hidden(rng):
                           why="ceil(9 / 4) = 3 keys per split: the fourth split is empty (o = 0, lse = -inf)"),
             partials_case(rng, 3, int(rng.integers(20, 70)), 16, 5, "float16", why="float16 keys and values"),
             partials_case(rng, 1, 50, 16, 1, "float32", scale=float(rng.uniform(0.05, 0.5)),
-                          why="one split: the whole row; an explicit scale")]
+                          why="one split: the whole row; an explicit scale"),
+            boosted_partials_case(rng)]
+
+
+def boosted_partials_case(rng) -> Case:
+    """Two splits of 136-150 keys (more than one key block each for any BLOCK_N up to 128) whose first
+    8 keys score 128 above the rest."""
+    nk = 2 * int(rng.integers(136, 150))
+    case = partials_case(rng, 2, nk, 16, 2, "float32")
+    kw = dict(case.kwargs)
+    kw.update(boost_first_keys(dict(q=kw["q"][:, None], k=kw["k"]), [lo for lo, _ in split_bounds(nk, 2)], 8, 128.0))
+    kw["q"] = kw["q"][:, 0]
+    return Case(case.label + ", each split's keys 0-7 +128", kw, why=FIRST_KEYS_WHY.format(where=" in each split", boost=128))
 
 
 def combine_splits_reference(o_part, lse_part):
@@ -801,7 +864,16 @@ def lse_forward_hidden(rng):
                           why="ragged last tiles, Nq != Nk") for c in (False, True)] + [
             autograd_case(rng, (1,), int(rng.integers(35, 50)), int(rng.integers(5, 20)), 8, "float32", True, False,
                           why="causal with Nq > Nk, float32"),
+            boosted_autograd_case(rng),
             autograd_memory_case(rng, False, 8 << 20)]
+
+
+def boosted_autograd_case(rng) -> Case:
+    """float64, keys 0-7 scoring 1000 above the rest (exp overflows float64 past 709.8) and Nk past
+    two K_TILE blocks."""
+    case = autograd_case(rng, (1,), int(rng.integers(17, 30)), int(rng.integers(40, 60)), 8, "float64", False, False)
+    kw = boost_first_keys(case.kwargs, [0], 8, 1000.0)
+    return Case(case.label + " keys 0-7 +1000", kw, why=FIRST_KEYS_WHY.format(where="", boost=1000))
 
 
 def grads_public(rng):
@@ -817,3 +889,57 @@ def grads_hidden(rng):
                           why="causal with Nq < Nk: keys no query row sees get dK = dV = 0"),
             autograd_case(rng, (1,), 20, 20, 8, "float32", True, why="float32: gradients in the input dtype"),
             autograd_memory_case(rng, True, 8 << 20)]
+
+
+# What each public case is there for, in the order the part's public function returns them (a case's
+# own ``why`` comes first); shown when it fails.
+PUBLIC_WHY = {
+    ("ex01_naive", "naive_attention"): (
+        "square, float64: softmax(scale q k^T) v with scale = 1/sqrt(d)",
+        "Nq != Nk and dv != d, float32: the output is (Nq, dv), in the input's dtype",
+        "causal, square: row i sees keys 0 to i"),
+    ("ex01_naive", "naive_hbm_bytes"): (
+        "square, d = dv, 2-byte elements (the default itemsize): every read and write of Algorithm 0",
+        "Nq != Nk, dv != d, itemsize = 4: each tensor's own shape and element size"),
+    ("ex02_softmax", "safe_softmax"): (
+        "a 2-D float32 array: softmax over the last axis, in the input's dtype",
+        "a 3-D float64 array: the leading axes are batch axes"),
+    ("ex02_softmax", "online_softmax"): (
+        "chunks of 4 that divide the row",
+        "chunks of 3 that do not divide the row (a short last chunk), float32"),
+    ("ex02_softmax", "combine_states"): ("two partial states of the same rows: the merged (m, l, acc)",),
+    ("ex03_tiled_forward", "tiled_attention"): (
+        "square, blocks that divide N",
+        "Nq != Nk and blocks that do not divide them (ragged last tiles), float32",
+        "causal, square, 8 x 8 blocks: the tiles above the diagonal are skipped"),
+    ("ex04_causal_tiles", "causal_tile_skipped"): (
+        "tile (0, 0) on the diagonal", "tile (0, 1), above the diagonal", "tile (2, 1), below the diagonal",
+        "block_q != block_k: is the tile's first key past its last query row?",
+        "block_q != block_k, a tile that the diagonal crosses"),
+    ("ex04_causal_tiles", "count_computed_tiles"): (
+        "causal=False: every tile is computed", "causal=True: the tiles on and below the diagonal"),
+    ("ex05_traffic", "fa2_forward_bytes"): (
+        "square, blocks that divide N, not causal: Algorithm 1's reads and writes",
+        "Nq != Nk, dv != d, causal, ragged blocks: K and V are read only for the tiles computed"),
+    ("ex06_triton_primer", "vector_add"): ("n = 1000, not a multiple of BLOCK: the last program masks its lanes",),
+    ("ex06_triton_primer", "row_softmax"): ("4 rows of 100: one program per row, the lanes past 100 masked",),
+    ("ex07_kernel_inner_loop", "flash_forward"): ("one batch element, Nq = Nk = 32, float32: the whole forward",),
+    ("ex08_kernel_causal", "flash_forward"): (
+        "causal, Nq = Nk = 32: the diagonal blocks masked, the blocks past them skipped",),
+    ("ex09_backward_pieces", "rowsum_do_o"): ("D = rowsum(dO * O) for one (4, 3) pair",),
+    ("ex09_backward_pieces", "softmax_backward"): ("dS = P * (dP - rowsum(P * dP)) for one (3, 4) tile",),
+    ("ex10_tiled_backward", "tiled_attention_backward"): (
+        "square, blocks that divide N: dQ, dK and dV",
+        "causal, Nq != Nk, dv != d, 8 x 4 blocks with a ragged last tile"),
+    ("ex12_triton_online_softmax", "online_row_softmax"): (
+        "3 rows of 100, block_n = 32: four blocks per row, the last one ragged",),
+    ("ex13_triton_backward", "flash_backward_dkdv"): (
+        "not causal, Nq = Nk = 32", "causal: a key block gets gradient only from the query rows at or below it"),
+    ("ex13_triton_backward", "flash_backward_dq"): (
+        "not causal, Nq = Nk = 32", "causal: a query block takes gradient only from the keys at or before it"),
+    ("ex14_split_kv_decode", "split_kv_partials"): ("Nk = 64 in 4 splits of 16 keys: one (o, lse) per split",),
+    ("ex14_split_kv_decode", "combine_splits"): ("4 partial states per sequence, merged by their lse",),
+    ("ex15_autograd_flash", "flash_forward_lse"): ("float64, Nq = Nk = 32: the forward and its lse",),
+    ("ex15_autograd_flash", "forward_and_backward"): ("not causal, square, float64", "causal, square, float64"),
+}
+

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from flashlab.grading import wire
+from flashlab.grading.cases import PUBLIC_WHY
 from flashlab.grading.mistakes import MISTAKES
 from flashlab.grading.registry import DEFAULT_TOLERANCE, Case, Exercise, Part, answer_hash, get_exercise
 
@@ -250,7 +251,7 @@ class Session:
         records, buffers = wire.encode_kwargs(case.kwargs)
         header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"),
-                      gradients_from=part.gradients_from)
+                      gradients_from=part.gradients_from, row_padding=dict(case.row_padding or {}))
         child = self.child
         try:
             # measured from before the inputs are sent: work done with them before 'ready' counts too
@@ -413,6 +414,22 @@ def holds_output(derived, returned: np.ndarray) -> bool:
             if np.all(have[at] == want) and np.all(count[at] >= need):
                 return True
     return False
+
+
+def judge_raises(part: Part, case: Case, record: dict) -> dict | None:
+    """The verdict on a call that must refuse its arguments: ``case.raises`` = (exception type, the
+    argument its message must name)."""
+    kind, name = case.raises
+    if record.get("unmeasurable") or record.get("not_implemented") is not None or record.get("forbidden_calls"):
+        return judge(part, case, record, None, False, None)
+    raised = str(record.get("exception") or "")
+    if raised.startswith(f"{kind}:") and name in raised.split(":", 1)[1]:
+        return None
+    wanted = f"{kind} whose message names {name}"
+    if raised:
+        return dict(kind="exception", message=f"expected {wanted}; it raised {_text(raised, 400)}",
+                    where=_where(record.get("where")))
+    return dict(kind="value", message=f"expected {wanted}; it returned a result instead of refusing the argument")
 
 
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
@@ -582,6 +599,8 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
             return result
     index = exercise.parts.index(part)
     public = part.public(np.random.default_rng([PUBLIC_SEED, index]))
+    whys = PUBLIC_WHY.get((exercise.name, part.function), ())
+    public = [c if c.why or i >= len(whys) else dataclasses.replace(c, why=whys[i]) for i, c in enumerate(public)]
     hidden_rng = np.random.default_rng([seed, index])
     hidden = [] if public_only else part.hidden(hidden_rng)
     result["public"], result["hidden"] = [0, len(public)], [0, len(hidden)]
@@ -608,7 +627,7 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     result["not_run"] += 1
                     stopped = True
                     continue
-            expected = part.reference(**(case.reference_kwargs or case.kwargs))
+            expected = None if case.raises else part.reference(**(case.reference_kwargs or case.kwargs))
             answers = expected if isinstance(expected, tuple) else (expected,)
             lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None,
                                         expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers))
@@ -627,7 +646,8 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 if part.kind in ("choice", "number") and record.get("value") is None:
                     result["status"], result["public"] = "not attempted", [0, 1]
                     return result
-                failure = judge(part, case, record, expected, on_cuda, previous_cpu)
+                failure = (judge_raises(part, case, record) if case.raises
+                           else judge(part, case, record, expected, on_cuda, previous_cpu))
                 previous_cpu = record.get("cpu_s") if isinstance(record.get("cpu_s"), float) else None
             result["cases"].append([group, case.label, failure is None])
             if failure is None:

@@ -483,7 +483,7 @@ class _WatchTorchOnImport(importlib.abc.MetaPathFinder):
 
 def prepare_triton(learner_modules: set) -> str:
     """Import torch and triton (the interpreter where there is no GPU); wrap kernel launches."""
-    global TRACKER
+    global TRACKER, BOUNDS
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -510,9 +510,120 @@ def prepare_triton(learner_modules: set) -> str:
         pass
     for cls in classes:
         cls.run = _tracked_run(cls.run)
+    if device == "cpu":
+        BOUNDS = MemoryBounds()
+        BOUNDS.install()
+        import warnings
+
+        # NumPy's warnings from inside the interpreter ("invalid value encountered in subtract" at a line
+        # of interpreter.py) would be reported as printed by the learner; what they mean (NaN, inf) shows
+        # in the output the grader compares
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
     _forbid_int_to_pointer()
     _install_torch_mode("triton")
     return device
+
+
+class MemoryBounds:
+    """Triton's CPU interpreter with every load, store and atomic checked against the tensors the
+    launch was given: an address outside all of them raises :class:`OutOfBounds`, naming the nearest
+    tensor's parameter and how far past its end (or before its start) the access went. A missing
+    mask then fails on every run with the kernel's own line, whether or not what it read or wrote
+    reaches a returned value. Only lanes whose mask is true are checked (as the hardware reads them).
+    On a GPU the kernels are compiled and this check does not run."""
+
+    def __init__(self):
+        self.spans: list = []  # (start, end, parameter name, shape, element size) of the launch running
+
+    def set(self, named: list) -> None:
+        spans = []
+        for name, t in named:
+            start, nbytes = LaunchTracker._span(t)
+            if nbytes:
+                spans.append((start, start + nbytes, name, tuple(t.shape), t.element_size()))
+        self.spans = spans
+
+    def check(self, what: str, ptrs, mask=None) -> None:
+        import numpy as np
+
+        if not self.spans:
+            return
+        addrs = np.asarray(ptrs).astype(np.uint64, copy=False)
+        if mask is not None:
+            addrs = addrs[np.broadcast_to(np.asarray(mask, dtype=bool), addrs.shape)]
+        addrs = addrs.reshape(-1)
+        if not addrs.size:
+            return
+        inside = np.zeros(addrs.shape, dtype=bool)
+        for start, end, *_ in self.spans:
+            inside |= (addrs >= start) & (addrs < end)
+        if inside.all():
+            return
+        bad = int(addrs[~inside][0])
+        start, end, name, shape, size = min(self.spans, key=lambda s: min(abs(bad - s[0]), abs(bad - (s[1] - 1))))
+        if bad >= end:
+            n = (bad - end) // size + 1
+            where = f"{n} element{'s' if n > 1 else ''} past the end of {name}"
+        else:
+            n = (start - bad + size - 1) // size
+            where = f"{n} element{'s' if n > 1 else ''} before the start of {name}"
+        raise OutOfBounds(
+            f"a {what} reached memory outside every tensor the kernel was given: {where} (shape {tuple(shape)}). "
+            "A lane whose row or column lies past a tensor's end must be masked off (mask= on the load or store)")
+
+    def install(self) -> None:
+        try:
+            from triton.runtime.interpreter import InterpreterBuilder
+        except ImportError:
+            return
+        bounds = self
+        load, store = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
+        rmw, cas = InterpreterBuilder.create_atomic_rmw, InterpreterBuilder.create_atomic_cas
+
+        def checked_load(builder, ptrs, mask, *args, **kwargs):
+            bounds.check("tl.load", ptrs.data, mask.data)
+            return load(builder, ptrs, mask, *args, **kwargs)
+
+        def checked_store(builder, ptrs, value, mask, *args, **kwargs):
+            bounds.check("tl.store", ptrs.data, mask.data)
+            return store(builder, ptrs, value, mask, *args, **kwargs)
+
+        def checked_rmw(builder, op, ptr, val, mask, *args, **kwargs):
+            bounds.check("tl.atomic operation", ptr.data, mask.data)
+            return rmw(builder, op, ptr, val, mask, *args, **kwargs)
+
+        def checked_cas(builder, ptr, *args, **kwargs):
+            bounds.check("tl.atomic_cas", ptr.data)
+            return cas(builder, ptr, *args, **kwargs)
+
+        InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store = checked_load, checked_store
+        InterpreterBuilder.create_atomic_rmw, InterpreterBuilder.create_atomic_cas = checked_rmw, checked_cas
+
+
+class OutOfBounds(Exception):
+    """A kernel's load or store reached memory outside every tensor its launch was given."""
+
+
+BOUNDS: MemoryBounds | None = None  # set where kernels run in the interpreter
+
+
+def _named_tensors(kernel, args: tuple, kwargs: dict) -> list:
+    """(parameter name, tensor) for every tensor a launch was given (inside tuples: name[i])."""
+    names = [name for name, _ in _params(kernel)]
+    out = []
+
+    def add(label, value, depth=0):
+        if hasattr(value, "data_ptr") and hasattr(value, "untyped_storage"):
+            out.append((label, value))
+        elif isinstance(value, (tuple, list)) and depth < 8:
+            for i, v in enumerate(value):
+                add(f"{label}[{i}]", v, depth + 1)
+
+    for i, value in enumerate(args):
+        add(names[i] if i < len(names) else f"argument {i}", value)
+    for key, value in kwargs.items():
+        add(key, value)
+    return out
 
 
 def _forbid_int_to_pointer() -> None:
@@ -554,19 +665,24 @@ def _corrupted(kernel: str, exc: Exception) -> RuntimeError:
         "of a tensor does this: check each store's mask, and the strides and offsets of its pointers")
 
 
-def _constexpr_params(kernel) -> list[tuple[int, str]]:
-    """(position, name) of a Triton kernel's tl.constexpr parameters, compiled or interpreted."""
+def _params(kernel) -> list[tuple[str, bool]]:
+    """(name, is a tl.constexpr) of a Triton kernel's parameters, compiled or interpreted."""
     params = getattr(kernel, "params", None)
     if params:
-        return [(i, p.name) for i, p in enumerate(params) if getattr(p, "is_constexpr", False)]
+        return [(p.name, bool(getattr(p, "is_constexpr", False))) for p in params]
     import inspect
 
     try:
         signature = inspect.signature(kernel.fn)
     except (AttributeError, TypeError, ValueError):
         return []
-    return [(i, name) for i, (name, p) in enumerate(signature.parameters.items())
-            if "constexpr" in str(getattr(p.annotation, "__name__", p.annotation))]
+    return [(name, "constexpr" in str(getattr(p.annotation, "__name__", p.annotation)))
+            for name, p in signature.parameters.items()]
+
+
+def _constexpr_params(kernel) -> list[tuple[int, str]]:
+    """(position, name) of a Triton kernel's tl.constexpr parameters, compiled or interpreted."""
+    return [(i, name) for i, (name, constexpr) in enumerate(_params(kernel)) if constexpr]
 
 
 def _tracked_run(run):
@@ -583,6 +699,8 @@ def _tracked_run(run):
         active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False  # the grader's own copies and fills
         try:
             TRACKER.before(tensors, scalars)
+            if BOUNDS is not None:
+                BOUNDS.set(_named_tensors(self, args, kwargs))
             TORCH_POLICY["active"] = active
             result = run(self, *args, **kwargs)
             TORCH_POLICY["active"] = False
@@ -604,6 +722,8 @@ def _tracked_run(run):
                 raise _corrupted(name, exc) from None
         finally:
             TORCH_POLICY["active"] = active
+            if BOUNDS is not None:
+                BOUNDS.spans = []
         return result
 
     return tracked
@@ -689,10 +809,19 @@ def _learner_frame(exc, filenames: set):
     return (frames[-1].filename, frames[-1].lineno, (frames[-1].line or "").strip()) if frames else None
 
 
+def _shown(exc: BaseException) -> BaseException:
+    """The error to show: the interpreter's wrapper is taken off the grader's out-of-bounds check."""
+    cause = exc.__cause__
+    if type(exc).__name__ == "InterpreterError" and isinstance(cause, OutOfBounds):
+        return cause
+    return exc
+
+
 def _traceback(exc, filenames: set) -> str:
     """The learner's frames and the error; interpreter and library internals only when there are none."""
     frames = _learner_frames(exc, filenames)
-    last = f"{type(exc).__name__}: {str(exc)[:600]}"
+    shown = _shown(exc)
+    last = f"{type(shown).__name__}: {str(shown)[:600]}"
     if frames:
         return ("".join(traceback.format_list(frames)) + last)[-1500:]
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-1500:]
@@ -701,11 +830,13 @@ def _traceback(exc, filenames: set) -> str:
 INPUT_PAD_MAX = 1 << 20  # elements of NaN before and after a kernel exercise's float input (at most)
 
 
-def _to_tensors(kwargs: dict, device: str, padded: bool = False) -> dict:
+def _to_tensors(kwargs: dict, device: str, padded: bool = False, row_padding: dict | None = None) -> dict:
     """The case's arrays as torch tensors on ``device``. ``padded`` (a kernel exercise): each float
     input sits inside a larger buffer of NaN, as many elements before and after it as it has (at least
     4096), so that a load past either end (a missing mask, a wrong stride or offset) reads NaN on
-    every run, not whatever memory happens to follow."""
+    every run, not whatever memory happens to follow. ``row_padding`` ({name: n}): that input's rows
+    are n elements further apart than its row length (a column slice of a wider array, NaN between
+    the rows), so a kernel that assumes contiguous rows instead of using the stride reads NaN."""
     import numpy as np
     import torch
 
@@ -715,11 +846,15 @@ def _to_tensors(kwargs: dict, device: str, padded: bool = False) -> dict:
             out[name] = v
             continue
         t = torch.from_numpy(v.copy())
+        extra = int((row_padding or {}).get(name, 0))
         if padded and t.is_floating_point() and t.numel():
-            pad = min(max(t.numel(), 4096), INPUT_PAD_MAX)
-            buffer = torch.full((pad + t.numel() + pad,), float("nan"), dtype=t.dtype, device=device)
-            buffer[pad:pad + t.numel()] = t.reshape(-1).to(device)
-            out[name] = buffer[pad:pad + t.numel()].view(t.shape)
+            wide = t.shape[:-1] + (t.shape[-1] + extra,)
+            numel = int(np.prod(wide))
+            pad = min(max(numel, 4096), INPUT_PAD_MAX)
+            buffer = torch.full((pad + numel + pad,), float("nan"), dtype=t.dtype, device=device)
+            view = buffer[pad:pad + numel].view(wide)[..., :t.shape[-1]]
+            view.copy_(t.to(device))
+            out[name] = view
         else:
             out[name] = t.to(device)
     return out
@@ -890,7 +1025,8 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["not_implemented"] = str(exc) or "NotImplementedError"
         record["where"] = _learner_frame(exc, filenames)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from learner code too
-        record["exception"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
+        shown = _shown(exc)
+        record["exception"] = f"{type(shown).__name__}: {str(shown)[:1500]}"
         record["traceback"] = _traceback(exc, filenames)
         record["where"] = _learner_frame(exc, filenames)
     finally:
@@ -1013,7 +1149,8 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
             return
         kwargs = wire.decode_kwargs(header["kwargs"], buffers)
         if header.get("tensors"):
-            kwargs = _to_tensors(kwargs, device or "cpu", padded=bool(header.get("must_launch")))
+            kwargs = _to_tensors(kwargs, device or "cpu", padded=bool(header.get("must_launch")),
+                                 row_padding=header.get("row_padding"))
         target = namespace.get(header["function"])
         if header.get("quiz"):
             func = lambda _value=target: _value  # noqa: E731  a quiz answer: a function of no arguments

@@ -27,28 +27,44 @@ EXP2_WITHOUT_LOG2E = ("the scores use exp2() but the scale is not multiplied by 
                       "= exp(x))")
 ACC_NOT_DIVIDED = "acc is stored without the division by l_i: O_i = acc / l_i once, after the loop (line 12)"
 SCALE_TWICE = "the scale is applied twice: the scores are multiplied by scale^2"
+MAX_NOT_CARRIED = ("the running max is not carried from one key block to the next (m_new = the block's own row "
+                   "max, not max(m_i, rowmax(S_ij))): when a later block scores far below an earlier one, "
+                   "alpha = exp(m_i - m_new) overflows to inf and the row turns NaN")
 NORMALISED_IN_LOOP = ("acc is divided by l_i inside the key loop: keep acc unnormalised and divide once, after "
                       "the loop (FlashAttention-2 Algorithm 1, line 12)")
 
 
+def _work_dtype(x) -> type:
+    """Where a mistake's overflow shows: float64 inputs are worked in float64, every other dtype in
+    float32 (a Triton kernel's accumulators)."""
+    return np.float64 if np.asarray(x).dtype == np.float64 else np.float32
+
+
 def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=None, rescale=("l", "acc"),
-               normalise_in_loop=None):
+               normalise_in_loop=None, carry_max=True, row_bound=None):
     """Attention with optional mistakes; rows are independent, so one 'query block' is all rows.
     normalise_in_loop: "and_after" divides acc by l_i after every key block and again at the end,
-    "only" after every key block and not at the end, "never" not at all."""
+    "only" after every key block and not at the end, "never" not at all. carry_max=False: each
+    block's own max replaces the running max, worked in the dtype where its overflow shows.
+    row_bound (Nq,): a row visits only the key blocks that start below its bound (a causal loop's)."""
     q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
     nq, nk = q64.shape[-2], k64.shape[-2]
     s = scale * (q64 @ np.swapaxes(k64, -1, -2))  # (..., Nq, Nk)
     if causal or hide_diagonal:
         cols, rows = np.arange(nk)[None, :], np.arange(nq)[:, None]
         s = np.where(cols >= rows if hide_diagonal else cols > rows, -np.inf, s)
+    if not carry_max:
+        s, v64 = s.astype(_work_dtype(q)), v64.astype(_work_dtype(q))
     block_k = nk if block_k is None else block_k
-    m = np.full(s.shape[:-1], -np.inf)
-    l, acc = np.zeros(s.shape[:-1]), np.zeros(s.shape[:-1] + (v64.shape[-1],))
+    m = np.full(s.shape[:-1], -np.inf, s.dtype)
+    l, acc = np.zeros(s.shape[:-1], s.dtype), np.zeros(s.shape[:-1] + (v64.shape[-1],), s.dtype)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for k0 in range(0, nk, block_k):
             s_j = s[..., k0:k0 + block_k]
-            m_new = np.maximum(m, s_j.max(axis=-1))
+            m_new = np.maximum(m, s_j.max(axis=-1)) if carry_max else s_j.max(axis=-1)
+            if row_bound is not None:  # rows whose loop ends before this block keep their state
+                m_new = np.where(k0 < row_bound, m_new, m)
+                s_j = np.where((k0 < row_bound)[:, None], s_j, -np.inf)
             alpha = np.exp(m - m_new)
             p = np.exp(s_j - m_new[..., None])
             l = (alpha if "l" in rescale else 1.0) * l + p.sum(axis=-1)
@@ -125,6 +141,18 @@ def exp2_without_log2e(kw, blocks):
     return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw) * np.log(2.0))
 
 
+def max_not_carried(kw, blocks):
+    block_k = kw.get("block_k") or blocks.get("BLOCK_N") or 16
+    if kw["k"].shape[-2] <= block_k:
+        return None
+    nq, nk = kw["q"].shape[-2], kw["k"].shape[-2]
+    bound, block_q = None, kw.get("block_q") or blocks.get("BLOCK_M")
+    if kw.get("causal") and block_q:  # a causal loop stops after the block holding its query block's last row
+        bound = np.minimum(nk, np.minimum((np.arange(nq) // block_q + 1) * block_q, nq))
+    return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw), block_k=block_k,
+                      carry_max=False, row_bound=bound)
+
+
 def _normalised_in_loop(how):
     def detector(kw, blocks):
         block_k = kw.get("block_k") or blocks.get("BLOCK_N") or 16
@@ -137,7 +165,7 @@ def _normalised_in_loop(how):
 
 _ATTENTION = ((DIAGONAL_HIDDEN, diagonal_hidden), (NO_SCALE, no_scale), (SCALE_IGNORED, scale_ignored),
               (CAUSAL_IGNORED, causal_ignored))
-_TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled),
+_TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled), (MAX_NOT_CARRIED, max_not_carried),
           (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
           ) + _ATTENTION
 _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp_with_log2e),
@@ -180,13 +208,43 @@ def _partials(kw, scale=None, normalised=True, lse="natural"):
     return o_part.astype(np.float32), lse_part.astype(np.float32)
 
 
+def _partials_max_not_carried(kw, blocks):
+    """Exercise 14's partial states when each key block's own max replaces the running max (float32)."""
+    bn = blocks.get("BLOCK_N")
+    q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
+    z, nk, d = k.shape
+    splits, per = kw["num_splits"], -(-nk // kw["num_splits"])
+    if not bn or per <= bn:
+        return None
+    o_part, lse_part = np.zeros((z, splits, v.shape[-1]), np.float32), np.full((z, splits), -np.inf, np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for s in range(splits):
+            lo, hi = min(s * per, nk), min((s + 1) * per, nk)
+            m, l = np.full(z, -np.inf, np.float32), np.zeros(z, np.float32)
+            acc = np.zeros((z, v.shape[-1]), np.float32)
+            for j in range(lo, hi, bn):
+                scores = (_scale(kw) * np.einsum("zd,znd->zn", q, k[:, j:min(j + bn, hi)])).astype(np.float32)
+                m_new = scores.max(-1)
+                alpha, p = np.exp(m - m_new), np.exp(scores - m_new[:, None])
+                l = alpha * l + p.sum(-1)
+                acc = alpha[:, None] * acc + np.einsum("zn,znd->zd", p, v[:, j:min(j + bn, hi)].astype(np.float32))
+                m = m_new
+            if hi > lo:
+                o_part[:, s], lse_part[:, s] = acc / l[:, None], m + np.log(l)
+    return o_part, lse_part
+
+
 _PARTIALS = ((PARTIAL_NO_SCALE, lambda kw, blocks: _partials(kw, scale=1.0) if _scale(kw) != 1.0 else None),
              (PARTIAL_NOT_NORMALISED, lambda kw, blocks: _partials(kw, normalised=False)),
              (PARTIAL_LSE_LOG2, lambda kw, blocks: _partials(kw, lse="log2")),
-             (PARTIAL_LSE_WITHOUT_MAX, lambda kw, blocks: _partials(kw, lse="without_max")))
+             (PARTIAL_LSE_WITHOUT_MAX, lambda kw, blocks: _partials(kw, lse="without_max")),
+             (MAX_NOT_CARRIED, _partials_max_not_carried))
 
 ROW_SUM_NOT_RESCALED = ("the running sum l_i is not rescaled by exp(m_i_old - m_i_new) when a later block raises "
                         "the row max")
+ROW_MAX_NOT_CARRIED = ("the running max is not carried from one block to the next (m_new = the block's own max, "
+                       "not max(m_i, max of the block)): when a later block's values lie far below an earlier "
+                       "one's, exp(m_i - m_new) overflows to inf and the row turns NaN")
 ROW_EXP2 = "exp2 is used on x - m without the factor log2(e) = 1.4427 (exp2(x log2 e) = exp(x)): use exp, or scale by it"
 ROW_NOT_DIVIDED = "the output is exp(x - m) without the division by the row sum l"
 ROW_PAD_ZERO = ("the masked columns past the row's end are loaded as 0, not -inf: they add exp(0 - m) to the sum "
@@ -195,22 +253,23 @@ ROW_ONE_PASS = ("each block is written with the max and sum of the blocks read s
                 "once for m and l, then a second time to write exp(x - m) / l")
 
 
-def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=False, one_pass=False):
-    """Exercise 12's blockwise row softmax with one mistake, in the input dtype (None if it cannot show)."""
-    x = np.asarray(kw["x"], np.float64)
+def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=False, one_pass=False, carry_max=True):
+    """Exercise 12's blockwise row softmax with one mistake, in the input dtype (None if it cannot show).
+    carry_max=False is worked in float32, as the kernel's, where its overflow shows."""
+    x = np.asarray(kw["x"], np.float64 if carry_max else np.float32)
     bn = kw.get("block_n") or blocks.get("BLOCK_N") or 32
     n = x.shape[-1]
-    if (not rescale or one_pass) and n <= bn or pad_zero and n % bn == 0:
+    if (not rescale or one_pass or not carry_max) and n <= bn or pad_zero and n % bn == 0:
         return None
     ex = (lambda a: np.exp2(a)) if exp2 else np.exp
     out = np.empty_like(x)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        m, l = np.full(x.shape[:-1], -np.inf), np.zeros(x.shape[:-1])
+        m, l = np.full(x.shape[:-1], -np.inf, x.dtype), np.zeros(x.shape[:-1], x.dtype)
         for j in range(0, n, bn):
             block = x[..., j:j + bn]
             if pad_zero and block.shape[-1] < bn:
                 block = np.concatenate([block, np.zeros(block.shape[:-1] + (bn - block.shape[-1],))], axis=-1)
-            m_new = np.maximum(m, block.max(axis=-1))
+            m_new = np.maximum(m, block.max(axis=-1)) if carry_max else block.max(axis=-1)
             m_ref = np.where(m_new == -np.inf, 0.0, m_new)
             l = (ex(m - m_ref) if rescale else 1.0) * l + ex(block - m_ref[..., None]).sum(axis=-1)
             m = m_new
@@ -225,7 +284,8 @@ _ROW_SOFTMAX = ((ROW_SUM_NOT_RESCALED, lambda kw, blocks: _row_softmax(kw, block
                 (ROW_EXP2, lambda kw, blocks: _row_softmax(kw, blocks, exp2=True)),
                 (ROW_NOT_DIVIDED, lambda kw, blocks: _row_softmax(kw, blocks, divide=False)),
                 (ROW_PAD_ZERO, lambda kw, blocks: _row_softmax(kw, blocks, pad_zero=True)),
-                (ROW_ONE_PASS, lambda kw, blocks: _row_softmax(kw, blocks, one_pass=True)))
+                (ROW_ONE_PASS, lambda kw, blocks: _row_softmax(kw, blocks, one_pass=True)),
+                (ROW_MAX_NOT_CARRIED, lambda kw, blocks: _row_softmax(kw, blocks, carry_max=False)))
 
 BWD_NO_DELTA = "dS is P * dP without the D_i term: dS = P * (dP - D_i[:, None]), D = rowsum(dO * O)"
 BWD_DK_UNSCALED = "dK is dS^T Q without the factor scale (dK = scale dS^T Q)"
@@ -307,6 +367,36 @@ _DKDV = ((BWD_NO_DELTA, _dkdv(delta=False)), (BWD_DK_UNSCALED, _dkdv(scale_dk=Fa
 _DQ = ((BWD_NO_DELTA, _dq(delta=False)), (BWD_DQ_UNSCALED, _dq(scale_dq=False)),
        (BWD_OVERWRITTEN, _overwritten("dq")), (BWD_CAUSAL_FLIPPED, _causal_only(_dq(flipped=True))))
 
+AUTOGRAD_NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d) (S = scale Q K^T, in forward and backward)"
+AUTOGRAD_ORDER = ("the gradients come back in the wrong order: backward returns one gradient per input of forward, "
+                  "in forward's order (dq, dk, dv, then None for causal)")
+
+
+def _autograd(kw, scale=None, order=(0, 1, 2)):
+    """Exercise 15's (o, dq, dk, dv) with one mistake (None where the gradients' shapes tell the order apart)."""
+    from flashlab.reference import naive_attention, naive_attention_backward
+
+    f64 = [np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "do")]
+    scale = _scale(kw) if scale is None else scale
+    grads = naive_attention_backward(*f64, causal=kw.get("causal", False), scale=scale)
+    if any(grads[i].shape != grads[j].shape for j, i in enumerate(order)):
+        return None
+    o = naive_attention(*f64[:3], causal=kw.get("causal", False), scale=scale)
+    return tuple(t.astype(kw["q"].dtype) for t in (o, *(grads[i] for i in order)))
+
+
+def _lse_no_scale(kw, blocks):
+    from flashlab.reference import naive_attention
+
+    f64 = [np.asarray(kw[n], np.float64) for n in ("q", "k", "v")]
+    o, lse = naive_attention(*f64, causal=kw.get("causal", False), scale=1.0, return_lse=True)
+    return o.astype(kw["q"].dtype), lse.astype(kw["q"].dtype)
+
+
+_AUTOGRAD = ((AUTOGRAD_NO_SCALE, lambda kw, blocks: _autograd(kw, scale=1.0)),) + tuple(
+    (AUTOGRAD_ORDER, lambda kw, blocks, order=order: _autograd(kw, order=order))
+    for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)))
+
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
     ("ex01_naive", "naive_attention"): _ATTENTION,
@@ -317,4 +407,6 @@ MISTAKES = {
     ("ex12_triton_online_softmax", "online_row_softmax"): _ROW_SOFTMAX,
     ("ex13_triton_backward", "flash_backward_dkdv"): _DKDV,
     ("ex13_triton_backward", "flash_backward_dq"): _DQ,
+    ("ex15_autograd_flash", "flash_forward_lse"): ((AUTOGRAD_NO_SCALE, _lse_no_scale),),
+    ("ex15_autograd_flash", "forward_and_backward"): _AUTOGRAD,
 }

@@ -185,7 +185,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              lambda rng: cases.row_softmax_cases(rng, [(4, 100)], ["float32"]),
              lambda rng: cases.row_softmax_cases(rng, [(int(rng.integers(1, 9)), int(rng.integers(1, 300))), (3, 1)],
                                             ["float32", "float16"], why="N not a power of two")
-             + cases.row_softmax_cases(rng, [(5, 77)], ["float32"], scale=1000.0, why=cases.LARGE_LOGITS),
+             + cases.row_softmax_cases(rng, [(5, 77)], ["float32"], scale=1000.0, why=cases.LARGE_LOGITS)
+             + [cases.strided_row_case(rng, int(rng.integers(20, 120)))],
              ("One program per row; the whole row fits in one block of BLOCK_N = next_power_of_2(N) lanes.",
               "Masked lanes load -inf so they add exp(-inf) = 0 to the sum; subtract tl.max(x, axis=0) before "
               "tl.exp; compute in float32 and cast on the store.",

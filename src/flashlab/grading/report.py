@@ -129,10 +129,11 @@ class Report:
         lines = ([f"failed on: {f['case']}{where}"] if f.get("case") else []) + [f"problem: {f['message']}"]
         if f.get("where"):
             lines.append(f"at {f['where']}")
-        if f.get("why"):
+        if f.get("group") == "public":
+            lines.append("this check (public, the same on every run): "
+                         + (f.get("why") or "compare with the exercise's docstring"))
+        elif f.get("why"):
             lines.append(f"this check: {f['why']}")
-        elif f.get("group") == "public":
-            lines.append("this check: a public case, the same on every run; compare with the exercise's docstring")
         if f.get("inputs"):
             lines.append("inputs: " + ", ".join(f"{k}={v}" for k, v in f["inputs"].items()))
         if f.get("traceback"):
@@ -153,9 +154,24 @@ class Report:
                            f"{r['points']}): {counts_line(r)}")
                 for line in self._failure_lines(r) + r["notes"][:3] + self._hints(r):
                     out.append("         " + printable(line).replace("\n", "\n         "))
-        out.append(f"score: {self.score}/{self.total} points"
-                   + ("" if self.passed else " (not all checks passed)"))
+        out.append(self.score_line())
         return "\n".join(out)
+
+    def score_line(self) -> str:
+        """'score: 5/5 points', or what stands in the way: failing parts, or hidden checks not run
+        (a public-only run gives no points, however many public checks pass)."""
+        line = f"score: {self.score}/{self.total} points"
+        if self.passed:
+            return line
+        states = [r["status"] for r in self.results]
+        public = states.count("public passed")
+        if public and public + states.count("passed") == len(states):
+            names = " ".join(dict.fromkeys(r["exercise"] for r in self.results))
+            how = (f"flashlab grade {names}" if self.shell
+                   else ", ".join(f'check("{n}")' for n in names.split()))
+            return (f"{line}: public checks only ({public} of {_plural(len(states), 'part')} pass theirs); "
+                    f"the points come from the hidden checks: {how}")
+        return f"{line} (not all checks passed)"
 
     __repr__ = __str__
 
@@ -187,6 +203,5 @@ class Report:
                     f"{MARKS.get(r['status'], r['status'])}</td><td><code>{html.escape(r['function'])}</code> "
                     f"{r['earned']}/{r['points']}</td><td style='text-align:left'>"
                     f"{html.escape(counts_line(r))}{detail}</td></tr>")
-        rows.append(f"<tr><th colspan='3' style='text-align:left'>score: {self.score}/{self.total} points"
-                    f"{'' if self.passed else ' (not all checks passed)'}</th></tr>")
+        rows.append(f"<tr><th colspan='3' style='text-align:left'>{html.escape(self.score_line())}</th></tr>")
         return "<table class='flashlab-report'>" + "".join(rows) + "</table>"

@@ -39,6 +39,12 @@ class Case:
     # (atol, rtol) by dtype for this case, when its inputs limit the precision any correct code reaches
     # (e.g. float32 scores near 1e3 carry ~1e-4 of rounding); the looser of this and the part's applies
     tolerance: dict | None = None
+    # {input name: n}: in a kernel exercise that input's rows lie n elements further apart than their
+    # length (a column slice of a wider array), so its row stride is not its row length
+    row_padding: dict | None = None
+    # (exception type, argument name): the call must refuse its arguments with that exception, its
+    # message naming the argument (no reference is computed)
+    raises: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
