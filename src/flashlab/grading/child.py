@@ -615,6 +615,8 @@ def _named_tensors(kernel, args: tuple, kwargs: dict) -> list:
     def add(label, value, depth=0):
         if hasattr(value, "data_ptr") and hasattr(value, "untyped_storage"):
             out.append((label, value))
+        elif hasattr(getattr(value, "base", None), "data_ptr"):  # a host-side TensorDescriptor: its tensor
+            add(f"{label}.base", value.base, depth + 1)
         elif isinstance(value, (tuple, list)) and depth < 8:
             for i, v in enumerate(value):
                 add(f"{label}[{i}]", v, depth + 1)
