@@ -91,6 +91,16 @@ def test_notebook_is_committed_without_outputs_in_the_flashlab_kernel(path):
     assert "Self-test" in text and "Summary" in text, f"{path.name} lacks its self-test questions or summary"
 
 
+def test_every_check_cell_imports_check_itself():
+    """A learner runs a check cell on its own (after a kernel restart, or skipping ahead): the cell
+    must not depend on an earlier cell's import."""
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and any(line.startswith("check(") for line in source.splitlines()):
+                assert "from flashlab.grading import check" in source, (path.name, source)
+
+
 def test_no_markdown_line_starts_with_a_comparison():
     """A wrapped line that starts with ">=" renders as a block quote, one with "<=" as broken HTML."""
     import re

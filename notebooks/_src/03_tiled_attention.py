@@ -207,6 +207,8 @@ print(masks.show_causal_masks(nq=3, nk=10))
 # and `count_computed_tiles(nq, nk, block_q, block_k, causal)`.
 
 # %%
+from flashlab.grading import check
+
 check("ex04_causal_tiles")
 
 # %% [markdown]

@@ -136,6 +136,8 @@ print(course.source_once_solved("ex06_triton_primer", primer._add_kernel, primer
 # softmax half of the FlashAttention kernel of notebook 06.
 
 # %%
+from flashlab.grading import check
+
 check("ex12_triton_online_softmax")
 
 # %% [markdown]

@@ -104,6 +104,8 @@ check("ex07_kernel_inner_loop")
 # `CAUSAL` argument, stop the loop before the fully masked key blocks, and mask the diagonal ones.
 
 # %%
+from flashlab.grading import check
+
 check("ex08_kernel_causal")
 
 # %% [markdown]

@@ -119,6 +119,8 @@ for causal in (False, True):
 # ### Exercise 10: the tiled backward
 
 # %%
+from flashlab.grading import check
+
 check("ex10_tiled_backward")
 
 # %% [markdown]
@@ -131,6 +133,8 @@ check("ex10_tiled_backward")
 # compares o, dq, dk, dv with float64 references, gradcheck-style.
 
 # %%
+from flashlab.grading import check
+
 check("ex15_autograd_flash")
 
 # %% [markdown]
@@ -192,6 +196,8 @@ for n in (1024, 4096, 16384):
 # query block.
 
 # %%
+from flashlab.grading import check
+
 check("ex13_triton_backward")
 
 # %% [markdown]
