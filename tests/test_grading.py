@@ -649,8 +649,18 @@ def test_public_only_never_counts_as_passed_and_html_says_so():
     assert str(shell).endswith("the points come from the hidden checks: flashlab grade ex04_causal_tiles"), str(shell)
 
 
+def test_public_only_exit_status_says_whether_the_public_checks_pass(tmp_path, capsys):
+    assert main(["ex04_causal_tiles", "--solutions", "--public-only", "--seed", "3"]) == 0
+    assert "public checks only" in capsys.readouterr().out
+    source = (REPO / "solutions" / "ex04_causal_tiles.py").read_text()
+    (tmp_path / "ex04_causal_tiles.py").write_text(source.replace("return j * block_k > last_row",
+                                                                  "return j * block_k >= last_row"))
+    assert main(["ex04_causal_tiles", "--exercises-dir", str(tmp_path), "--public-only", "--seed", "3"]) == 1
+    assert main(["ex04_causal_tiles", "--exercises-dir", str(tmp_path / "missing"), "--public-only"]) == 2
+
+
 @pytest.mark.parametrize("exercise, old, new, words", [
-    ("ex03_tiled_forward", "acc = alpha[..., None] * acc + p @", "acc = acc + p @", "looks like: acc is not rescaled"),
+    ("ex03_tiled_forward", "acc = alpha[..., None] * acc + p @", "acc = acc + p @", "looks like acc is not rescaled"),
     ("ex01_naive", "[None, :] > np.arange(nq)[:, None]", "[None, :] >= np.arange(nq)[:, None]",
      "row 0 then sees no key"),
     ("ex14_split_kv_decode", "    scale = d ** -0.5 if scale is None else scale", "    scale = 1.0 if scale is None else scale",
@@ -689,7 +699,8 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
     (tmp_path / f"{exercise}.py").write_text(source.replace(old, new))
     report = check(exercise, exercises_dir=tmp_path, seed=3)
     result = report.results[0]
-    assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like: "), result["failure"]
+    assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like "), result["failure"]
+    assert " are NaN in full" not in result["failure"]["message"], "the named mistake explains the NaN rows"
     assert words in result["failure"]["message"]
     assert "word-break:normal" in report._repr_html_()  # JupyterLab would break its lines inside words
     hints = result["hints"]
@@ -764,7 +775,7 @@ def test_a_graded_file_sees_none_of_the_graders_tokens_and_grading_leaves_byteco
 def test_also_failed_lines_keep_whole_clauses():
     from flashlab.grading.checks import clip_message
 
-    message = ("looks like: acc is not rescaled by alpha when a later key block raises the row max. output: "
+    message = ("looks like acc is not rescaled by alpha when a later key block raises the row max. output: "
                "max abs error 0.739 (allowed 2e-05 + 0.0002*|expected|, dtype float32); worst at index (29, 6): "
                "got 0.803776, expected 0.403673; 128 of 256 elements out of tolerance")
     clipped = clip_message(message, limit=200)
@@ -824,6 +835,7 @@ def test_a_load_or_store_outside_the_tensors_fails_naming_the_tensor_and_line(tm
     assert failure["kind"] == "exception" and f"{exercise}.py:{line}:" in failure["where"], failure
     assert f"OutOfBounds: a {what} reached memory outside every tensor" in failure["message"], failure["message"]
     assert f"past the end of {name} (shape" in failure["message"], failure["message"]
+    assert all("the same error at the same line" in line for line in report.results[0]["failures"]), report.results[0]
 
 
 ROW_KERNEL_MISTAKES = [  # (exercise, text of its solution, the mistake, words of the failing check's report)
@@ -897,10 +909,13 @@ def test_memory_bounds_accepts_every_byte_of_a_view_and_names_the_nearest_tensor
     inside = np.array([x.data_ptr() + 4 * i for i in range(12)] + [y.data_ptr() + 2 * i for i in range(5)], np.uint64)
     bounds.check("tl.load", inside)
     past = np.array([x.data_ptr() + 4 * 12], np.uint64)
-    with pytest.raises(OutOfBounds, match=r"1 element past the end of X \(shape \(3, 4\)\)"):
+    with pytest.raises(OutOfBounds, match=r"1 lane, up to 1 element past the end of X \(shape \(3, 4\)\)"):
         bounds.check("tl.load", past)
+    rows = np.array([x.data_ptr() + 4 * i for i in range(8, 20)], np.uint64)  # the last row and two past the end
+    with pytest.raises(OutOfBounds, match=r"8 lanes, up to 8 elements past the end of X"):
+        bounds.check("tl.load", rows)
     bounds.check("tl.load", past, np.array([False]))  # masked off: not read
-    with pytest.raises(OutOfBounds, match="3 elements before the start of X"):
+    with pytest.raises(OutOfBounds, match="up to 3 elements before the start of X"):
         bounds.check("tl.store", np.array([x.data_ptr() - 12], np.uint64))
     bounds.set([])
     bounds.check("tl.load", past)  # no launch running: nothing to check

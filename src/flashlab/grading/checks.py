@@ -136,14 +136,15 @@ def _unwritten_rows(part: Part, nan: np.ndarray, got=None) -> str:
         if cur != prev + 1:
             runs.append(f"{start}" if start == prev else f"{start}-{prev}")
             start = cur
-    where = f"rows {', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''} of batch element {b}"
+    where = f"rows {', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''}" + (f" of batch element {b}" if nan.ndim > 2
+                                                                              else "")
     full_rows = np.broadcast_to(nan.all(axis=-1, keepdims=True), nan.shape) & nan
     if _poisoned(got, full_rows) is False:
         return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
-                ", computed by your kernel (the rows were stored): the grader surrounds every input of a kernel "
+                ", computed by your kernel (it stored them): the grader surrounds every input of a kernel "
                 "with NaN, so a load past the end of an input (a missing mask, a wrong stride or offset) gives "
-                "this, as does a load of rows a check fills with NaN (see 'this check'); so does a row of 0/0, or "
-                "of exp(-inf - (-inf)) where every entry so far is masked")
+                "this, as does a load of rows a check fills with NaN (see 'this check'); so does a row of 0/0, "
+                "of inf / inf after an exp() overflows, or of exp(-inf - (-inf)) where every entry so far is masked")
     return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
             ": rows your kernel never stores keep the NaN the grader fills an output buffer with, so check "
             "that the grid covers every block of rows (and every batch element) and that the store mask keeps "
@@ -668,7 +669,11 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
             if result["failure"] is None:
                 result["failure"] = dict(failure, output=output, **where)
             else:
-                result["failures"].append(f"{group} check {case.label}: {clip_message(failure['message'])}")
+                first = result["failure"]
+                same = (failure["kind"] == "exception" == first["kind"] and failure.get("where") == first.get("where")
+                        and failure["message"].split(":", 1)[0] == first["message"].split(":", 1)[0])
+                result["failures"].append(f"{group} check {case.label}: " + (
+                    "the same error at the same line" if same else clip_message(failure["message"])))
             if failure["kind"] in STOP_KINDS:
                 stopped = True
     result["checks"] = [result["public"][0] + result["hidden"][0], len(public) + len(hidden)]
@@ -698,7 +703,11 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
         if type(gots) is tuple and len(gots) == len(wrongs) and all(
                 _same_as_mistake(part, name, g, w, on_cuda) for name, g, w in zip(part.outputs or ("x",) * len(wrongs),
                                                                               gots, wrongs)):
-            return dict(failure, mistake=description, message=f"looks like: {description}. {failure['message']}")
+            message = failure["message"]
+            cut = message.find("; rows ")  # the whole-NaN-rows explanation: the named mistake explains them
+            if cut != -1 and " are NaN in full" in message[cut:]:
+                message = message[:cut]
+            return dict(failure, mistake=description, message=f"looks like {description}. {message}")
     return failure
 
 

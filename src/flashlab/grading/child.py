@@ -559,17 +559,22 @@ class MemoryBounds:
             inside |= (addrs >= start) & (addrs < end)
         if inside.all():
             return
-        bad = int(addrs[~inside][0])
+        outside = addrs[~inside]
+        bad = int(outside[0])
         start, end, name, shape, size = min(self.spans, key=lambda s: min(abs(bad - s[0]), abs(bad - (s[1] - 1))))
         if bad >= end:
-            n = (bad - end) // size + 1
-            where = f"{n} element{'s' if n > 1 else ''} past the end of {name}"
+            far = int(outside.max())
+            n = (far - end) // size + 1
+            where = f"up to {n} element{'s' if n > 1 else ''} past the end of {name}"
         else:
-            n = (start - bad + size - 1) // size
-            where = f"{n} element{'s' if n > 1 else ''} before the start of {name}"
+            far = int(outside.min())
+            n = (start - far + size - 1) // size
+            where = f"up to {n} element{'s' if n > 1 else ''} before the start of {name}"
+        lanes = int(outside.size)
         raise OutOfBounds(
-            f"a {what} reached memory outside every tensor the kernel was given: {where} (shape {tuple(shape)}). "
-            "A lane whose row or column lies past a tensor's end must be masked off (mask= on the load or store)")
+            f"a {what} reached memory outside every tensor the kernel was given: {lanes} lane{'s' if lanes > 1 else ''}, "
+            f"{where} (shape {tuple(shape)}). A lane whose row or column lies past a tensor's end must be masked off "
+            "(mask= on the load or store)")
 
     def install(self) -> None:
         try:

@@ -3,7 +3,7 @@
 Each detector takes a case's keyword arguments (the clean inputs) and the constexprs of the
 learner's last kernel launch, and returns the output a solution with that one mistake gives (or
 None when the mistake does not apply to the case). When the learner's output equals it, the
-report says "looks like: ..." before the numbers. NumPy only; float64 inside, the input dtype out.
+report says "looks like ..." before the numbers. NumPy only; float64 inside, the input dtype out.
 """
 from __future__ import annotations
 
