@@ -489,6 +489,86 @@ def test_evict_first_loads_give_the_same_answer(splits, poison):
         assert (hinted[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "evict_first output off the reference"
 
 
+TMA_CASES = [  # B, H, Hkv, Nq, N_max, d, lengths, splits, causal
+    (2, 4, 2, 1, 70, 16, [70, 37], 1, False),  # a ragged tail after full tiles; one full sequence
+    (3, 4, 1, 3, 80, 32, [80, 3, 50], 3, True),  # splits, MQA, a length below one tile, bottom-right causal
+    (2, 2, 2, 2, 64, 16, None, 2, True),  # every length N_max: full tiles only
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("case", TMA_CASES, ids=[f"case{i}" for i in range(len(TMA_CASES))])
+def test_tma_loads_give_the_masked_loads_answer_and_never_read_past_a_length(case, dtype, poison):
+    """Full tiles through the tensor descriptors, the partial tail through masked loads: the same
+    result as the masked loads alone, and no NaN from the poisoned entries past each length."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    B, H, Hkv, Nq, n_max, d, lengths, splits, causal = case
+    q, k, v, seqlens = _inputs(B, H, Hkv, Nq, n_max, d, dtype, lengths, seed=sum(case[:6]))
+    config = kernels.default_config(d, dtype)
+    decode_plan.clear_plans()
+    masked, tma = (decode_plan.forward(q, k, v, seqlens, d ** -0.5, causal, splits, dataclasses.replace(config, tma=t))
+                   for t in (False, True))
+    plans = list(decode_plan._PLANS.values())
+    assert [p.tma for p in plans] == [False, True], "the second plan should load by TMA"
+    assert not tma[0].isnan().any(), "NaN in o: a poisoned entry past a length was read"
+    assert (tma[0].double() - masked[0].double()).abs().max().item() < 1e-3 * (1 if dtype == torch.float32 else 5)
+    assert (tma[1] - masked[1]).abs().max().item() < 1e-4
+    if not causal:
+        ref_o, _ = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
+        assert (tma[0].double().cpu() - ref_o).abs().max().item() <= ATOL[dtype]
+
+
+@pytest.mark.interpreter
+def test_tma_is_not_used_where_a_descriptor_cannot_describe_the_cache():
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    q, k, v, _ = _inputs(2, 4, 2, 1, 40, 16, torch.float32, None, seed=3)
+    config = dataclasses.replace(kernels.default_config(16, torch.float32), tma=True)
+    assert decode_plan.tma_allowed(q, k, v, False, config)
+    assert not decode_plan.tma_allowed(q, k, v, True, config), "paged"
+    assert not decode_plan.tma_allowed(q, k.transpose(2, 3).contiguous().transpose(2, 3), v, False, config), "strided"
+    assert not decode_plan.tma_allowed(q, k, v, False, dataclasses.replace(config, tma=False)), "not asked for"
+    q24, k24, v24, _ = _inputs(2, 4, 2, 1, 40, 24, torch.float32, None, seed=3)
+    assert not decode_plan.tma_allowed(q24, k24, v24, False, config), "head dim padded inside the kernel"
+
+
+def test_tma_ring_is_deeper_only_for_a_grid_of_one_wave():
+    from flashlab.kernels import flash_decode as kernels
+
+    wide = kernels.DecodeConfig(block_n=128, num_stages=3, tma=True)
+    assert kernels.tma_stages(wide, 128, 132, 16) == kernels.TMA_ONE_WAVE_STAGES == 4
+    assert kernels.tma_stages(wide, 133, 132, 16) == kernels.tma_stages(wide, 512, 132, 16) == 3
+    assert kernels.tma_stages(wide, 128, 132, 64) == 3, "a 64-row tile's 4-stage ring does not fit sm90's shared memory"
+
+
+SM90_SHARED_BYTES = 232448  # shared memory one sm90 block may use (227 KB)
+
+
+def test_every_tma_ring_the_plan_can_pick_fits_sm90_shared_memory():
+    """Compiled for sm90 without a GPU (tests/sm90_compile_decode.py): each query-tile height with
+    the deepest ring ``tma_stages`` gives it, unsplit and split."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root / "src"))
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, str(root / "tests" / "sm90_compile_decode.py")], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(report) == 6 and {r["block_m"] for r in report} == {16, 32, 64}
+    for record in report:
+        assert 0 < record["shared"] <= SM90_SHARED_BYTES, record
+
+
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's
