@@ -7,9 +7,6 @@ timed (relative error recorded):
 
 * ``flash_decode``      flashlab.flash_decode: split-KV + GQA packing; splits, tile config and
                         combine by ``decode.split_rule``
-* ``flash_decode_cp_async`` the same choice with every K/V tile by masked ``cp.async`` loads
-                        (``DecodeConfig.tma=False``): where flash_decode loads full tiles by TMA, the
-                        loads it had before (the same kernel elsewhere)
 * ``flash_decode_lens`` the same with ``cache_seqlens`` (every length Nk) and ``check_lengths=False``
                         (no host check of the lengths, no sync): what a serving loop calls
 * ``decode_2kernels``   the same choice with the combine as a second kernel (``fused_combine=False``;
@@ -62,7 +59,6 @@ read experiments and one-wave rows in ``decode_probe.py``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -77,10 +73,9 @@ SEQ_LENS = (4096, 32768, 131072)
 BATCHES = (1, 4, 16, 64)
 MAX_KV_GIB = 64.0  # K + V of a row above this: skipped (SDPA's and naive's buffers come on top)
 NAIVE_MAX_GIB = 16.0  # naive repeats K and V to H heads: above this it is not run
-VARIANTS = ("flash_decode", "flash_decode_cp_async", "flash_decode_lens", "decode_2kernels", "unsplit", "sdpa_default",
-            "sdpa_flash", "naive")
+VARIANTS = ("flash_decode", "flash_decode_lens", "decode_2kernels", "unsplit", "sdpa_default", "sdpa_flash", "naive")
 GRAPH_VARIANTS = ("flash_decode", "flash_decode_lens", "sdpa_default")  # also graph_us, host_us, issue_us
-ROUND_VARIANTS = ("flash_decode", "sdpa_default", "flash_decode_cp_async")  # timed in ROUNDS interleaved rounds
+ROUND_VARIANTS = ("flash_decode", "sdpa_default")  # timed in ROUNDS interleaved rounds per row; us = median
 ROUNDS = 3
 GRAPH_MAX_US = 2000.0  # graph_us and host_us only where a call takes less (above, the launch is < 1% of it)
 HOST_CALLS = 1000  # back-to-back calls for host_us (fewer where a call takes over 300 us)
@@ -157,11 +152,6 @@ def make_variants(H, Hkv, scale):
     from flashlab import decode
     from flashlab.kernels import decode_plan as plans
 
-    def flash_decode_cp_async(q, k, v):
-        choice = decode.choice_for(q, k)
-        config = dataclasses.replace(decode.config_of(q, choice), tma=False)
-        return plans.forward(q, k, v, None, scale, True, choice.splits, config)[0]
-
     def decode_2kernels(q, k, v):
         choice = decode.choice_for(q, k)._replace(fused=False)
         return plans.forward(q, k, v, None, scale, True, choice.splits, decode.config_of(q, choice))[0]
@@ -176,7 +166,6 @@ def make_variants(H, Hkv, scale):
 
     return {
         "flash_decode": lambda q, k, v: flashlab.flash_decode(q, k, v, scale=scale),
-        "flash_decode_cp_async": flash_decode_cp_async,
         "flash_decode_lens": flash_decode_lens,
         "decode_2kernels": decode_2kernels,
         "unsplit": lambda q, k, v: attention.best_forward(q, k, v, False, scale)[0],
@@ -312,7 +301,6 @@ def time_row(B, H, Hkv, nk, ceilings: dict, dtype_name="bfloat16") -> dict:
                 res[name]["tb_s"] = kv_bytes / res[name]["us"] / 1e6
         if all(len(runs[name]) == ROUNDS for name in ROUND_VARIANTS):
             row["vs_sdpa_default"] = compare_rounds(runs["flash_decode"], runs["sdpa_default"])
-            row["vs_cp_async"] = compare_rounds(runs["flash_decode"], runs["flash_decode_cp_async"])
         # -- the read roofline at this byte count (one pure-read kernel, best config)
         if kv_bytes not in ceilings:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -351,7 +339,7 @@ def print_summary(rows_out):
     spread, TB/s, the read ceiling and the fraction of it, host_us, graph_us)."""
     print(f"{'row (B,H,Hkv,Nk)':>20} {'spl':>5} {'ours us':>9} {'SDPA us':>9} {'ratio':>6} {'min':>6} {'spread':>6} "
           f"{'in?':>3} {'TB/s':>5} {'read us':>8} {'ours/rd':>7} {'sdpa/rd':>7} {'host ours':>9} {'host SDPA':>9} "
-          f"{'graph ours':>10} {'graph SDPA':>10} {'vs cp.async':>11}")
+          f"{'graph ours':>10} {'graph SDPA':>10}")
     for r in rows_out:
         if r.get("skipped"):
             continue
@@ -364,8 +352,7 @@ def print_summary(rows_out):
               f"{100 * cmp_.get('spread', nan):>5.2f}% {'y' if cmp_.get('within_spread') else 'n':>3} "
               f"{fd.get('tb_s', nan):>5.2f} {ceiling.get('us', nan):>8.1f} {1 / fd.get('read_fraction', nan):>7.3f} "
               f"{1 / sd.get('read_fraction', nan):>7.3f} {fd.get('host_us', nan):>9.1f} {sd.get('host_us', nan):>9.1f} "
-              f"{fd.get('graph_us', nan):>10.1f} {sd.get('graph_us', nan):>10.1f} "
-              f"{r.get('vs_cp_async', {}).get('ratio', nan):>11.4f}")
+              f"{fd.get('graph_us', nan):>10.1f} {sd.get('graph_us', nan):>10.1f}")
 
 
 def main(argv=None):

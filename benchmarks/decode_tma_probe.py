@@ -17,8 +17,9 @@ median each, L2 cleared by its 256 MB write), median of the rounds.
 
     python benchmarks/decode_tma_probe.py            # -> $OUT/decode_tma_probe.json (or results/)
     python benchmarks/decode_tma_probe.py --unsplit  # -> $OUT/decode_tma_probe_unsplit.json
-    python benchmarks/decode_tma_probe.py --library  # the library's kernel, TMA and cp.async, beside the probe
-    python benchmarks/decode_tma_probe.py --variants # what separates the library's TMA path from the probe
+
+The library's kernel with a TMA path (commit 0dd6b8e; removed after calls 25-28, benchmarks/NOTES.md)
+was timed by this script's ``--library`` and ``--variants`` modes in that commit.
 """
 from __future__ import annotations
 
@@ -130,112 +131,6 @@ def probe(rows=ROWS, configs=CONFIGS, rounds=3) -> dict:
     return out
 
 
-LIBRARY_ROWS = ((4, 32, 32, 4096), (16, 32, 8, 4096), (16, 32, 32, 4096), (4, 32, 32, 32768), (4, 32, 8, 32768))
-
-
-def library(rows=LIBRARY_ROWS, rounds=5) -> dict:
-    """The library's split-KV kernel with and without its TMA path (the rule's splits and config),
-    the probe's TMA kernel (3 and 4 stages, unsplit rows only) and SDPA's default, timed by do_bench
-    and as CUDA-graph replays (GPU time without the host), in rotated rounds."""
-    import dataclasses
-
-    import torch
-
-    from bench_decode import graph_us
-    from flashlab import decode
-    from flashlab.kernels import decode_plan as plans
-
-    kernel = _kernel()
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rounds": rounds, "rows": []}
-    for B, H, Hkv, nk in rows:
-        g = torch.Generator(device="cuda").manual_seed(29)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        scale = D ** -0.5
-        choice = decode.choice_for(q, k)
-        config = decode.config_of(q, choice)
-        calls = {
-            "library_tma": lambda: plans.forward(q, k, v, None, scale, True, choice.splits, config)[0],
-            "library_cp_async": lambda: plans.forward(q, k, v, None, scale, True, choice.splits,
-                                                      dataclasses.replace(config, tma=False))[0],
-            "sdpa_default": lambda: make_variants(H, Hkv, scale)["sdpa_default"](q, k, v)}
-        if choice.splits == 1:
-            for stages in (3, 4):
-                fn = tma_variant(kernel, H, Hkv, nk, 128, stages, 4, scale)
-                calls[f"probe_tma_s{stages}"] = lambda fn=fn: fn(q, k, v)
-        with torch.no_grad():
-            ref = calls["sdpa_default"]()
-            errors = {name: _common.rel_err(fn(), ref) for name, fn in calls.items()}
-            runs = rotated_rounds(calls, rounds=rounds)
-            graphs = {name: graph_us(fn) for name, fn in calls.items()}
-        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "splits": choice.splits, "variants": {}}
-        for name in calls:
-            entry = rounds_entry(runs[name])
-            entry.update(rel_err=errors[name], graph_us=graphs[name],
-                         vs_sdpa=entry["us"] / _median_of(runs["sdpa_default"]),
-                         vs_cp_async=entry["us"] / _median_of(runs["library_cp_async"]))
-            row["variants"][name] = entry
-        out["rows"].append(row)
-        print(B, H, Hkv, nk, choice.splits, {n: (round(e["us"], 1), round(e["vs_cp_async"], 4), round(e["graph_us"], 1))
-                                             for n, e in row["variants"].items()}, flush=True)
-    return out
-
-
-def variants(rows=LIBRARY_ROWS[:2], rounds=5) -> dict:
-    """What separates the library's TMA path from the probe's kernel at the one-wave 4k rows: the
-    library kernel causal or not (a bottom-right mask with Nq = 1 hides nothing) and with 3 or 4
-    stages, beside its cp.async loads and the probe kernel; do_bench rounds and CUDA-graph replays."""
-    import dataclasses
-
-    import torch
-
-    from bench_decode import graph_us
-    from flashlab import decode
-    from flashlab.kernels import decode_plan as plans
-    from flashlab.kernels import flash_decode as kernels
-
-    kernel = _kernel()
-    out = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rounds": rounds, "rows": []}
-    for B, H, Hkv, nk in rows:
-        g = torch.Generator(device="cuda").manual_seed(31)
-        q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k, v = (torch.randn(B, Hkv, nk, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-        scale = D ** -0.5
-        choice = decode.choice_for(q, k)
-        config = decode.config_of(q, choice)
-
-        def lib(causal, stages, tma=True):
-            cfg = dataclasses.replace(config, tma=tma, num_stages=stages)
-
-            def run():
-                kernels.TMA_ONE_WAVE_STAGES = stages  # the plan's ring depth for this one-wave grid
-                return plans.forward(q, k, v, None, scale, causal, choice.splits, cfg)[0]
-            return run
-
-        calls = {"lib_tma_causal_s4": lib(True, 4), "lib_tma_s4": lib(False, 4), "lib_tma_s3": lib(False, 3),
-                 "lib_cp_async_causal": lib(True, 3, tma=False), "lib_cp_async": lib(False, 3, tma=False),
-                 "sdpa_default": lambda: make_variants(H, Hkv, scale)["sdpa_default"](q, k, v)}
-        for stages in (3, 4):
-            fn = tma_variant(kernel, H, Hkv, nk, 128, stages, 4, scale)
-            calls[f"probe_tma_s{stages}"] = lambda fn=fn: fn(q, k, v)
-        with torch.no_grad():
-            ref = calls["sdpa_default"]()
-            errors = {name: _common.rel_err(fn(), ref) for name, fn in calls.items()}
-            runs = rotated_rounds(calls, rounds=rounds)
-            graphs = {name: graph_us(fn) for name, fn in calls.items()}
-        kernels.TMA_ONE_WAVE_STAGES = 4
-        row = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "splits": choice.splits, "variants": {}}
-        for name in calls:
-            entry = rounds_entry(runs[name])
-            entry.update(rel_err=errors[name], graph_us=graphs[name],
-                         vs_cp_async=entry["us"] / _median_of(runs["lib_cp_async_causal"]))
-            row["variants"][name] = entry
-        out["rows"].append(row)
-        print(B, H, Hkv, nk, {n: (round(e["us"], 1), round(e["vs_cp_async"], 4), round(e["graph_us"], 1))
-                              for n, e in row["variants"].items()}, flush=True)
-    return out
-
-
 def _median_of(runs):
     from bench_decode import _median
 
@@ -245,11 +140,9 @@ def _median_of(runs):
 if __name__ == "__main__":
     import sys
 
-    unsplit, lib, var = "--unsplit" in sys.argv, "--library" in sys.argv, "--variants" in sys.argv
-    result = (variants() if var else library() if lib else probe(UNSPLIT_ROWS, UNSPLIT_CONFIGS, 5) if unsplit
-              else probe())
+    unsplit = "--unsplit" in sys.argv
+    result = probe(UNSPLIT_ROWS, UNSPLIT_CONFIGS, 5) if unsplit else probe()
     folder = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "results")
-    name = ("decode_tma_variants.json" if var else "decode_tma_library.json" if lib
-            else "decode_tma_probe_unsplit.json" if unsplit else "decode_tma_probe.json")
+    name = "decode_tma_probe_unsplit.json" if unsplit else "decode_tma_probe.json"
     with open(os.path.join(folder, name), "w") as f:
         json.dump(result, f, indent=1)

@@ -64,8 +64,10 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
       config. Call 5: 128 programs 75.6 us vs 78.4 (default, 2 splits; SDPA 76.5) at 4k keys,
       486 vs 492 us at 32k; 512 programs 254 vs 261 us (SDPA 255).
       Refuted for these grids (benchmarks/NOTES.md, decode): 64-key tiles with 6 stages (call 10:
-      1.2-2.4 % slower; in commit 790d0ac as ``deep``), and a balanced grid of one wide program
-      per SM on equal runs of key blocks (calls 19-20: 1.0008-1.086x the rule's time).
+      1.2-2.4 % slower; in commit 790d0ac as ``deep``), a balanced grid of one wide program
+      per SM on equal runs of key blocks (calls 19-20: 1.0008-1.086x the rule's time), and K/V
+      tiles by TMA (calls 23-28: 0.99-1.03x the cp.async loads' time, machine to machine; in
+      commit 0dd6b8e).
     * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
       ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4); where those splits
       would spill into a second wave (124 programs: 2 splits, 248 programs for 132 SMs), the most

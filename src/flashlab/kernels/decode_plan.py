@@ -17,7 +17,7 @@ import inspect
 
 from . import _mode
 from .flash_decode import (DecodeConfig, _combine_splits, _decode_split_kv, block_m_for, combine_step_for,
-                           default_config, tma_stages)
+                           default_config)
 from .flash_fwd import dot_precision, head_dim_padded
 from .launch_plan import hooks_idle, poison_requested
 
@@ -25,8 +25,8 @@ triton = _mode.triton()
 import torch  # noqa: E402
 
 SPLIT_KV_PARAMS = tuple(inspect.signature(_decode_split_kv.fn).parameters)  # the kernel's arguments, in order
-assert SPLIT_KV_PARAMS[:13] == ("Q", "K", "V", "SeqLens", "BlockTable", "Out", "LSE", "OPart", "LSEPart",
-                                "Counters", "sm_scale", "KDesc", "VDesc"), SPLIT_KV_PARAMS[:13]
+assert SPLIT_KV_PARAMS[:11] == ("Q", "K", "V", "SeqLens", "BlockTable", "Out", "LSE", "OPart", "LSEPart",
+                                "Counters", "sm_scale"), SPLIT_KV_PARAMS[:11]
 COMBINE_PARAMS = tuple(inspect.signature(_combine_splits.fn).parameters)
 assert COMBINE_PARAMS[:4] == ("OPart", "LSEPart", "Out", "LSE"), COMBINE_PARAMS[:4]
 MAX_PLANS = 64  # plans kept (each holds its scratch); the cache is emptied when full
@@ -41,30 +41,6 @@ def current_stream(device_index: int):
 
 def _capturing(q) -> bool:
     return q.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def tma_allowed(q, k, v, paged: bool, config: DecodeConfig) -> bool:
-    """Whether the split-KV kernel may load full K/V tiles by TMA: the config asks for it
-    (``DecodeConfig.tma``), the cache is unpaged and contiguous (B, Hkv, N_max, d) with d a padded
-    head dim (a descriptor's rows are whole, 16-byte-aligned rows), its rows fit an int32
-    coordinate, and the kernel runs compiled on a Hopper GPU (sm90) or in the interpreter."""
-    if not config.tma or paged or not (k.is_contiguous() and v.is_contiguous()) or k.shape != v.shape:
-        return False
-    if q.shape[-1] != head_dim_padded(q.shape[-1]) or k.shape[0] * k.shape[1] * k.shape[2] >= 2 ** 31:
-        return False
-    if _mode.is_interpreter():
-        return True
-    return q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9
-
-
-def _descriptors(k, v, block_n: int) -> tuple:
-    """Host-side tensor descriptors of the caches as (B * Hkv * N_max, d) rows, one K/V tile per load."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    d = k.shape[-1]
-    k2, v2 = k.view(-1, d), v.view(-1, d)
-    return (TensorDescriptor(k2, list(k2.shape), [d, 1], [block_n, d]),
-            TensorDescriptor(v2, list(v2.shape), [d, 1], [block_n, d]))
 
 
 class DecodePlan:
@@ -92,11 +68,9 @@ class DecodePlan:
             self.o_part = self.lse_part = self.lse  # unused by the kernel
         self.counters = torch.zeros(B * Hkv * row_blocks, dtype=torch.int32, device=q.device) if fused else self.lse
         self.grid = (num_splits, B * Hkv, row_blocks)
-        self.tma = tma_allowed(q, k, v, paged, config)  # full K/V tiles by TMA (16-byte-aligned calls)
-        self.block_n = config.block_n
         o_strides = (H * Nq * d, Nq * d, d, 1)  # a fresh contiguous o
         values = dict(Q=q, K=k, V=v, SeqLens=self.lse, BlockTable=self.lse, Out=None, LSE=None, OPart=self.o_part,
-                      LSEPart=self.lse_part, Counters=self.counters, sm_scale=None, KDesc=None, VDesc=None)
+                      LSEPart=self.lse_part, Counters=self.counters, sm_scale=None)
         for name, strides in (("q", q.stride()), ("k", k.stride()), ("v", v.stride()), ("o", o_strides)):
             values.update(zip((f"stride_{name}z", f"stride_{name}h", f"stride_{name}m" if name in "qo" else
                                f"stride_{name}n", f"stride_{name}k"), strides))
@@ -105,17 +79,13 @@ class DecodePlan:
                       NUM_BLOCKS=k.shape[0] if paged else 1,
                       HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
                       PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1, PAGE_PREFETCH=config.page_prefetch,
-                      EVICT_FIRST=config.evict_first, TMA=False,
+                      EVICT_FIRST=config.evict_first,
                       HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
                       COMBINE_STEP=combine_step_for(config, block_m, head_dim_padded(d)),
                       DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
         self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors
         self.options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
-        if self.tma:
-            sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 1
-            self.tma_options = dict(self.options, num_stages=tma_stages(config, num_splits * B * Hkv * row_blocks, sms,
-                                                                      block_m))
         self.combine = None if not split or fused else (
             (B * H * Nq,), dict(OPart=self.o_part, LSEPart=self.lse_part, Out=None, LSE=None,
                                 stride_oz=o_strides[0], stride_oh=o_strides[1], stride_om=o_strides[2],
@@ -139,13 +109,10 @@ class DecodePlan:
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
                 0 if seqlens is None else seqlens.data_ptr(), 0 if block_table is None else block_table.data_ptr())
         bits = ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
-        # the compiled kernel assumed 16-byte aligned pointers (Triton specialises on it): others go through
-        # the JIT, and without TMA (a descriptor's base must be 16-byte aligned)
-        descriptors = _descriptors(k, v, self.block_n) if self.tma and not bits & 15 else (None, None)
+        # the compiled kernel assumed 16-byte aligned pointers (Triton specialises on it): others go through the JIT
         if self.args is not None and not bits & 15 and DIRECT_LAUNCH and hooks_idle():
             args = self.args.copy()
             args[0], args[1], args[2], args[5], args[6], args[10] = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], scale
-            args[11], args[12] = descriptors
             if seqlens is not None:
                 args[3] = ptrs[5]
             if block_table is not None:
@@ -153,14 +120,12 @@ class DecodePlan:
             kernel = self.kernel
             kernel.run(*self.grid, self.stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
         else:
-            tma = descriptors[0] is not None
-            values = dict(self.values, Q=q, K=k, V=v, Out=o, LSE=lse, sm_scale=scale, KDesc=descriptors[0],
-                          VDesc=descriptors[1], TMA=tma)
+            values = dict(self.values, Q=q, K=k, V=v, Out=o, LSE=lse, sm_scale=scale)
             if seqlens is not None:
                 values["SeqLens"] = seqlens
             if block_table is not None:
                 values["BlockTable"] = block_table
-            kernel = _decode_split_kv[self.grid](**values, **(self.tma_options if tma else self.options))
+            kernel = _decode_split_kv[self.grid](**values, **self.options)
             if self.direct and self.args is None and not bits & 15 and all(
                     hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
                 self.kernel = kernel

@@ -26,13 +26,6 @@ poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment
 query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key keeps
 ``m_i = -inf, l_i = 0`` and writes ``lse_s = -inf, o_s = 0``, which the combine weighs by 0.
 
-TMA loads (``TMA``, Hopper): with a contiguous, unpaged cache the wide config's full K/V tiles come
-through host-side tensor descriptors over the cache seen as (B * Hkv * N_max, d) rows, which Triton
-compiles to TMA copies into a ring of ``num_stages`` shared-memory slots; the last, partial tile of
-a chunk keeps the masked loads, so a descriptor (which bounds the whole cache, not one sequence)
-never reads past a length. On an H200 this drew 0.3-0.8 % more of the HBM read ceiling than the
-``cp.async`` loads at the one-wave rows (benchmarks/NOTES.md, decode, calls 23-24).
-
 Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv, PAGE_SIZE, d)
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Where
 BLOCK_N divides PAGE_SIZE each K/V tile lies in one page: one table look-up per tile; smaller
@@ -80,7 +73,6 @@ class DecodeConfig:
     combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
     page_prefetch: bool = True  # paged cache: read the next tile's block-table entries a step ahead
     evict_first: bool = False  # K/V loads marked first to leave L2 (read once: keep L2's other lines)
-    tma: bool = False  # full K/V tiles by TMA where the cache allows it (``decode_plan.tma_allowed``)
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -106,29 +98,15 @@ def has_wide_config(head_dim: int, dtype: torch.dtype) -> bool:
     return head_dim == 128 and dtype.itemsize == 2 and not _mode.is_interpreter()
 
 
-TMA_ONE_WAVE_STAGES = 4  # TMA ring depth when every program has an SM of its own (calls 23-24)
-
-
 def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_combine: bool = True) -> DecodeConfig:
     """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
     ``wide`` twice its K/V tile where :func:`has_wide_config`: BLOCK_N = 128 with 3 stages, 192 KB
     of shared memory, one program per SM with as many bytes in flight as two default ones
-    (measured on an H200, benchmarks/NOTES.md, calls 5-7), its full tiles by TMA where the cache
-    and the GPU allow it (``tma``; the plan deepens the ring to ``TMA_ONE_WAVE_STAGES`` when the
-    grid is one wave, calls 23-24)."""
+    (measured on an H200, benchmarks/NOTES.md, calls 5-7)."""
     config = default_config(head_dim, dtype)
     if wide and has_wide_config(head_dim, dtype):
-        config = dataclasses.replace(config, block_n=2 * config.block_n, tma=True)
+        config = dataclasses.replace(config, block_n=2 * config.block_n)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
-
-
-def tma_stages(config: DecodeConfig, programs: int, sms: int, block_m: int) -> int:
-    """Pipeline depth of a TMA launch of ``programs`` programs on ``sms`` SMs: ``TMA_ONE_WAVE_STAGES``
-    when each program has an SM to itself and its query tile is 16 rows, else the config's. On an
-    H200, 4 stages were 0.2-0.5 % faster than 3 at 128 programs and 1.6-1.8 % slower at 512
-    (benchmarks/NOTES.md, call 24); with 128-key tiles at d = 128 a 64-row tile's 4-stage ring
-    needs 279 KB of shared memory (sm90 has 227 KB), a 16-row tile's 205 KB."""
-    return TMA_ONE_WAVE_STAGES if programs <= sms and block_m <= 16 else config.num_stages
 
 
 def programs_per_sm(config: DecodeConfig, head_dim: int, itemsize: int) -> int:
@@ -168,30 +146,9 @@ def _table_entries(table_row, start, hi, stride_bb, PAGE_SIZE: tl.constexpr, BLO
 # --------------------------------------------------------------------------------------------
 # Kernel 1: one program per (split, batch x kv head, row block)
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _attend_tile(q, k, v, offs_n, key_ok, last_key, m_i, l_i, acc, qk_scale,
-                 CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One K/V tile into the online softmax state (lines 8-10): (m_i, l_i, acc) updated."""
-    # -- S_ij (line 8), masked past hi and (causal) past each row's last key
-    qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
-    visible = key_ok[None, :]
-    if CAUSAL:
-        visible = visible & (offs_n[None, :] <= last_key[:, None])
-    qk = tl.where(visible, qk, float("-inf"))
-    # -- m_ij, P_ij, l_i (line 9); a row with nothing visible yet keeps m = -inf, p = 0
-    m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
-    m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
-    p = tl.math.exp2(qk - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
-    alpha = tl.math.exp2(m_i - m_safe)  # (BLOCK_M,)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    # -- acc = diag(alpha) acc + P_ij V_j (line 10)
-    acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
-    return m_ij, l_i, acc
-
-
 @triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "NUM_SPLITS", "NUM_BLOCKS"])
 def _decode_split_kv(
-    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale, KDesc, VDesc,
+    Q, K, V, SeqLens, BlockTable, Out, LSE, OPart, LSEPart, Counters, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
@@ -199,8 +156,7 @@ def _decode_split_kv(
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, TMA: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -243,72 +199,63 @@ def _decode_split_kv(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634
     bad_pages = tl.full([], 0, tl.int32)  # paged: table entries of this chunk that name no block
-    if TMA:
-        # -- the chunk's full tiles through the descriptors (rows of the (B * Hkv * N_max, d) view),
-        #    then its partial last tile, if any, by masked loads: one tile, not a loop (a second
-        #    pipelined loop would hold a second ring of shared memory and run its own prologue)
-        tail = lo + (tl.maximum(hi - lo, 0) // BLOCK_N) * BLOCK_N
-        row0 = off_zh * N_MAX  # this (batch, kv head)'s first row
-        for start_n in range(lo, tail, BLOCK_N):  # line 6
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = KDesc.load([row0 + start_n, 0])  # (BLOCK_N, HEAD_DIM), line 7
-            v = VDesc.load([row0 + start_n, 0])
-            whole = tl.full([BLOCK_N], 1, tl.int1)  # every key of a full tile is below hi
-            m_i, l_i, acc = _attend_tile(q, k, v, offs_n, whole, last_key, m_i, l_i, acc, qk_scale,
-                                         CAUSAL, DOT_F32, DOT_PRECISION)
-        if tail < hi:
-            offs_n = tail + tl.arange(0, BLOCK_N)
-            key_ok = offs_n < hi  # never load at or past L_b
-            tile_ok = key_ok[:, None] & (offs_d[None, :] < D_HEAD)
-            k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kk, mask=tile_ok, other=0.0)
-            v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk, mask=tile_ok, other=0.0)
-            m_i, l_i, acc = _attend_tile(q, k, v, offs_n, key_ok, last_key, m_i, l_i, acc, qk_scale,
-                                         CAUSAL, DOT_F32, DOT_PRECISION)
-    if not TMA:  # every tile by masked loads
+    if PAGED:
+        # -- the first tile's table entries; with PAGE_PREFETCH the loop reads each next tile's one
+        #    step ahead, so the table read's latency overlaps a tile of work instead of holding up
+        #    that tile's K/V loads (a program alone on its SM has nothing else to hide it behind)
+        table_row = BlockTable + off_z * stride_bz
+        page_next = _table_entries(table_row, lo, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):  # line 6
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi  # never load at or past L_b
         if PAGED:
-            # -- the first tile's table entries; with PAGE_PREFETCH the loop reads each next tile's one
-            #    step ahead, so the table read's latency overlaps a tile of work instead of holding up
-            #    that tile's K/V loads (a program alone on its SM has nothing else to hide it behind)
-            table_row = BlockTable + off_z * stride_bz
-            page_next = _table_entries(table_row, lo, hi, stride_bb, PAGE_SIZE, BLOCK_N)
-        for start_n in range(lo, hi, BLOCK_N):  # line 6
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            key_ok = offs_n < hi  # never load at or past L_b
-            if PAGED:
-                if PAGE_PREFETCH:
-                    page = page_next
-                    page_next = _table_entries(table_row, start_n + BLOCK_N, hi, stride_bb, PAGE_SIZE, BLOCK_N)
-                else:
-                    page = _table_entries(table_row, start_n, hi, stride_bb, PAGE_SIZE, BLOCK_N)
-                page = page.to(tl.int64)
-            if PAGED and PAGE_SIZE >= BLOCK_N:
-                # -- paged cache, the tile within one page (BLOCK_N divides PAGE_SIZE): one entry
-                page_bad = (page < 0) | (page >= NUM_BLOCKS)  # checked here, not on the host: NaN outputs
-                bad_pages += page_bad.to(tl.int32)
-                page = tl.where(page_bad, 0, page)
-                offs_row = start_n % PAGE_SIZE + tl.arange(0, BLOCK_N)  # rows inside the physical block
-                k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
-                v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
-            elif PAGED:
-                # -- paged cache, the tile across BLOCK_N // PAGE_SIZE pages: an entry per key row (a
-                #    gather of whole rows); entries at or past hi are never read
-                page_bad = key_ok & ((page < 0) | (page >= NUM_BLOCKS))  # (BLOCK_N,)
-                bad_pages += tl.sum(page_bad.to(tl.int32), 0)
-                page = tl.where(page_bad, 0, page)
-                offs_row = offs_n % PAGE_SIZE  # (BLOCK_N,) rows inside their physical blocks
-                k_tile = k_base + page[:, None] * stride_kz + offs_row[:, None] * stride_kn
-                v_tile = v_base + page[:, None] * stride_vz + offs_row[:, None] * stride_vn
+            if PAGE_PREFETCH:
+                page = page_next
+                page_next = _table_entries(table_row, start_n + BLOCK_N, hi, stride_bb, PAGE_SIZE, BLOCK_N)
             else:
-                k_tile = k_base + offs_n[:, None] * stride_kn
-                v_tile = v_base + offs_n[:, None] * stride_vn
-            # -- load K_j, V_j (line 7): one load serves every row of the group; with EVICT_FIRST the
-            #    lines are the first L2 gives up, so the stream replaces its own lines, not L2's others
-            k = tl.load(k_tile + offs_d[None, :] * stride_kk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
-                        other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
-            v = tl.load(v_tile + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
-                        other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
-            m_i, l_i, acc = _attend_tile(q, k, v, offs_n, key_ok, last_key, m_i, l_i, acc, qk_scale,
-                                         CAUSAL, DOT_F32, DOT_PRECISION)
+                page = _table_entries(table_row, start_n, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+            page = page.to(tl.int64)
+        if PAGED and PAGE_SIZE >= BLOCK_N:
+            # -- paged cache, the tile within one page (BLOCK_N divides PAGE_SIZE): one entry
+            page_bad = (page < 0) | (page >= NUM_BLOCKS)  # checked here, not on the host: NaN outputs
+            bad_pages += page_bad.to(tl.int32)
+            page = tl.where(page_bad, 0, page)
+            offs_row = start_n % PAGE_SIZE + tl.arange(0, BLOCK_N)  # rows inside the physical block
+            k_tile = k_base + page * stride_kz + offs_row[:, None] * stride_kn
+            v_tile = v_base + page * stride_vz + offs_row[:, None] * stride_vn
+        elif PAGED:
+            # -- paged cache, the tile across BLOCK_N // PAGE_SIZE pages: an entry per key row (a
+            #    gather of whole rows); entries at or past hi are never read
+            page_bad = key_ok & ((page < 0) | (page >= NUM_BLOCKS))  # (BLOCK_N,)
+            bad_pages += tl.sum(page_bad.to(tl.int32), 0)
+            page = tl.where(page_bad, 0, page)
+            offs_row = offs_n % PAGE_SIZE  # (BLOCK_N,) rows inside their physical blocks
+            k_tile = k_base + page[:, None] * stride_kz + offs_row[:, None] * stride_kn
+            v_tile = v_base + page[:, None] * stride_vz + offs_row[:, None] * stride_vn
+        else:
+            k_tile = k_base + offs_n[:, None] * stride_kn
+            v_tile = v_base + offs_n[:, None] * stride_vn
+        # -- load K_j, V_j (line 7): one load serves every row of the group; with EVICT_FIRST the
+        #    lines are the first L2 gives up, so the stream replaces its own lines, not L2's others
+        k = tl.load(k_tile + offs_d[None, :] * stride_kk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
+                    other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(v_tile + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & (offs_d[None, :] < D_HEAD),
+                    other=0.0, eviction_policy="evict_first" if EVICT_FIRST else "")  # (BLOCK_N, HEAD_DIM)
+        # -- S_ij (line 8), masked past hi and (causal) past each row's last key
+        qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= last_key[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        # -- m_ij, P_ij, l_i (line 9); a row with nothing visible yet keeps m = -inf, p = 0
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
+        m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk - m_safe[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.math.exp2(m_i - m_safe)  # (BLOCK_M,)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- acc = diag(alpha) acc + P_ij V_j (line 10)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+        m_i = m_ij
     # -- o = acc / l_i, lse = m_i + log(l_i) in natural log (lines 12-13); empty rows: o = 0, lse = -inf
     seen = l_i > 0.0
     o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)  # (BLOCK_M, HEAD_DIM)
