@@ -836,6 +836,7 @@ def test_a_load_or_store_outside_the_tensors_fails_naming_the_tensor_and_line(tm
     assert f"OutOfBounds: a {what} reached memory outside every tensor" in failure["message"], failure["message"]
     assert f"past the end of {name} (shape" in failure["message"], failure["message"]
     assert all("the same error at the same line" in line for line in report.results[0]["failures"]), report.results[0]
+    assert str(report).count("OutOfBounds: a ") == 1, "the error is the problem line; the traceback stops above it"
 
 
 ROW_KERNEL_MISTAKES = [  # (exercise, text of its solution, the mistake, words of the failing check's report)

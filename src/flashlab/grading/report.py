@@ -137,7 +137,11 @@ class Report:
         if f.get("inputs"):
             lines.append("inputs: " + ", ".join(f"{k}={v}" for k, v in f["inputs"].items()))
         if f.get("traceback"):
-            lines.append("traceback (last lines):\n" + f["traceback"].rstrip())
+            trace = f["traceback"].rstrip().splitlines()
+            if len(trace) > 1 and f["message"].startswith("raised ") and trace[-1] and \
+                    f["message"][len("raised "):].startswith(trace[-1][:80]):
+                trace = trace[:-1]  # the error itself is the problem line above
+            lines.append("traceback (last lines):\n" + "\n".join(trace))
         if f.get("output"):
             lines.append("printed: " + f["output"][:300].rstrip())
         for other in r.get("failures", [])[:3]:
