@@ -922,6 +922,34 @@ def test_memory_bounds_accepts_every_byte_of_a_view_and_names_the_nearest_tensor
     bounds.check("tl.load", past)  # no launch running: nothing to check
 
 
+NOT_THE_RUNNING_MAX = [  # (exercise, edits of its solution): other mistakes that end in NaN, never named as it
+    ("ex07_kernel_inner_loop", [("m_new = tl.maximum(m_i, tl.max(qk, 1))", "m_new = tl.zeros([BLOCK_M], dtype=tl.float32)")]),
+    ("ex12_triton_online_softmax", [("m_new = tl.maximum(m_i, tl.max(x, 0))", "m_new = tl.full([], 0.0, tl.float32)"),
+                                    ("p = tl.exp(x - m_i) / l_i", "p = tl.exp(x) / l_i")]),
+    ("ex08_kernel_causal", [("BLOCK_M = 16  # query rows per program", "BLOCK_M = 32  # query rows per program"),
+                            ("    for start_n in range(0, hi, BLOCK_N):\n",
+                             "    n_blocks = tl.cdiv(hi, BLOCK_N)\n    for jj in range(0, n_blocks):\n"
+                             "        start_n = (n_blocks - 1 - jj) * BLOCK_N\n")]),
+]
+
+
+@pytest.mark.parametrize("exercise, edits", NOT_THE_RUNNING_MAX, ids=["max never subtracted", "row max never subtracted",
+                                                                     "key blocks in reverse"])
+def test_a_mistake_that_ends_in_nan_is_not_named_as_a_running_max_not_carried(tmp_path, exercise, edits):
+    """Found by a red-team pass: the detector's output was all NaN on some cases, and any all-NaN output
+    matched it. It now names the mistake only where an exp(m_old - m_new) overflows, and the cases
+    that show it leave every other row finite."""
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / f"{exercise}.py").write_text(text)
+    for seed in (1, 2):
+        report = check(exercise, exercises_dir=tmp_path, seed=seed)
+        assert not report.passed, str(report)
+        assert "running max is not carried" not in str(report), str(report)
+
+
 def test_whole_nan_rows_of_a_kernel_output_are_named_as_never_stored_or_computed():
     from flashlab.grading.checks import compare
     from flashlab.grading.registry import get_exercise

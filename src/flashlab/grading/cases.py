@@ -66,20 +66,28 @@ def large_logits(rng, nq, nk, d, batch=()) -> dict:
     kw["k"][..., 0] = 1.0
     kw["q"][..., 0] = offset * np.sqrt(d)
     return kw
-FIRST_KEYS_WHY = ("the first keys of each row{where} score {boost:g} above the rest: a running max that is not "
-                  "carried from block to block makes exp(m_old - m_new) overflow at the next key block")
+FIRST_KEYS_WHY = ("every score is raised by {offset:g} and the first keys of every other row{where} score {boost:g} "
+                  "above the rest: a running max that is not carried from block to block makes exp(m_old - m_new) "
+                  "overflow at the next key block, and a max never subtracted makes exp(s) overflow")
 
 
-def boost_first_keys(kw: dict, starts, count: int, boost: float) -> dict:
-    """``kw`` with keys start..start+count-1 (for each start) scoring ``boost`` above the others in
-    every row: q[..., 0] = 1 and those keys' k[..., 0] = boost / scale. The large term sits in one
-    product whose factors are exact in float32 and tf32 (boost / scale is, for d = 16), so a
-    GPU's tf32 dot keeps it exact; the softmax falls almost wholly on the boosted keys, whose
-    scores differ by O(1) terms as in any random case."""
+def boost_first_keys(kw: dict, starts, count: int, boost: float, offset: float) -> dict:
+    """``kw`` with every score raised by ``offset`` and keys start..start+count-1 (for each start)
+    scoring ``boost`` above the others in every other row: q[..., 1] = 1 and k[..., 1] = offset /
+    scale for all; even rows q[..., 0] = 1 (odd rows 0) and the boosted keys' k[..., 0] = boost /
+    scale. Each large term sits in one product whose factors are exact in float32 and tf32 (for
+    d = 16), so a GPU's tf32 dot keeps them; in a boosted row the softmax falls almost wholly on the
+    boosted keys, whose scores differ by O(1) terms as in any random case.
+    What each mistake then gives: a running max not carried overflows exp(m_old - m_new) in the
+    boosted rows only (NaN there, the other rows right); a max never subtracted overflows exp(s) in
+    every row (the offset alone is past exp's range), so the two are told apart."""
     kw = dict(kw)
     q, k = kw["q"].copy(), kw["k"].copy()
     scale = kw.get("scale") or 1.0 / np.sqrt(q.shape[-1])
-    q[..., 0] = 1.0
+    q[..., 0] = 0.0
+    q[..., ::2, 0] = 1.0
+    q[..., 1] = 1.0
+    k[..., 1] = offset / scale
     for start in starts:
         k[..., start:start + count, 0] = boost / scale
     kw["q"], kw["k"] = q, k
@@ -253,7 +261,10 @@ def tiled_public(rng):
 
 
 def tiled_hidden(rng):
-    cases = []
+    kw = dict(boost_first_keys(qkv(rng, int(rng.integers(9, 30)), int(rng.integers(33, 60)), 8), [0], 4, 1000.0, 800.0),
+              causal=False, block_q=8, block_k=8)
+    cases = [Case(attn_label(kw, extra=" blocks 8x8, all +800, keys 0-3 +1000 in even rows"), kw,
+                  why=FIRST_KEYS_WHY.format(where="", boost=1000, offset=800))]  # float64: exp overflows past 709.8
     for causal, (nq, nk) in [(False, (int(rng.integers(1, 70)), int(rng.integers(1, 70)))),
                              (True, (int(rng.integers(30, 70)), int(rng.integers(5, 29)))),
                              (True, (int(rng.integers(5, 29)), int(rng.integers(30, 70)))),
@@ -276,7 +287,7 @@ def tiled_hidden(rng):
 
 
 SCALE_WHY = "an explicit scale replaces 1/sqrt(d): use the scale argument when it is given"
-LONG_TAIL = 65536  # keys past the last query row in the work check
+LONG_TAIL = 131072  # keys past the last query row in the work check
 
 
 def large_nk_case(rng, extend, backward=False) -> Case:
@@ -314,7 +325,8 @@ def poisoned_causal_case(rng, make, tail: int = 0) -> Case:
     spends ~1000x more (the check is on work done, measured from outside the learner's process).
     """
     bk = int(rng.choice([4, 8]))
-    nq = bk * int(2 * rng.integers(1, 4) + 1)  # an odd multiple of block_k
+    odd = int(2 * rng.integers(1, 4) + 1)
+    nq = bk * (7 if tail else odd)  # an odd multiple of block_k; the work check's the largest (its cost scales with Nq)
     kw = make(nq, nq + 3 * bk + tail, 2 * bk, bk)
     poisoned, clean = poison_keys(kw, nq)
     label = attn_label(kw, True, f" blocks {2 * bk}x{bk}, K/V poisoned from row {nq}")
@@ -614,8 +626,10 @@ def flash_kernel_hidden(rng, causal):
                       why="an explicit scale replaces 1/sqrt(d)"))
     nk = int(rng.integers(130, 160))  # more than one key block for any BLOCK_N up to 128
     nq = nk if causal else int(rng.integers(17, 40))  # causal: rows past the first key block exist
-    kw = dict(boost_first_keys(qkv(rng, nq, nk, 16, batch=(1,), dtype="float32"), [0], 8, 128.0), causal=bool(causal))
-    cases.append(Case(attn_label(kw, bool(causal), " keys 0-7 +128"), kw, why=FIRST_KEYS_WHY.format(where="", boost=128)))
+    kw = dict(boost_first_keys(qkv(rng, nq, nk, 16, batch=(1,), dtype="float32"), [0], 8, 128.0, 100.0),
+              causal=bool(causal))
+    cases.append(Case(attn_label(kw, bool(causal), " all +100, keys 0-7 +128 in even rows"), kw,
+                      why=FIRST_KEYS_WHY.format(where="", boost=128, offset=100)))
     if causal:  # the causal exercise's kernel keeps its non-causal path
         cases.append(flash_case(rng, 1, int(rng.integers(17, 40)), int(rng.integers(17, 40)), 16, "float32", False,
                                 why="causal=False: the same kernel without the mask and with every key block"))
@@ -649,11 +663,12 @@ def online_kernel_hidden(rng):
                                 "a ragged last block; a row shorter than one block")
             + online_kernel_cases(rng, [(2, int(rng.integers(260, 400)), 64, "float16", 1.0, 0)],
                                   "float16 rows of several blocks: loads converted to float32, the store in float16")
+            + [offset_row_case(rng), boosted_row_case(rng)]  # before the large logits: each mistake fails alone
             + online_kernel_cases(rng, [(2, 150, 16, "float32", 300.0, 0)], LARGE_LOGITS)
             + online_kernel_cases(rng, [(2, 70, 16, "float32", 1.0, 20)],
                                   "the first block is all -inf: the running max is still -inf after it, and "
                                   "exp(-inf - (-inf)) is NaN unless that case is guarded")
-            + [boosted_row_case(rng), strided_row_case(rng, 100, 16)]
+            + [strided_row_case(rng, 100, 16)]
             + [Case(f"x(2, 40) float32 block_n={bn}", dict(x=randn(rng, 2, 40, dtype="float32"), block_n=bn),
                     why="block_n must be a power of two >= 16: anything else is refused with a ValueError naming "
                         "block_n", raises=("ValueError", "block_n")) for bn in (24, 8)])
@@ -672,14 +687,25 @@ def strided_row_case(rng, n: int, block_n: int | None = None) -> Case:
                     "for x and by out.stride(0) for out")
 
 
+def offset_row_case(rng) -> Case:
+    """x whose rows are each shifted whole by 200-300 (either sign): exp(x) overflows float32 unless
+    the row max is subtracted, while a running max that is not carried is harmless (every block of a
+    row shares the shift), so the two mistakes fail on different cases."""
+    x = randn(rng, 3, 90, dtype="float64") + (rng.uniform(200.0, 300.0, (3, 1)) * rng.choice([-1.0, 1.0], (3, 1)))
+    return Case("x(3, 90) float32 block_n=16, each row shifted by 200-300", dict(x=x.astype("float32"), block_n=16),
+                why="every entry of a row is shifted by 200-300: exp() overflows float32 (past 88.7) unless the row "
+                    "max is subtracted")
+
+
 def boosted_row_case(rng) -> Case:
     """x whose first block of each row lies 120 above the rest: a running max not carried from block to
     block overflows exp(m_old - m_new) in float32 (past 88.7)."""
-    x = randn(rng, 2, 100, dtype="float64")
-    x[:, :16] += 120.0
-    return Case("x(2, 100) float32 block_n=16, columns 0-15 +120", dict(x=x.astype("float32"), block_n=16),
-                why="the first block of each row lies 120 above the rest: a running max that is not carried from "
-                    "block to block makes exp(m_old - m_new) overflow at the next block")
+    x = randn(rng, 4, 100, dtype="float64") + 100.0  # past exp's float32 range unless the max is subtracted
+    x[::2, :16] += 120.0
+    return Case("x(4, 100) float32 block_n=16, all +100, columns 0-15 of rows 0 and 2 +120 more", dict(x=x.astype("float32"),
+                                                                                   block_n=16),
+                why="the first block of every other row lies 120 above the rest: a running max that is not carried "
+                    "from block to block makes exp(m_old - m_new) overflow at the next block")
 
 
 # ----------------------------------------------------------------------------- ex13 backward kernel (dK, dV)
@@ -787,13 +813,15 @@ def partials_hidden(rng):
 
 def boosted_partials_case(rng) -> Case:
     """Two splits of 136-150 keys (more than one key block each for any BLOCK_N up to 128) whose first
-    8 keys score 128 above the rest."""
+    8 keys score 128 above the rest for sequence 0 (sequence 1 is left alone)."""
     nk = 2 * int(rng.integers(136, 150))
     case = partials_case(rng, 2, nk, 16, 2, "float32")
     kw = dict(case.kwargs)
-    kw.update(boost_first_keys(dict(q=kw["q"][:, None], k=kw["k"]), [lo for lo, _ in split_bounds(nk, 2)], 8, 128.0))
-    kw["q"] = kw["q"][:, 0]
-    return Case(case.label + ", each split's keys 0-7 +128", kw, why=FIRST_KEYS_WHY.format(where=" in each split", boost=128))
+    kw.update(boost_first_keys(dict(q=kw["q"][None], k=kw["k"]), [lo for lo, _ in split_bounds(nk, 2)], 8, 128.0,
+                               100.0))
+    kw["q"] = kw["q"][0]  # (Z, d): the query of sequence 0 boosted
+    return Case(case.label + ", all +100, sequence 0: each split's keys 0-7 +128", kw,
+                why=FIRST_KEYS_WHY.format(where=" (sequence 0) in each split", boost=128, offset=100))
 
 
 def combine_splits_reference(o_part, lse_part):
@@ -872,8 +900,8 @@ def boosted_autograd_case(rng) -> Case:
     """float64, keys 0-7 scoring 1000 above the rest (exp overflows float64 past 709.8) and Nk past
     two K_TILE blocks."""
     case = autograd_case(rng, (1,), int(rng.integers(17, 30)), int(rng.integers(40, 60)), 8, "float64", False, False)
-    kw = boost_first_keys(case.kwargs, [0], 8, 1000.0)
-    return Case(case.label + " keys 0-7 +1000", kw, why=FIRST_KEYS_WHY.format(where="", boost=1000))
+    kw = boost_first_keys(case.kwargs, [0], 8, 1000.0, 800.0)
+    return Case(case.label + " all +800, keys 0-7 +1000 in even rows", kw, why=FIRST_KEYS_WHY.format(where="", boost=1000, offset=800))
 
 
 def grads_public(rng):

@@ -78,8 +78,10 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
         index = tuple(int(i) for i in np.argwhere(nan)[0])
         return dict(kind="nan", index=index, message=f"{name}: NaN at index {index} ({int(nan.sum())} of "
                     f"{nan.size} elements), expected {r[index]:.6g} there" + (_unwritten_rows(part, nan, got) or (
-                        "; the grader surrounds every input of a kernel with NaN, so a load past either end of "
-                        "an input (a missing mask, a wrong stride or offset) reads NaN" if part.must_launch else "")))
+                        "; the grader surrounds every input of a kernel with NaN, so on a GPU a load past either end "
+                        "of an input (a missing mask, a wrong stride or offset) reads NaN (the CPU interpreter stops "
+                        "it with OutOfBounds); so does 0/0, inf / inf after an exp() overflows, or exp(-inf - (-inf))"
+                        if part.must_launch else "")))
     with np.errstate(invalid="ignore"):
         err = np.where((g == r) | (np.isnan(g) & np.isnan(r)), 0.0, np.abs(g - r))
     err = np.nan_to_num(err, nan=np.inf)
@@ -141,10 +143,10 @@ def _unwritten_rows(part: Part, nan: np.ndarray, got=None) -> str:
     full_rows = np.broadcast_to(nan.all(axis=-1, keepdims=True), nan.shape) & nan
     if _poisoned(got, full_rows) is False:
         return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
-                ", computed by your kernel (it stored them): the grader surrounds every input of a kernel "
-                "with NaN, so a load past the end of an input (a missing mask, a wrong stride or offset) gives "
-                "this, as does a load of rows a check fills with NaN (see 'this check'); so does a row of 0/0, "
-                "of inf / inf after an exp() overflows, or of exp(-inf - (-inf)) where every entry so far is masked")
+                ", computed by your kernel (it stored them): a row of 0/0, of inf / inf after an exp() overflows, "
+                "or of exp(-inf - (-inf)) where every entry so far is masked gives this, as does a load of rows a "
+                "check fills with NaN (see 'this check'); on a GPU so does a load past the end of an input (a "
+                "missing mask, a wrong stride or offset: the grader surrounds every input with NaN)")
     return (f"; {where} are NaN in full{f' (and rows of {len(hit) - 1} more batch elements)' if len(hit) > 1 else ''}"
             ": rows your kernel never stores keep the NaN the grader fills an output buffer with, so check "
             "that the grid covers every block of rows (and every batch element) and that the store mask keeps "
@@ -424,7 +426,7 @@ def judge_raises(part: Part, case: Case, record: dict) -> dict | None:
     if record.get("unmeasurable") or record.get("not_implemented") is not None or record.get("forbidden_calls"):
         return judge(part, case, record, None, False, None)
     raised = str(record.get("exception") or "")
-    if raised.startswith(f"{kind}:") and name in raised.split(":", 1)[1]:
+    if raised.startswith(f"{kind}:") and name.lower() in raised.split(":", 1)[1].lower():  # BLOCK_N names it too
         return None
     wanted = f"{kind} whose message names {name}"
     if raised:
@@ -698,6 +700,9 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
             continue
         if wrong is None:
             continue
+        if all(isinstance(w, np.ndarray) and w.dtype.kind == "f" and np.isnan(w).all()
+               for w in (wrong if isinstance(wrong, tuple) else (wrong,))):
+            continue  # all NaN: any bug that ends in NaN would match it; it names nothing
         got = record.get("value")
         gots, wrongs = (got, wrong) if isinstance(wrong, tuple) else ((got,), (wrong,))
         if type(gots) is tuple and len(gots) == len(wrongs) and all(

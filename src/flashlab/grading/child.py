@@ -295,6 +295,8 @@ class LaunchTracker:
             start, nbytes = self._span(t)
             if not nbytes or self._input_copy(t):
                 continue
+            if nbytes < t.numel() * t.element_size():  # elements share memory (expand): read-only, never an output
+                continue
             left = next((r[3] for r in self.regions if r[0] == start and r[1] == nbytes), None)
             if left is not None and torch.equal(self._bytes(t, start, nbytes), left):
                 continue  # as the last launch that had it left it
@@ -574,7 +576,7 @@ class MemoryBounds:
         raise OutOfBounds(
             f"a {what} reached memory outside every tensor the kernel was given: {lanes} lane{'s' if lanes > 1 else ''}, "
             f"{where} (shape {tuple(shape)}). A lane whose row or column lies past a tensor's end must be masked off "
-            "(mask= on the load or store)")
+            "(mask= on the load or store), and each pointer must step by its own tensor's strides")
 
     def install(self) -> None:
         try:
@@ -816,6 +818,14 @@ def _learner_frame(exc, filenames: set):
     return (frames[-1].filename, frames[-1].lineno, (frames[-1].line or "").strip()) if frames else None
 
 
+def _text_of(exc: BaseException) -> str:
+    """str(exc), or a placeholder where the learner's exception cannot be turned into text."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001
+        return "(its message could not be turned into text)"
+
+
 def _shown(exc: BaseException) -> BaseException:
     """The error to show: the interpreter's wrapper is taken off the grader's out-of-bounds check."""
     cause = exc.__cause__
@@ -828,7 +838,7 @@ def _traceback(exc, filenames: set) -> str:
     """The learner's frames and the error; interpreter and library internals only when there are none."""
     frames = _learner_frames(exc, filenames)
     shown = _shown(exc)
-    last = f"{type(shown).__name__}: {str(shown)[:600]}"
+    last = f"{type(shown).__name__}: {_text_of(shown)[:600]}"
     if frames:
         return ("".join(traceback.format_list(frames)) + last)[-1500:]
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-6:])[-1500:]
@@ -1033,7 +1043,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["where"] = _learner_frame(exc, filenames)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from learner code too
         shown = _shown(exc)
-        record["exception"] = f"{type(shown).__name__}: {str(shown)[:1500]}"
+        record["exception"] = f"{type(shown).__name__}: {_text_of(shown)[:1500]}"
         record["traceback"] = _traceback(exc, filenames)
         record["where"] = _learner_frame(exc, filenames)
     finally:

@@ -46,7 +46,9 @@ def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=N
     normalise_in_loop: "and_after" divides acc by l_i after every key block and again at the end,
     "only" after every key block and not at the end, "never" not at all. carry_max=False: each
     block's own max replaces the running max, worked in the dtype where its overflow shows.
-    row_bound (Nq,): a row visits only the key blocks that start below its bound (a causal loop's)."""
+    row_bound (Nq,): a row visits only the key blocks that start below its bound (a causal loop's).
+    With carry_max=False the result is None unless some exp(m_old - m_new) overflows: otherwise the
+    mistake changes nothing but the NaN of fully masked blocks, which other bugs share."""
     q64, k64, v64 = (np.asarray(x, np.float64) for x in (q, k, v))
     nq, nk = q64.shape[-2], k64.shape[-2]
     s = scale * (q64 @ np.swapaxes(k64, -1, -2))  # (..., Nq, Nk)
@@ -58,6 +60,7 @@ def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=N
     block_k = nk if block_k is None else block_k
     m = np.full(s.shape[:-1], -np.inf, s.dtype)
     l, acc = np.zeros(s.shape[:-1], s.dtype), np.zeros(s.shape[:-1] + (v64.shape[-1],), s.dtype)
+    overflowed = False
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for k0 in range(0, nk, block_k):
             s_j = s[..., k0:k0 + block_k]
@@ -66,12 +69,15 @@ def _attention(q, k, v, causal=False, scale=None, hide_diagonal=False, block_k=N
                 m_new = np.where(k0 < row_bound, m_new, m)
                 s_j = np.where((k0 < row_bound)[:, None], s_j, -np.inf)
             alpha = np.exp(m - m_new)
+            overflowed |= bool(np.isinf(alpha[np.isfinite(m) & np.isfinite(m_new)]).any())
             p = np.exp(s_j - m_new[..., None])
             l = (alpha if "l" in rescale else 1.0) * l + p.sum(axis=-1)
             acc = (alpha[..., None] if "acc" in rescale else 1.0) * acc + p @ v64[..., k0:k0 + block_k, :]
             if normalise_in_loop in ("only", "and_after"):
                 acc = acc / l[..., None]
             m = m_new
+        if not carry_max and not overflowed:
+            return None
         return (acc if normalise_in_loop in ("only", "never") else acc / l[..., None]).astype(q.dtype)
 
 
@@ -147,7 +153,9 @@ def max_not_carried(kw, blocks):
         return None
     nq, nk = kw["q"].shape[-2], kw["k"].shape[-2]
     bound, block_q = None, kw.get("block_q") or blocks.get("BLOCK_M")
-    if kw.get("causal") and block_q:  # a causal loop stops after the block holding its query block's last row
+    if kw.get("causal"):  # a causal loop stops after the block holding its query block's last row
+        if not block_q:
+            return None  # the learner's row tile is not known (a constexpr of another name): no model of the loop
         bound = np.minimum(nk, np.minimum((np.arange(nq) // block_q + 1) * block_q, nq))
     return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw), block_k=block_k,
                       carry_max=False, row_bound=bound)
@@ -217,6 +225,7 @@ def _partials_max_not_carried(kw, blocks):
     if not bn or per <= bn:
         return None
     o_part, lse_part = np.zeros((z, splits, v.shape[-1]), np.float32), np.full((z, splits), -np.inf, np.float32)
+    overflowed = False
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for s in range(splits):
             lo, hi = min(s * per, nk), min((s + 1) * per, nk)
@@ -226,12 +235,13 @@ def _partials_max_not_carried(kw, blocks):
                 scores = (_scale(kw) * np.einsum("zd,znd->zn", q, k[:, j:min(j + bn, hi)])).astype(np.float32)
                 m_new = scores.max(-1)
                 alpha, p = np.exp(m - m_new), np.exp(scores - m_new[:, None])
+                overflowed |= bool(np.isinf(alpha[np.isfinite(m) & np.isfinite(m_new)]).any())
                 l = alpha * l + p.sum(-1)
                 acc = alpha[:, None] * acc + np.einsum("zn,znd->zd", p, v[:, j:min(j + bn, hi)].astype(np.float32))
                 m = m_new
             if hi > lo:
                 o_part[:, s], lse_part[:, s] = acc / l[:, None], m + np.log(l)
-    return o_part, lse_part
+    return (o_part, lse_part) if overflowed else None  # the mistake shows only through an overflow
 
 
 _PARTIALS = ((PARTIAL_NO_SCALE, lambda kw, blocks: _partials(kw, scale=1.0) if _scale(kw) != 1.0 else None),
@@ -263,6 +273,7 @@ def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=Fal
         return None
     ex = (lambda a: np.exp2(a)) if exp2 else np.exp
     out = np.empty_like(x)
+    overflowed = False
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         m, l = np.full(x.shape[:-1], -np.inf, x.dtype), np.zeros(x.shape[:-1], x.dtype)
         for j in range(0, n, bn):
@@ -270,6 +281,7 @@ def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=Fal
             if pad_zero and block.shape[-1] < bn:
                 block = np.concatenate([block, np.zeros(block.shape[:-1] + (bn - block.shape[-1],))], axis=-1)
             m_new = np.maximum(m, block.max(axis=-1)) if carry_max else block.max(axis=-1)
+            overflowed |= bool(np.isinf(ex(m - m_new)[np.isfinite(m) & np.isfinite(m_new)]).any())
             m_ref = np.where(m_new == -np.inf, 0.0, m_new)
             l = (ex(m - m_ref) if rescale else 1.0) * l + ex(block - m_ref[..., None]).sum(axis=-1)
             m = m_new
@@ -277,6 +289,8 @@ def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=Fal
                 out[..., j:j + bn] = ex(x[..., j:j + bn] - m_ref[..., None]) / l[..., None]
         if not one_pass:
             out = ex(x - np.where(m == -np.inf, 0.0, m)[..., None]) / (l[..., None] if divide else 1.0)
+    if not carry_max and not overflowed:
+        return None  # the mistake shows only through an overflow (see _attention)
     return out.astype(kw["x"].dtype)
 
 
