@@ -950,6 +950,18 @@ def test_a_mistake_that_ends_in_nan_is_not_named_as_a_running_max_not_carried(tm
         assert "running max is not carried" not in str(report), str(report)
 
 
+def test_an_exception_whose_message_cannot_be_printed_is_reported(tmp_path):
+    text = (REPO / "solutions" / "ex12_triton_online_softmax.py").read_text()
+    old = '        raise ValueError(f"block_n={block_n} must be a power of two >= 16")'
+    assert old in text, "the solution changed: update this test"
+    (tmp_path / "ex12_triton_online_softmax.py").write_text(text.replace(old, (
+        "        class Unprintable(ValueError):\n            def __str__(self):\n                raise RuntimeError('no')\n"
+        "        raise Unprintable()")))
+    report = check("ex12_triton_online_softmax", exercises_dir=tmp_path, seed=3)
+    failure = report.results[0]["failure"]
+    assert "it raised Unprintable: (its message could not be turned into text)" in failure["message"], failure
+
+
 def test_whole_nan_rows_of_a_kernel_output_are_named_as_never_stored_or_computed():
     from flashlab.grading.checks import compare
     from flashlab.grading.registry import get_exercise
