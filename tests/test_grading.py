@@ -839,10 +839,27 @@ def test_a_load_or_store_outside_the_tensors_fails_naming_the_tensor_and_line(tm
     assert str(report).count("OutOfBounds: a ") == 1, "the error is the problem line; the traceback stops above it"
 
 
+@pytest.mark.skipif(not has_gpu_driver(), reason="the GPU's check of stores; the interpreter's is the test above")
+@pytest.mark.parametrize("exercise, old, new, what, name", [o for o in OUT_OF_BOUNDS if o[3] == "tl.store"],
+                         ids=[f"{e[:4]} {n}" for e, _, _, w, n in OUT_OF_BOUNDS if w == "tl.store"])
+def test_on_a_gpu_a_store_past_the_end_fails_naming_the_tensor(tmp_path, exercise, old, new, what, name):
+    """Compiled kernels are not checked access by access; the launch runs on copies of its tensors
+    between guard bands, and a store that lands in one fails on every run."""
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    assert old in text, "the solution changed: update this test"
+    (tmp_path / f"{exercise}.py").write_text(text.replace(old, new))
+    report = check(exercise, exercises_dir=tmp_path, seed=3)
+    messages = [r["failure"]["message"] for r in report.results if r["status"] == "failed"]
+    assert messages and not report.passed, str(report)
+    assert any("OutOfBounds: a tl.store wrote outside every tensor" in m and f"past the end of {name} (shape" in m
+               for m in messages), messages
+
+
+ROWS_NAMED = "looks like x's rows are read n_cols apart (the row length), not x.stride(0) apart"
 ROW_KERNEL_MISTAKES = [  # (exercise, text of its solution, the mistake, words of the failing check's report)
-    ("ex12_triton_online_softmax", "X + row * stride_xm", "X + row * n_cols", "x.stride(0) = "),
+    ("ex12_triton_online_softmax", "X + row * stride_xm", "X + row * n_cols", ROWS_NAMED),
     ("ex12_triton_online_softmax", "Out + row * stride_om", "Out + row * stride_xm", "x.stride(0) = "),
-    ("ex06_triton_primer", "X + row * stride_xm", "X + row * n_cols", "x.stride(0) = "),
+    ("ex06_triton_primer", "X + row * stride_xm", "X + row * n_cols", ROWS_NAMED),
     ("ex12_triton_online_softmax", '        raise ValueError(f"block_n={block_n} must be a power of two >= 16")\n',
      "        pass\n", "expected ValueError whose message names block_n"),
     ("ex12_triton_online_softmax", 'raise ValueError(f"block_n={block_n} must be a power of two >= 16")',
@@ -864,6 +881,20 @@ def test_strided_rows_and_a_refused_block_n_are_graded(tmp_path, exercise, old, 
     assert len(failed) == 1 and not report.passed, str(report)
     failure = failed[0]["failure"]
     assert words in failure["case"] + failure["message"], failure
+
+
+@pytest.mark.parametrize("exercise, old, new", [
+    ("ex12_triton_online_softmax", "online_softmax_kernel[(m,)]", "online_softmax_kernel[(1,)]"),
+    ("ex06_triton_primer", "softmax_kernel[(m,)]", "softmax_kernel[(1,)]"),
+])
+def test_rows_never_written_are_not_named_as_rows_read_by_their_length(tmp_path, exercise, old, new):
+    """One program for the first row only: every later row is left as allocated (NaN, from the
+    grader's poison), where rows read by their length give wrong values further down the case."""
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    assert old in text, "the solution changed: update this test"
+    (tmp_path / f"{exercise}.py").write_text(text.replace(old, new))
+    report = check(exercise, exercises_dir=tmp_path, seed=3)
+    assert not report.passed and "rows are read n_cols apart" not in str(report), str(report)
 
 
 def test_every_public_case_says_what_it_checks(tmp_path):
@@ -1010,3 +1041,81 @@ def test_an_honest_variant_written_differently_from_the_solution_gets_full_marks
     shutil.copy(path, tmp_path / f"{name}.py")
     report = check(name, exercises_dir=tmp_path, seed=3)
     assert report.passed and report.score == report.total, str(report)
+
+
+@pytest.mark.parametrize("shift, mask, words", [
+    (0, True, None),
+    (0, False, "up to 6 elements past the end of Out (shape (10,))"),
+    (3, True, "up to 3 elements before the start of Out (shape (10,))"),
+])
+def test_store_guards_find_a_store_outside_its_tensor_and_put_every_byte_back(shift, mask, words):
+    """The GPU's check of stores (the interpreter's, MemoryBounds, sees each access; compiled kernels
+    are not seen): the launch runs on guarded copies of its tensors, a store outside them lands in a
+    guard band and is named, and what the kernel wrote inside its tensors is copied back. Here X and
+    Out are two views of one buffer, as a learner's scratch slices may be; on a GPU the kernel runs
+    compiled, on the CPU in the interpreter (a store past the end writes real memory there too)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from flashlab.grading.child import OutOfBounds, StoreGuards
+
+    @triton.jit
+    def add_one(X, Out, n, BLOCK: tl.constexpr, SHIFT: tl.constexpr, MASKED: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(X + offs, mask=offs < n, other=0.0)
+        if MASKED:
+            tl.store(Out + offs - SHIFT, x + 1.0, mask=offs < n)
+        else:
+            tl.store(Out + offs - SHIFT, x + 1.0)
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    frame = torch.full((64,), 7.0, device=device)
+    x, out = frame[4:14], frame[30:40]
+    x.copy_(torch.arange(10, dtype=torch.float32, device=device))
+    expected = frame.clone()
+    expected[30 - shift:40 - shift] = x + 1.0
+    kwargs = dict(grid=(1,), warmup=False, BLOCK=16, SHIFT=shift, MASKED=mask)
+    if words is None:
+        StoreGuards().launch(type(add_one).run, add_one, (x, out, 10), kwargs)
+        assert torch.equal(frame, expected)
+        return
+    before = frame.clone()
+    with pytest.raises(OutOfBounds, match=r"a tl\.store wrote outside every tensor .*" + words.replace("(", r"\(").replace(")", r"\)")):
+        StoreGuards().launch(type(add_one).run, add_one, (x, out, 10), kwargs)
+    inside = torch.zeros(64, dtype=torch.bool, device=device)
+    inside[30:40] = True
+    assert torch.equal(frame[inside], expected[inside]), "what landed inside Out is copied back"
+    assert torch.equal(frame[~inside], before[~inside]), "nothing outside Out was written"
+
+
+@pytest.mark.parametrize("row_step, words", [(None, None), (8, "between the elements of Out (shape (4, 8), strides (12, 1))")])
+def test_store_guards_keep_strided_and_expanded_tensors_and_name_a_store_between_rows(row_step, words):
+    """Out is a column slice of a wider buffer (rows 12 elements apart) and Scale an expanded scalar
+    (stride 0, every element one float): both are copied as they are; a kernel that steps rows by
+    the row length instead of Out's stride writes between its rows, into the guard."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from flashlab.grading.child import OutOfBounds, StoreGuards
+
+    @triton.jit
+    def scaled_rows(Out, Scale, stride_row, COLS: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, COLS)
+        tl.store(Out + row * stride_row + cols, (row * COLS + cols).to(tl.float32) * tl.load(Scale + cols * 0))
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    wide = torch.full((4, 12), 7.0, device=device)
+    out, scale = wide[:, :8], torch.full((1,), 2.0, device=device).expand(8)
+    before = wide.clone()
+    kwargs = dict(grid=(4,), warmup=False, COLS=8)
+    if words is None:
+        StoreGuards().launch(type(scaled_rows).run, scaled_rows, (out, scale, out.stride(0)), kwargs)
+        assert torch.equal(out, 2.0 * torch.arange(32, dtype=torch.float32, device=device).view(4, 8))
+        assert torch.equal(wide[:, 8:], before[:, 8:]), "the columns between the rows are left alone"
+        return
+    with pytest.raises(OutOfBounds, match=words.replace("(", r"\(").replace(")", r"\)")):
+        StoreGuards().launch(type(scaled_rows).run, scaled_rows, (out, scale, row_step), kwargs)
+    assert torch.equal(wide[:, 8:], before[:, 8:]), "nothing between the rows was written"

@@ -675,9 +675,11 @@ def online_kernel_hidden(rng):
 
 
 def strided_row_case(rng, n: int, block_n: int | None = None) -> Case:
-    """Rows 9 elements further apart than their length (x is a column slice of a wider array, NaN
+    """Rows 9 elements further apart than their length (x is a column slice of a wider array, -inf
     between its rows): the kernel must step from row to row by x.stride(0), and write out's rows by
-    out.stride(0), which differs from x's."""
+    out.stride(0), which differs from x's. A kernel that steps x's rows by their length reads the
+    -inf: its softmax comes out wrong but finite, which names that mistake (NaN there would look
+    like rows never written)."""
     kw = dict(x=randn(rng, 3, n, dtype="float32"))
     if block_n is not None:
         kw["block_n"] = block_n

@@ -695,7 +695,10 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
     """When the learner's output equals what a known mistake gives, name the mistake first."""
     for description, mistaken in mistakes:
         try:
-            wrong = mistaken(dict(case.reference_kwargs or case.kwargs), _launch_info(records))
+            kw = dict(case.reference_kwargs or case.kwargs)
+            if case.row_padding:
+                kw["row_padding"] = dict(case.row_padding)
+            wrong = mistaken(kw, _launch_info(records))
         except Exception:  # noqa: BLE001  a detector that does not apply to this case
             continue
         if wrong is None:

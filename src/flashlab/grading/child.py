@@ -485,7 +485,7 @@ class _WatchTorchOnImport(importlib.abc.MetaPathFinder):
 
 def prepare_triton(learner_modules: set) -> str:
     """Import torch and triton (the interpreter where there is no GPU); wrap kernel launches."""
-    global TRACKER, BOUNDS
+    global TRACKER, BOUNDS, GUARDS
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -512,7 +512,9 @@ def prepare_triton(learner_modules: set) -> str:
         pass
     for cls in classes:
         cls.run = _tracked_run(cls.run)
-    if device == "cpu":
+    if device != "cpu":
+        GUARDS = StoreGuards()
+    else:
         BOUNDS = MemoryBounds()
         BOUNDS.install()
         import warnings
@@ -614,6 +616,144 @@ class OutOfBounds(Exception):
 BOUNDS: MemoryBounds | None = None  # set where kernels run in the interpreter
 
 
+class StoreGuards:
+    """On a GPU, where :class:`MemoryBounds` cannot run: each launch of a learner's kernel works on
+    copies of the tensors it was given. The bytes that the tensors sharing a storage span are copied
+    into one fresh buffer, between two guard bands of 0xFF bytes (NaN in every float type, so a load
+    past an end still reads NaN, as the inputs' NaN frames make it). After the launch, a byte that
+    belongs to no tensor's elements and changed (in a guard band, or in a gap between the rows of a
+    strided view or between two slices of one buffer) raises :class:`OutOfBounds` naming the nearest
+    tensor and how far outside it the store went; the elements are copied back either way. A store
+    past the end of the learner's own output (a missing mask) then fails on every run instead of
+    landing in whatever memory follows the tensor. Loads are not seen (their NaN shows in the
+    output). A launch given a TensorDescriptor runs in place (TMA clips its stores to the
+    descriptor's shape)."""
+
+    GUARD_BYTES_MIN, GUARD_BYTES_MAX = 64 << 10, 64 << 20
+    ALIGN = 256  # a copy keeps its tensor's address modulo this (Triton specialises on 16-byte alignment)
+
+    def launch(self, run, kernel, args: tuple, kwargs: dict, activate=lambda on: None):
+        """run(kernel, *args, **kwargs) on guarded copies; ``activate(True/False)`` brackets the launch
+        itself (the grader's own copies run outside the learner's torch policy)."""
+        named = [(label, t) for label, t in _named_tensors(kernel, args, kwargs) if LaunchTracker._span(t)[1]]
+        moved = None if any(".base" in label for label, _ in named) else self._relocate(named)
+        mapping, groups = moved or ({}, [])
+        activate(True)
+        try:
+            result = run(kernel, *self._swap(args, mapping), **self._swap(kwargs, mapping))
+        except BaseException:
+            self._restore(groups, check=False)
+            raise
+        finally:
+            activate(False)
+        self._restore(groups)
+        return result
+
+    @staticmethod
+    def _elements(t, storage, offset: int):
+        """A view of ``storage`` shaped and strided as ``t`` from byte ``offset``, as integers of t's
+        width; a tensor whose elements share memory (expand) is taken as the bytes it spans. None for
+        a width no integer type has, or an offset that width does not divide."""
+        import torch
+
+        start, nbytes = LaunchTracker._span(t)
+        if nbytes < t.numel() * t.element_size():
+            return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, offset, (nbytes,), (1,))
+        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+        if ints is None or offset % t.element_size():
+            return None
+        return torch.empty(0, dtype=ints, device=t.device).set_(
+            storage, offset // t.element_size(), tuple(t.shape), tuple(t.stride()))
+
+    def _relocate(self, named: list):
+        """({id of an argument: its copy}, [(guarded buffer, its bytes before the launch, which of its
+        bytes are elements, address of its byte 0 in the original, [(label, tensor)])]), or None where
+        a tensor cannot be copied this way (an element width no integer type has, an offset its width
+        does not divide)."""
+        import torch
+
+        by_storage: dict = {}
+        for label, t in named:
+            by_storage.setdefault((str(t.device), t.untyped_storage().data_ptr()), []).append((label, t))
+        mapping, groups = {}, []
+        with torch.no_grad():
+            for members in by_storage.values():
+                spans = [LaunchTracker._span(t) for _, t in members]
+                start = min(s for s, _ in spans)
+                span = max(s + n for s, n in spans) - start
+                guard = -(-min(max(span, self.GUARD_BYTES_MIN), self.GUARD_BYTES_MAX) // self.ALIGN) * self.ALIGN
+                head = guard + start % self.ALIGN  # where the first element goes
+                device = members[0][1].device
+                buf = torch.full((head + span + guard,), 0xFF, dtype=torch.uint8, device=device)
+                buf[head:head + span].copy_(LaunchTracker._bytes(members[0][1], start, span))
+                covered = torch.zeros_like(buf)
+                for _, t in members:
+                    at = head + t.data_ptr() - start
+                    mark = self._elements(t, covered.untyped_storage(), at)
+                    if mark is None:
+                        return None
+                    mark.fill_(255 if mark.dtype == torch.uint8 else -1)  # every byte nonzero
+                    mapping[id(t)] = torch.empty(0, dtype=t.dtype, device=device).set_(
+                        buf.untyped_storage(), at // t.element_size(), tuple(t.shape), tuple(t.stride()))
+                groups.append((buf, buf.clone(), covered.bool(), start - head, members))
+        return mapping, groups
+
+    @classmethod
+    def _swap(cls, value, mapping: dict, depth: int = 0):
+        if id(value) in mapping:
+            return mapping[id(value)]
+        if isinstance(value, dict):
+            return {k: cls._swap(v, mapping, depth + 1) for k, v in value.items()}
+        if isinstance(value, (tuple, list)) and depth < 8:
+            swapped = [cls._swap(v, mapping, depth + 1) for v in value]
+            return tuple(swapped) if isinstance(value, tuple) else swapped
+        return value
+
+    @classmethod
+    def _restore(cls, groups: list, check: bool = True) -> None:
+        """Copy the elements back; with ``check``, raise OutOfBounds where a guard byte changed."""
+        import torch
+
+        found = None
+        with torch.no_grad():
+            for buf, before, covered, origin, members in groups:
+                for _, t in members:
+                    cls._elements(t, t.untyped_storage(), t.data_ptr() - t.untyped_storage().data_ptr()).copy_(
+                        cls._elements(t, buf.untyped_storage(), t.data_ptr() - origin))
+                if check and found is None:
+                    changed = torch.nonzero((buf != before) & ~covered)
+                    if changed.numel():
+                        found = origin + int(changed.min()), origin + int(changed.max()), members
+        if found is not None:
+            raise OutOfBounds(
+                f"a tl.store wrote outside every tensor the kernel was given: {cls._where(*found)}, found in the "
+                "bytes the grader watches around and between the tensors (on a GPU the kernel's line is not known; "
+                "Triton's CPU interpreter, TRITON_INTERPRET=1, names it). A lane whose row or column lies past a "
+                "tensor's end must be masked off (mask= on the store), and each pointer must step by its own tensor's "
+                "strides")
+
+    @staticmethod
+    def _where(low: int, high: int, members: list) -> str:
+        """Where the changed guard bytes [low, high] (original addresses) lie, named by the nearest tensor."""
+        def distance(member):
+            start, nbytes = LaunchTracker._span(member[1])
+            return 0 if start <= low < start + nbytes else min(abs(low - start), abs(low - (start + nbytes - 1)))
+
+        label, t = min(members, key=distance)
+        start, nbytes = LaunchTracker._span(t)
+        size = t.element_size()
+        if start <= low < start + nbytes:
+            return f"between the elements of {label} (shape {tuple(t.shape)}, strides {tuple(t.stride())})"
+        if low >= start + nbytes:
+            n = (high - (start + nbytes)) // size + 1
+            return f"up to {n} element{'s' if n > 1 else ''} past the end of {label} (shape {tuple(t.shape)})"
+        n = -(-(start - low) // size)
+        return f"up to {n} element{'s' if n > 1 else ''} before the start of {label} (shape {tuple(t.shape)})"
+
+
+GUARDS: StoreGuards | None = None  # set where kernels are compiled for a GPU
+
+
 def _named_tensors(kernel, args: tuple, kwargs: dict) -> list:
     """(parameter name, tensor) for every tensor a launch was given (inside tuples: name[i])."""
     names = [name for name, _ in _params(kernel)]
@@ -706,21 +846,30 @@ def _tracked_run(run):
         tensors = [a for a in flat if hasattr(a, "data_ptr") and hasattr(a, "untyped_storage")]
         scalars = [a for a in flat if isinstance(a, float)]
         active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False  # the grader's own copies and fills
+
+        def policy(on: bool) -> None:
+            TORCH_POLICY["active"] = active if on else False
+
+        def launch():
+            if GUARDS is not None:
+                return GUARDS.launch(run, self, args, kwargs, policy)
+            policy(True)
+            try:
+                return run(self, *args, **kwargs)
+            finally:
+                policy(False)
+
         try:
             TRACKER.before(tensors, scalars)
             if BOUNDS is not None:
                 BOUNDS.set(_named_tensors(self, args, kwargs))
-            TORCH_POLICY["active"] = active
-            result = run(self, *args, **kwargs)
-            TORCH_POLICY["active"] = False
+            result = launch()
             try:
                 rerun = TRACKER.unwritten()
             except Exception as exc:  # noqa: BLE001  the launch broke the process's memory
                 raise _corrupted(name, exc) from None
             if rerun:
-                TORCH_POLICY["active"] = active
-                result = run(self, *args, **kwargs)
-                TORCH_POLICY["active"] = False
+                result = launch()
             constexprs = {k: v for k, v in kwargs.items() if type(v) is int}
             for index, param in _constexpr_params(self):  # given by position
                 if index < len(args) and type(args[index]) is int:
@@ -852,8 +1001,9 @@ def _to_tensors(kwargs: dict, device: str, padded: bool = False, row_padding: di
     input sits inside a larger buffer of NaN, as many elements before and after it as it has (at least
     4096), so that a load past either end (a missing mask, a wrong stride or offset) reads NaN on
     every run, not whatever memory happens to follow. ``row_padding`` ({name: n}): that input's rows
-    are n elements further apart than its row length (a column slice of a wider array, NaN between
-    the rows), so a kernel that assumes contiguous rows instead of using the stride reads NaN."""
+    are n elements further apart than its row length (a column slice of a wider array, -inf between
+    the rows), so a kernel that assumes contiguous rows instead of using the stride reads -inf (a
+    softmax then comes out wrong but finite, telling that mistake from rows never written)."""
     import numpy as np
     import torch
 
@@ -869,7 +1019,9 @@ def _to_tensors(kwargs: dict, device: str, padded: bool = False, row_padding: di
             numel = int(np.prod(wide))
             pad = min(max(numel, 4096), INPUT_PAD_MAX)
             buffer = torch.full((pad + numel + pad,), float("nan"), dtype=t.dtype, device=device)
-            view = buffer[pad:pad + numel].view(wide)[..., :t.shape[-1]]
+            rows = buffer[pad:pad + numel].view(wide)
+            rows[..., t.shape[-1]:] = float("-inf")
+            view = rows[..., :t.shape[-1]]
             view.copy_(t.to(device))
             out[name] = view
         else:

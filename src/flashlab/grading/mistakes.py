@@ -1,7 +1,8 @@
 """Known mistakes, computed in the grading parent, so that a failing report can name the mistake.
 
-Each detector takes a case's keyword arguments (the clean inputs) and the constexprs of the
-learner's last kernel launch, and returns the output a solution with that one mistake gives (or
+Each detector takes a case's keyword arguments (the clean inputs, and ``row_padding`` where the
+case lays an input's rows further apart than their length) and the constexprs of the learner's
+last kernel launch, and returns the output a solution with that one mistake gives (or
 None when the mistake does not apply to the case). When the learner's output equals it, the
 report says "looks like ..." before the numbers. NumPy only; float64 inside, the input dtype out.
 """
@@ -294,12 +295,33 @@ def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=Fal
     return out.astype(kw["x"].dtype)
 
 
+ROWS_BY_LENGTH = ("x's rows are read n_cols apart (the row length), not x.stride(0) apart: here x is a column "
+                  "slice of a wider array, its rows further apart than their length (step by x.stride(0) for x "
+                  "and by out.stride(0) for out)")
+
+
+def rows_by_length(kw, blocks):
+    """A row softmax whose program r reads x at r * n_cols (its row length) when x's rows lie
+    ``kw["row_padding"]["x"]`` elements further apart, -inf between them, as the grader lays the case out."""
+    pad = int((kw.get("row_padding") or {}).get("x", 0))
+    x = np.asarray(kw["x"], np.float64)
+    if not pad or x.ndim != 2 or x.shape[0] < 2:
+        return None
+    m, n = x.shape
+    flat = np.concatenate([x, np.full((m, pad), -np.inf)], axis=1).reshape(-1)
+    windows = np.stack([flat[r * n:r * n + n] for r in range(m)])
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(windows - windows.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(kw["x"].dtype)
+
+
 _ROW_SOFTMAX = ((ROW_SUM_NOT_RESCALED, lambda kw, blocks: _row_softmax(kw, blocks, rescale=False)),
                 (ROW_EXP2, lambda kw, blocks: _row_softmax(kw, blocks, exp2=True)),
                 (ROW_NOT_DIVIDED, lambda kw, blocks: _row_softmax(kw, blocks, divide=False)),
                 (ROW_PAD_ZERO, lambda kw, blocks: _row_softmax(kw, blocks, pad_zero=True)),
                 (ROW_ONE_PASS, lambda kw, blocks: _row_softmax(kw, blocks, one_pass=True)),
-                (ROW_MAX_NOT_CARRIED, lambda kw, blocks: _row_softmax(kw, blocks, carry_max=False)))
+                (ROW_MAX_NOT_CARRIED, lambda kw, blocks: _row_softmax(kw, blocks, carry_max=False)),
+                (ROWS_BY_LENGTH, rows_by_length))
 
 BWD_NO_DELTA = "dS is P * dP without the D_i term: dS = P * (dP - D_i[:, None]), D = rowsum(dO * O)"
 BWD_DK_UNSCALED = "dK is dS^T Q without the factor scale (dK = scale dS^T Q)"
@@ -418,6 +440,7 @@ MISTAKES = {
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
     ("ex08_kernel_causal", "flash_forward"): _KERNEL,
     ("ex14_split_kv_decode", "split_kv_partials"): _PARTIALS,
+    ("ex06_triton_primer", "row_softmax"): ((ROWS_BY_LENGTH, rows_by_length),),
     ("ex12_triton_online_softmax", "online_row_softmax"): _ROW_SOFTMAX,
     ("ex13_triton_backward", "flash_backward_dkdv"): _DKDV,
     ("ex13_triton_backward", "flash_backward_dq"): _DQ,
