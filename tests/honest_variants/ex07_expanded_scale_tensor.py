@@ -54,7 +54,7 @@ def flash_forward(q, k, v, causal=False, scale=None):
     nk = k.shape[1]
     scale = d ** -0.5 if scale is None else scale
     out = torch.empty_like(q)
-    sc = torch.full((1,), scale, dtype=torch.float32).expand(nq)
+    sc = torch.full((1,), scale, dtype=torch.float32, device=q.device).expand(nq)
     grid = (triton.cdiv(nq, BLOCK_M), z)
     flash_fwd_kernel[grid](q, k, v, out, *q.stride(), *k.stride(), *v.stride(), *out.stride(), nq, nk, sc, sc.stride(0),
                            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d)
