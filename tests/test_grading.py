@@ -931,7 +931,7 @@ def test_numpy_warnings_from_inside_the_interpreter_are_not_reported_as_printed(
 def test_memory_bounds_accepts_every_byte_of_a_view_and_names_the_nearest_tensor():
     import torch
 
-    from flashlab.grading.child import MemoryBounds, OutOfBounds
+    from flashlab.grading.bounds import MemoryBounds, OutOfBounds
 
     frame = torch.full((100,), float("nan"))
     x = frame[10:22].view(3, 4)  # inside a larger buffer, as the grader's inputs are
@@ -1058,7 +1058,8 @@ def test_store_guards_find_a_store_outside_its_tensor_and_put_every_byte_back(sh
     import triton
     import triton.language as tl
 
-    from flashlab.grading.child import OutOfBounds, StoreGuards
+    from flashlab.grading.bounds import OutOfBounds, StoreGuards
+    from flashlab.grading.child import _named_tensors
 
     @triton.jit
     def add_one(X, Out, n, BLOCK: tl.constexpr, SHIFT: tl.constexpr, MASKED: tl.constexpr):
@@ -1075,14 +1076,14 @@ def test_store_guards_find_a_store_outside_its_tensor_and_put_every_byte_back(sh
     x.copy_(torch.arange(10, dtype=torch.float32, device=device))
     expected = frame.clone()
     expected[30 - shift:40 - shift] = x + 1.0
-    kwargs = dict(grid=(1,), warmup=False, BLOCK=16, SHIFT=shift, MASKED=mask)
+    args, kwargs = (x, out, 10), dict(grid=(1,), warmup=False, BLOCK=16, SHIFT=shift, MASKED=mask)
     if words is None:
-        StoreGuards().launch(type(add_one).run, add_one, (x, out, 10), kwargs)
+        StoreGuards().launch(type(add_one).run, add_one, args, kwargs, _named_tensors(add_one, args, kwargs))
         assert torch.equal(frame, expected)
         return
     before = frame.clone()
     with pytest.raises(OutOfBounds, match=r"a tl\.store wrote outside every tensor .*" + words.replace("(", r"\(").replace(")", r"\)")):
-        StoreGuards().launch(type(add_one).run, add_one, (x, out, 10), kwargs)
+        StoreGuards().launch(type(add_one).run, add_one, args, kwargs, _named_tensors(add_one, args, kwargs))
     inside = torch.zeros(64, dtype=torch.bool, device=device)
     inside[30:40] = True
     assert torch.equal(frame[inside], expected[inside]), "what landed inside Out is copied back"
@@ -1098,7 +1099,8 @@ def test_store_guards_keep_strided_and_expanded_tensors_and_name_a_store_between
     import triton
     import triton.language as tl
 
-    from flashlab.grading.child import OutOfBounds, StoreGuards
+    from flashlab.grading.bounds import OutOfBounds, StoreGuards
+    from flashlab.grading.child import _named_tensors
 
     @triton.jit
     def scaled_rows(Out, Scale, stride_row, COLS: tl.constexpr):
@@ -1110,12 +1112,12 @@ def test_store_guards_keep_strided_and_expanded_tensors_and_name_a_store_between
     wide = torch.full((4, 12), 7.0, device=device)
     out, scale = wide[:, :8], torch.full((1,), 2.0, device=device).expand(8)
     before = wide.clone()
-    kwargs = dict(grid=(4,), warmup=False, COLS=8)
+    args, kwargs = (out, scale, row_step or out.stride(0)), dict(grid=(4,), warmup=False, COLS=8)
     if words is None:
-        StoreGuards().launch(type(scaled_rows).run, scaled_rows, (out, scale, out.stride(0)), kwargs)
+        StoreGuards().launch(type(scaled_rows).run, scaled_rows, args, kwargs, _named_tensors(scaled_rows, args, kwargs))
         assert torch.equal(out, 2.0 * torch.arange(32, dtype=torch.float32, device=device).view(4, 8))
         assert torch.equal(wide[:, 8:], before[:, 8:]), "the columns between the rows are left alone"
         return
     with pytest.raises(OutOfBounds, match=words.replace("(", r"\(").replace(")", r"\)")):
-        StoreGuards().launch(type(scaled_rows).run, scaled_rows, (out, scale, row_step), kwargs)
+        StoreGuards().launch(type(scaled_rows).run, scaled_rows, args, kwargs, _named_tensors(scaled_rows, args, kwargs))
     assert torch.equal(wide[:, 8:], before[:, 8:]), "nothing between the rows was written"
