@@ -117,6 +117,8 @@ BROKEN_CASES = [
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),
     ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "launch", "handed the answer"),
     ("launches_library_kernel", "ex06_triton_primer", "vector_add", "forbidden", "(a flashlab kernel)"),
+    ("kernel_of_another_module_stores_past_the_end", "ex06_triton_primer", "vector_add", "exception",
+     "past the end of Out"),
     # 5. library functions patched in place, torch watched at the aten level
     ("aten_softmax", "ex06_triton_primer", "row_softmax", "forbidden", "_softmax"),
     ("kernel_torch_softmax", "ex07_kernel_inner_loop", "flash_forward", "forbidden", "called torch aten."),
@@ -1121,3 +1123,63 @@ def test_store_guards_keep_strided_and_expanded_tensors_and_name_a_store_between
     with pytest.raises(OutOfBounds, match=words.replace("(", r"\(").replace(")", r"\)")):
         StoreGuards().launch(type(scaled_rows).run, scaled_rows, args, kwargs, _named_tensors(scaled_rows, args, kwargs))
     assert torch.equal(wide[:, 8:], before[:, 8:]), "nothing between the rows was written"
+
+
+def test_store_guards_copy_the_tensors_beside_a_tensor_descriptor():
+    """A launch given a TensorDescriptor: the memory it describes stays in place (TMA clips its
+    stores), and the launch's other tensors are still copied between watched bytes."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from flashlab.grading.bounds import OutOfBounds, StoreGuards
+    from flashlab.grading.child import _named_tensors
+
+    @triton.jit
+    def add_one_beside(X, Out, n, Table, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(X + offs, mask=offs < n, other=0.0)
+        tl.store(Out + offs, x + 1.0)  # no mask: 6 elements past the end of Out
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    frame = torch.full((64,), 7.0, device=device)
+    x, out = frame[4:14], frame[30:40]
+    table = TensorDescriptor.from_tensor(torch.zeros(16, 16, device=device), [16, 16])
+    args, kwargs = (x, out, 10, table), dict(grid=(1,), warmup=False, BLOCK=16)
+    named = _named_tensors(add_one_beside, args, kwargs)
+    assert [label for label, _ in named] == ["X", "Out", "Table.base"], named
+    with pytest.raises(OutOfBounds, match=r"up to 6 elements past the end of Out"):
+        StoreGuards().launch(type(add_one_beside).run, add_one_beside, args, kwargs, named)
+    assert torch.equal(frame[40:], torch.full((24,), 7.0, device=device)), "nothing past Out was written"
+
+
+def test_store_guards_give_namedtuples_back_as_namedtuples():
+    from collections import namedtuple
+
+    import torch
+
+    from flashlab.grading.bounds import StoreGuards
+
+    Mat = namedtuple("Mat", ["ptr", "stride_m"])
+    x, copy = torch.zeros(3), torch.ones(3)
+    swapped = StoreGuards._swap((Mat(x, 1), [x, 2], {"k": (x,)}), {id(x): copy})
+    assert type(swapped[0]) is Mat and swapped[0].ptr is copy and swapped[0].stride_m == 1
+    assert swapped[1][0] is copy and swapped[2]["k"][0] is copy
+
+
+def test_a_launch_that_raises_leaves_the_buffers_it_was_given_as_they_were():
+    """An autotuner tries its next config after one fails (out of resources on a GPU): the buffers
+    the tracker poisoned for the failed launch must hold what they held before it."""
+    import torch
+
+    from flashlab.grading.child import LaunchTracker
+
+    tracker = LaunchTracker(set())
+    q = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    tracker.reset([q])
+    derived = torch.arange(8, dtype=torch.float32)  # computed outside the kernel: poisoned before a launch
+    tracker.before([q, derived])
+    assert torch.isnan(derived).all()
+    tracker.abandon()
+    assert torch.equal(derived, torch.arange(8, dtype=torch.float32)) and tracker.pending == []

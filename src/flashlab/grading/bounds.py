@@ -17,6 +17,35 @@ def span(t) -> tuple[int, int]:
     return t.data_ptr(), extent * size
 
 
+def shares_memory(t) -> bool:
+    """Some of ``t``'s elements are one memory location (expand: a stride of 0 along a dimension
+    longer than 1): such a tensor is read, never written, and is copied as the bytes it spans."""
+    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride())) or span(t)[1] < t.numel() * t.element_size()
+
+
+def element_view(t, storage, offset: int):
+    """The bytes of ``t``'s elements laid out as ``t`` lays them, in ``storage`` from byte ``offset``:
+    a uint8 view of shape t.shape + (element size,); the bytes ``t`` spans where its elements share
+    memory."""
+    import torch
+
+    size = t.element_size()
+    if shares_memory(t):
+        return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, offset, (span(t)[1],), (1,))
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(
+        storage, offset, tuple(t.shape) + (size,), tuple(s * size for s in t.stride()) + (1,))
+
+
+def element_mask(t):
+    """Over the bytes ``t`` spans: True where a byte belongs to one of its elements (not to a gap
+    between the rows of a strided view)."""
+    import torch
+
+    mask = torch.zeros(span(t)[1], dtype=torch.uint8, device=t.device)
+    element_view(t, mask.untyped_storage(), 0).fill_(1)
+    return mask.bool()
+
+
 def byte_view(t, start: int, nbytes: int):
     """The ``nbytes`` bytes of ``t``'s storage from address ``start``, as a uint8 tensor."""
     import torch
@@ -121,8 +150,8 @@ class StoreGuards:
     tensor and how far outside it the store went; the elements are copied back either way. A store
     past the end of the learner's own output (a missing mask) then fails on every run instead of
     landing in whatever memory follows the tensor. Loads are not seen (their NaN shows in the
-    output). A launch given a TensorDescriptor runs in place (TMA clips its stores to the
-    descriptor's shape)."""
+    output). The memory a TensorDescriptor describes stays in place (TMA clips its stores to the
+    descriptor's shape); the launch's other tensors are still copied."""
 
     GUARD_BYTES_MIN, GUARD_BYTES_MAX = 64 << 10, 64 << 20
     ALIGN = 256  # a copy keeps its tensor's address modulo this (Triton specialises on 16-byte alignment)
@@ -132,9 +161,12 @@ class StoreGuards:
         name, tensor) of every tensor the launch was given; a TensorDescriptor's as "name.base");
         ``activate(True/False)`` brackets the launch itself (the grader's own copies run outside the
         learner's torch policy)."""
-        named = [(label, t) for label, t in named if span(t)[1]]
-        moved = None if any(label.endswith(".base") for label, _ in named) else self._relocate(named)
-        mapping, groups = moved or ({}, [])
+        def storage(t):
+            return str(t.device), t.untyped_storage().data_ptr()
+
+        described = {storage(t) for label, t in named if label.endswith(".base")}  # TMA's memory stays in place
+        named = [(label, t) for label, t in named if span(t)[1] and storage(t) not in described]
+        mapping, groups = self._relocate(named) or ({}, [])
         activate(True)
         try:
             result = run(kernel, *self._swap(args, mapping), **self._swap(kwargs, mapping))
@@ -146,27 +178,10 @@ class StoreGuards:
         self._restore(groups)
         return result
 
-    @staticmethod
-    def _elements(t, storage, offset: int):
-        """A view of ``storage`` shaped and strided as ``t`` from byte ``offset``, as integers of t's
-        width; a tensor whose elements share memory (expand) is taken as the bytes it spans. None for
-        a width no integer type has, or an offset that width does not divide."""
-        import torch
-
-        start, nbytes = span(t)
-        if nbytes < t.numel() * t.element_size():
-            return torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, offset, (nbytes,), (1,))
-        ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
-        if ints is None or offset % t.element_size():
-            return None
-        return torch.empty(0, dtype=ints, device=t.device).set_(
-            storage, offset // t.element_size(), tuple(t.shape), tuple(t.stride()))
-
     def _relocate(self, named: list):
         """({id of an argument: its copy}, [(guarded buffer, its bytes before the launch, which of its
         bytes are elements, address of its byte 0 in the original, [(label, tensor)])]), or None where
-        a tensor cannot be copied this way (an element width no integer type has, an offset its width
-        does not divide)."""
+        a tensor's address is not a multiple of its element size (it cannot be viewed in the copy)."""
         import torch
 
         by_storage: dict = {}
@@ -186,10 +201,9 @@ class StoreGuards:
                 covered = torch.zeros_like(buf)
                 for _, t in members:
                     at = head + t.data_ptr() - start
-                    mark = self._elements(t, covered.untyped_storage(), at)
-                    if mark is None:
+                    if at % t.element_size():
                         return None
-                    mark.fill_(255 if mark.dtype == torch.uint8 else -1)  # every byte nonzero
+                    element_view(t, covered.untyped_storage(), at).fill_(1)
                     mapping[id(t)] = torch.empty(0, dtype=t.dtype, device=device).set_(
                         buf.untyped_storage(), at // t.element_size(), tuple(t.shape), tuple(t.stride()))
                 groups.append((buf, buf.clone(), covered.bool(), start - head, members))
@@ -203,6 +217,8 @@ class StoreGuards:
             return {k: cls._swap(v, mapping, depth + 1) for k, v in value.items()}
         if isinstance(value, (tuple, list)) and depth < 8:
             swapped = [cls._swap(v, mapping, depth + 1) for v in value]
+            if hasattr(value, "_fields"):  # a namedtuple (Triton passes them through)
+                return type(value)(*swapped)
             return tuple(swapped) if isinstance(value, tuple) else swapped
         return value
 
@@ -215,8 +231,8 @@ class StoreGuards:
         with torch.no_grad():
             for buf, before, covered, origin, members in groups:
                 for _, t in members:
-                    cls._elements(t, t.untyped_storage(), t.data_ptr() - t.untyped_storage().data_ptr()).copy_(
-                        cls._elements(t, buf.untyped_storage(), t.data_ptr() - origin))
+                    element_view(t, t.untyped_storage(), t.data_ptr() - t.untyped_storage().data_ptr()).copy_(
+                        element_view(t, buf.untyped_storage(), t.data_ptr() - origin))
                 if check and found is None:
                     changed = torch.nonzero((buf != before) & ~covered)
                     if changed.numel():

@@ -33,7 +33,7 @@ import traceback
 import types
 
 from flashlab.grading import confine, wire
-from flashlab.grading.bounds import MemoryBounds, OutOfBounds, StoreGuards, byte_view, span
+from flashlab.grading.bounds import MemoryBounds, OutOfBounds, StoreGuards, byte_view, element_mask, shares_memory, span
 
 OUTPUT_LIMIT = 2000  # characters of printing kept per call
 EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
@@ -284,7 +284,7 @@ class LaunchTracker:
             start, nbytes = self._span(t)
             if not nbytes or self._input_copy(t):
                 continue
-            if nbytes < t.numel() * t.element_size():  # elements share memory (expand): read-only, never an output
+            if shares_memory(t):  # expand: read-only, never an output
                 continue
             left = next((r[3] for r in self.regions if r[0] == start and r[1] == nbytes), None)
             if left is not None and torch.equal(self._bytes(t, start, nbytes), left):
@@ -341,6 +341,13 @@ class LaunchTracker:
         self.pending = []
         return True
 
+    def abandon(self) -> None:
+        """A launch raised (an autotuner's config out of resources, whose next config is tried):
+        every buffer vetted for it goes back to what it held, poison undone."""
+        for t, before, _ in self.pending:
+            t.copy_(before)
+        self.pending = []
+
     def after(self, name: str, tensors: list, constexprs: dict) -> None:
         self.launches.append(dict(kernel=name, constexprs=constexprs))
         for t in tensors:
@@ -352,14 +359,14 @@ class LaunchTracker:
 
     def written_by_launch(self, t) -> str | None:
         """None when tensor ``t`` holds exactly what launches of the learner's kernels left there:
-        each byte as the latest launch whose argument covered it left it (several launches may
+        each byte of its elements as the latest launch whose argument covered it left it (several launches may
         write parts of it, e.g. one per batch element), or ``t`` is a dtype cast of an argument
         one launch wrote and nothing changed since (computed in float32, returned in float16)."""
         import torch
 
         start, nbytes = self._span(t)
         now = self._bytes(t, start, nbytes)
-        covered = torch.zeros(nbytes, dtype=torch.bool, device=t.device)
+        covered = ~element_mask(t)  # the gaps between a strided tensor's rows need no launch
         for r_start, r_bytes, device, snapshot, _ in reversed(self.regions):
             lo, hi = max(start, r_start), min(start + nbytes, r_start + r_bytes)
             if device != str(t.device) or lo >= hi:
@@ -607,29 +614,28 @@ def _tracked_run(run):
         module, name = getattr(fn, "__module__", "") or "", getattr(fn, "__name__", "?")
         if module == "flashlab" or module.startswith("flashlab."):
             _forbidden(f"{module}.{name} (a flashlab kernel)")
-        if kwargs.get("warmup") or module not in TRACKER.learner_modules:
+        if kwargs.get("warmup"):
             return run(self, *args, **kwargs)
+        active = TORCH_POLICY["active"]
+        if module not in TRACKER.learner_modules:  # not tracked (a kernel of another module); still checked
+            try:
+                return _run_checked(run, self, args, kwargs, active)
+            finally:
+                TORCH_POLICY["active"] = active
         flat = _flatten(list(args) + list(kwargs.values()))
         tensors = [a for a in flat if hasattr(a, "data_ptr") and hasattr(a, "untyped_storage")]
         scalars = [a for a in flat if isinstance(a, float)]
-        active, TORCH_POLICY["active"] = TORCH_POLICY["active"], False  # the grader's own copies and fills
-
-        def policy(on: bool) -> None:
-            TORCH_POLICY["active"] = active if on else False
+        TORCH_POLICY["active"] = False  # the grader's own copies and fills
 
         def launch():
-            if GUARDS is not None:
-                return GUARDS.launch(run, self, args, kwargs, _named_tensors(self, args, kwargs), policy)
-            policy(True)
             try:
-                return run(self, *args, **kwargs)
-            finally:
-                policy(False)
+                return _run_checked(run, self, args, kwargs, active)
+            except BaseException:
+                TRACKER.abandon()
+                raise
 
         try:
             TRACKER.before(tensors, scalars)
-            if BOUNDS is not None:
-                BOUNDS.set(_named_tensors(self, args, kwargs))
             result = launch()
             try:
                 rerun = TRACKER.unwritten()
@@ -647,11 +653,31 @@ def _tracked_run(run):
                 raise _corrupted(name, exc) from None
         finally:
             TORCH_POLICY["active"] = active
-            if BOUNDS is not None:
-                BOUNDS.spans = []
         return result
 
     return tracked
+
+
+def _run_checked(run, kernel, args: tuple, kwargs: dict, active: bool):
+    """One launch with its accesses outside its tensors checked: by :class:`MemoryBounds` under the
+    interpreter, :class:`StoreGuards` on a GPU. ``active``: the learner's torch policy during the
+    launch itself; the grader's own copies and checks run with it off, and it is left off."""
+    def policy(on: bool) -> None:
+        TORCH_POLICY["active"] = active and on
+
+    policy(False)
+    named = _named_tensors(kernel, args, kwargs)
+    if GUARDS is not None:
+        return GUARDS.launch(run, kernel, args, kwargs, named, policy)
+    if BOUNDS is not None:
+        BOUNDS.set(named)
+    policy(True)
+    try:
+        return run(kernel, *args, **kwargs)
+    finally:
+        policy(False)
+        if BOUNDS is not None:
+            BOUNDS.spans = []
 
 
 # ----------------------------------------------------------------------------- isolation
