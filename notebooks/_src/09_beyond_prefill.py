@@ -56,13 +56,15 @@ for n in (1024, 8192, 65536):
 # Compare prefill at the same N (notebook 04): there the naive/flash traffic ratio grows with N
 # and the intensity is two orders of magnitude higher. A decode step's time is therefore about
 # (bytes of the KV cache) / (HBM bandwidth). For a model with 32 query heads, d = 128, fp16, one
-# layer, at the measured 4.3 TB/s:
+# layer: no step can be faster than the cache's bytes at the datasheet's 4.8 TB/s; a kernel that
+# only reads gets close to that (flash_decode reads at up to 4.7 TB/s in the tables below), above
+# the 4.3 TB/s a device-to-device copy measures (bytes read plus bytes written).
 
 # %%
 heads, n_ctx, itemsize = 32, 32768, 2
 for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv heads)", 8), ("multi-query (MQA)", 1)):
     cache = 2 * kv_heads * n_ctx * d * itemsize  # K and V
-    us = cache / hardware.H200_MEASURED.hbm_bytes_per_s * 1e6
+    us = cache / hardware.H200_DATASHEET.hbm_bytes_per_s * 1e6
     print(f"{name:<33} KV cache {format_bytes(cache):>9} per layer and sequence -> >= {us:6.1f} us per decode step")
 
 # %% [markdown]
@@ -382,7 +384,7 @@ if anchor_path and anchor_path.exists():
     print(claims.memory_table(anchor_path.read_text(), heads=32, layers=32))
 
 # %% [markdown]
-# Verdict: not as stated. One naive forward at 16k fits an H200 (141 GB) with room to spare; at
+# Verdict: not as stated. One naive forward at 16k fits an H200 (141 GB, 131 GiB) with room to spare; at
 # 32k it just fits; at 64k it runs out of memory. Training is where 16k fails: a 32-layer model
 # would keep 16 GiB of P per layer, 512 GiB in all, before any activation or weight.
 #
@@ -410,7 +412,7 @@ print(claims.decode_table(claims.DecodeModel(params=8.0e9, layers=32, kv_heads=8
 
 # %% [markdown]
 # Verdict: true at batch 1 and short context; false once the batch holds more than about 122k
-# cached tokens in all (32 sequences of 4k), which is where serving runs. There the KV cache is
+# cached tokens in all (about 30 sequences of 4k), which is where serving runs. There the KV cache is
 # most of the bytes, and attention's own reading of it (GQA, split-KV, a quantised cache) decides
 # the step time.
 #
@@ -509,5 +511,5 @@ answer("09.5", None)  # your letter, e.g. "b"
 #   matrix for FlashAttention to avoid.
 # - Faster decode comes from fewer cache bytes (GQA, MQA) and more parallelism (split-KV, whose
 #   combine is the exact online-softmax combine of notebook 02).
-# - The course in one line: FlashAttention is exact, does the same FLOPs, and wins by moving fewer
-#   bytes, which matters most where many query rows share each K/V tile.
+# - The course in one line: FlashAttention is exact, does the same forward FLOPs (the backward
+#   recomputes P, notebook 07), and wins by moving fewer bytes, which matters most where many query rows share each K/V tile.
