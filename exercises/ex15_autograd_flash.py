@@ -2,14 +2,15 @@
 
 Grade with ``check("ex15_autograd_flash")`` (hints: ``hint=1``, ``2``, ``3``). torch only: no
 torch.nn.functional attention and no torch softmax (the online softmax is the exercise), no
-flashlab functions, and the backward must be yours (autograd
-never differentiates through your forward: only FlashAttention2.backward runs).
+flashlab functions, and the backward must be yours (autograd never differentiates through your
+forward: only FlashAttention2.backward runs).
 
 forward follows FlashAttention-2's Algorithm 1 (Dao, 2023), lines 1-17, in tiles of Q_TILE query
 rows by K_TILE key rows, and saves for backward the row log-sum-exp L = m + log(l) (line 13),
 never P. backward follows Algorithm 2, lines 1-20: it recomputes each tile of P from L (line 11).
 The grader compares o, and the gradients dq, dk, dv of sum(o * do), with float64 references
-(float64 inputs: 1e-8 + 1e-6 |expected|, as torch.autograd.gradcheck would demand).
+(float64 inputs: 1e-8 + 1e-6 |expected|, as torch.autograd.gradcheck would demand; float32
+inputs: 1e-4 + 1e-3 |expected|).
 Shapes: q (..., Nq, d), k and v (..., Nk, d), any Nq, Nk >= 1 (the last tiles may be ragged);
 scale = 1 / sqrt(d); causal (top-left aligned): query row r sees key columns c <= r.
 """

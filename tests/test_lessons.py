@@ -257,7 +257,7 @@ def test_backward_ladder_table_reads_several_results_files_and_names_the_gluon_r
     lines = perf.backward_ladder_table(files).replace("\n  ", " ").splitlines()  # notes unwrapped
     for f, line in zip(files, lines[2:4]):
         runs = f["rows"][0]["fwdbwd"]
-        assert line.split()[:4] == ["fp16", "128", str(f["rows"][0]["n"]), "1"]
+        assert line.split()[:4] == ["fp16", "128", str(f["rows"][0]["n"]), "yes"]
         t = runs["gw:2,lag"]["tflops"]
         assert f"{t:.0f} ({t / runs['cudnn']['tflops']:.2f}x)" in line
     assert any(line.startswith("Gluon lag: bwd_gluon_ws") and "2 Q/dO slots, dQ one step behind" in line for line in lines)

@@ -360,7 +360,8 @@ def _contender(name: str) -> tuple[str, str]:
 def backward_ladder_table(bench) -> str:
     """Forward+backward TFLOP/s of each backward contender per row of a ``bench_backward``
     results file (``bench_backward_call2_proto_bf16.json``), or of several (a list, or the
-    ``{name: file}`` of ``course.load_results``: their rows sorted by dtype, N, d, causal), with its speed against cuDNN's in the same run, and the backward rung
+    ``{name: file}`` of ``course.load_results``: their rows sorted by dtype, N, d, causal), with its
+    speed against cuDNN's in the same run, and the backward rung
     ``flash_attention`` runs for that shape on an H200 (``kernels.ladder.measured_backward``)."""
     from .kernels.ladder import measured_backward
 
@@ -373,11 +374,11 @@ def backward_ladder_table(bench) -> str:
     if several:  # bf16 first, then by N, head dim and causal
         rows.sort(key=lambda r: (r["dtype"] != "bfloat16", r["n"], r["d"], bool(r["causal"])))
     names = list(dict.fromkeys(name for r in rows for name in r.get("fwdbwd", {})))
-    widths = {name: max(15, len(_contender(name)[0])) for name in names}
+    widths = {name: max(11, len(_contender(name)[0])) for name in names}  # "429 (1.00x)": 11 characters
     lines = ["forward+backward TFLOP/s (speed against cuDNN in the same run; forward+backward = 3.5x the "
              "forward's FLOPs)",
              f"{'dtype':<5} {'d':>3} {'N':>5} {'causal':>6} "
-             + " ".join(f"{_contender(n)[0]:>{widths[n]}}" for n in names) + "  flash_attention runs"]
+             + " ".join(f"{_contender(n)[0]:>{widths[n]}}" for n in names) + "  rung"]
     for r in rows:
         runs = r.get("fwdbwd", {})
         cudnn = runs.get("cudnn", {}).get("tflops")
@@ -387,9 +388,11 @@ def backward_ladder_table(bench) -> str:
             text = "-" if tflops is None else f"{tflops:.0f}" + (f" ({tflops / cudnn:.2f}x)" if cudnn else "")
             cells.append(f"{text:>{widths[name]}}")
         dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(r["dtype"], r["dtype"])
-        lines.append(f"{dtype:<5} {r['d']:>3} {r['n']:>5} {int(r['causal']):>6} " + " ".join(cells)
+        lines.append(f"{dtype:<5} {r['d']:>3} {r['n']:>5} {'yes' if r['causal'] else 'no':>6} " + " ".join(cells)
                      + f"  {measured_backward(r['d'], r['causal'], r['n'], r['n'])}")
     from .course import wrap_prose
 
     notes = [wrap_prose(f"{_contender(n)[0]}: {_contender(n)[1]}") for n in names]  # the table's lines stay one each
+    notes.append(wrap_prose("rung: the backward flash_attention runs for that shape on an H200 "
+                            "(flashlab.kernels.ladder.measured_backward)"))
     return "\n".join(lines + [""] + notes)

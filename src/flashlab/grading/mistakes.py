@@ -328,10 +328,13 @@ BWD_DK_UNSCALED = "dK is dS^T Q without the factor scale (dK = scale dS^T Q)"
 BWD_DQ_UNSCALED = "dQ is dS K without the factor scale (dQ = scale dS K)"
 BWD_OVERWRITTEN = ("the accumulator is overwritten in the loop (dk = ..., not dk += ...): only the last block "
                    "the loop visits is kept")
+BWD_DIAGONAL_HIDDEN = ("the causal mask hides the diagonal (it keeps key c only where c < r): the key at a query's "
+                       "own position counts in the forward, so it must in P here too; mask only keys c > r")
 BWD_CAUSAL_FLIPPED = "the causal mask is on the wrong side: key c counts for query row r when c <= r, not c >= r"
 
 
-def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, cols=None, flipped=False):
+def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, cols=None, flipped=False,
+              hide_diagonal=False):
     """(dq, dk, dv) of exercise 13 with one mistake, float64; P from the given lse, D from the given o.
     rows / cols: only these query rows / key columns contribute (an overwritten accumulator)."""
     q, k, v, o, do = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do"))
@@ -341,7 +344,7 @@ def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, c
     r, c = np.arange(nq)[:, None], np.arange(nk)[None, :]
     keep = np.ones((nq, nk), bool)
     if kw.get("causal"):
-        keep = c >= r if flipped else c <= r
+        keep = c >= r if flipped else c < r if hide_diagonal else c <= r
     if rows is not None:
         keep = keep & np.isin(np.arange(nq), rows)[:, None]
     if cols is not None:
@@ -399,9 +402,11 @@ def _causal_only(detector):
 
 _DKDV = ((BWD_NO_DELTA, _dkdv(delta=False)), (BWD_DK_UNSCALED, _dkdv(scale_dk=False)),
          (BWD_OVERWRITTEN, _overwritten("dkdv")), (BWD_OVERWRITTEN, _overwritten("dkdv", ("dk",))),
-         (BWD_OVERWRITTEN, _overwritten("dkdv", ("dv",))), (BWD_CAUSAL_FLIPPED, _causal_only(_dkdv(flipped=True))))
+         (BWD_OVERWRITTEN, _overwritten("dkdv", ("dv",))), (BWD_CAUSAL_FLIPPED, _causal_only(_dkdv(flipped=True))),
+         (BWD_DIAGONAL_HIDDEN, _causal_only(_dkdv(hide_diagonal=True))))
 _DQ = ((BWD_NO_DELTA, _dq(delta=False)), (BWD_DQ_UNSCALED, _dq(scale_dq=False)),
-       (BWD_OVERWRITTEN, _overwritten("dq")), (BWD_CAUSAL_FLIPPED, _causal_only(_dq(flipped=True))))
+       (BWD_OVERWRITTEN, _overwritten("dq")), (BWD_CAUSAL_FLIPPED, _causal_only(_dq(flipped=True))),
+       (BWD_DIAGONAL_HIDDEN, _causal_only(_dq(hide_diagonal=True))))
 
 AUTOGRAD_NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d) (S = scale Q K^T, in forward and backward)"
 AUTOGRAD_ORDER = ("the gradients come back in the wrong order: backward returns one gradient per input of forward, "
@@ -421,6 +426,32 @@ def _autograd(kw, scale=None, order=(0, 1, 2)):
     return tuple(t.astype(kw["q"].dtype) for t in (o, *(grads[i] for i in order)))
 
 
+AUTOGRAD_P_UNMASKED = ("backward recomputes P = exp(S - lse) without the causal mask: P must be 0 where the key "
+                       "is past the query (mask S with -inf there, as the forward does, before the exp)")
+
+
+def _autograd_p_unmasked(tile=None):
+    """Exercise 15's (o, dq, dk, dv) when backward recomputes P without the causal mask (causal cases):
+    in every (query, key) pair, or (``tile``: square tiles, the stub's 16) only in the tiles a causal
+    loop visits, those whose query block is not before the key block."""
+    def detector(kw, blocks):
+        from flashlab.reference import naive_attention
+
+        if not kw.get("causal"):
+            return None
+        q, k, v, do = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "do"))
+        scale = _scale(kw)
+        o, lse = naive_attention(q, k, v, causal=True, scale=scale, return_lse=True)
+        rows, cols = np.arange(q.shape[-2])[:, None], np.arange(k.shape[-2])[None, :]
+        visited = np.ones((rows.size, cols.size), bool) if tile is None else rows // tile >= cols // tile
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.where(visited, np.exp(scale * (q @ np.swapaxes(k, -1, -2)) - lse[..., None]), 0.0)
+            ds = p * (do @ np.swapaxes(v, -1, -2) - (do * o).sum(-1)[..., None])
+            grads = scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), np.swapaxes(p, -1, -2) @ do
+        return tuple(t.astype(kw["q"].dtype) for t in (o, *grads))
+    return detector
+
+
 def _lse_no_scale(kw, blocks):
     from flashlab.reference import naive_attention
 
@@ -429,7 +460,8 @@ def _lse_no_scale(kw, blocks):
     return o.astype(kw["q"].dtype), lse.astype(kw["q"].dtype)
 
 
-_AUTOGRAD = ((AUTOGRAD_NO_SCALE, lambda kw, blocks: _autograd(kw, scale=1.0)),) + tuple(
+_AUTOGRAD = ((AUTOGRAD_NO_SCALE, lambda kw, blocks: _autograd(kw, scale=1.0)),
+             *((AUTOGRAD_P_UNMASKED, _autograd_p_unmasked(tile)) for tile in (None, 16, 32, 64))) + tuple(
     (AUTOGRAD_ORDER, lambda kw, blocks, order=order: _autograd(kw, order=order))
     for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)))
 

@@ -8,10 +8,10 @@ paper, with the NumPy names of ``flashlab.tiled.tiled_attention_backward``):
    same instruction in the same order as ``dP_ij`` is: where a row sees a single key (P_ij = 1,
    O_i = V_j), ``dS_ij = P_ij (dP_ij - D_i)`` is exactly 0, as in float64.
 2. ``_bwd_dkdv``: one program per key/value block ``K_j, V_j`` (line 6) accumulates ``dK_j`` and
-   ``dV_j`` over every query block (lines 8-20). With grouped-query attention the program also
+   ``dV_j`` over every query block (lines 8-18). With grouped-query attention the program also
    loops over the GROUP query heads that share this kv head, so their gradients are summed in
    registers, never in HBM.
-3. ``_bwd_dq``: one program per query block accumulates ``dQ_i`` over the key blocks (line 21 of
+3. ``_bwd_dq``: one program per query block accumulates ``dQ_i`` over the key blocks (line 15,
    FA2's dQ update, done without atomics by a second pass, as FA2's Triton ports do).
 
 Every kernel works in log2 units: ``P = exp2(S * scale * log2(e) - lse * log2(e))``. Loops run in
@@ -140,26 +140,26 @@ def _bwd_dkdv_inner(
     CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    for start_m in range(lo, hi, BLOCK_M):  # line 7: for each query block i
+    for start_m in range(lo, hi, BLOCK_M):  # line 8: for each query block i
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_ok = offs_m < N_Q
-        # -- load Q_i, dO_i, lse_i, D_i (line 8)
+        # -- load Q_i, dO_i, lse_i, D_i (line 9)
         q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
                     mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)
         do = tl.load(do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dok,
                      mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)
         lse2 = tl.load(lse_base + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
         Di = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
-        # -- P_ij^T = exp2(S_ij^T - lse_i), S_ij^T = K_j Q_i^T (lines 9-10); rows past N_Q have
+        # -- P_ij^T = exp2(S_ij^T - lse_i), S_ij^T = K_j Q_i^T (lines 10-11); rows past N_Q have
         #    q = dO = 0, so they add nothing
         qkT = _dot(k, tl.trans(q), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
         pT = tl.math.exp2(qkT - lse2[None, :])
         if MASK:
             seen = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             pT = tl.where(seen, pT, 0.0)
-        # -- dV_j += P_ij^T dO_i (line 11)
+        # -- dV_j += P_ij^T dO_i (line 12)
         dv = _dot_acc(pT.to(do.dtype), do, dv, DOT_F32, DOT_PRECISION)
-        # -- dP_ij^T = V_j dO_i^T (line 12); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 13)
+        # -- dP_ij^T = V_j dO_i^T (line 13); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 14)
         dpT = _dot(v, tl.trans(do), DOT_F32, DOT_PRECISION)
         dsT = pT * (dpT - Di[None, :])
         # -- dK_j += dS_ij^T Q_i (line 16; the scale is applied once at the end)
@@ -219,7 +219,7 @@ def _bwd_dkdv(
                                      offs_n, offs_d, stage_lo, stage_hi, qk_scale, N_Q, N_K, DIAG, WINDOW,
                                      D_HEAD, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD, DOT_F32,
                                      DOT_PRECISION)
-    # -- write dK_j, dV_j to HBM (line 20)
+    # -- write dK_j, dV_j to HBM (line 18)
     dk = dk * sm_scale
     tl.store(DK + off_z * stride_dkz + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn
              + offs_d[None, :] * stride_dkk, dk.to(DK.dtype.element_ty), mask=kv_mask)
@@ -241,13 +241,13 @@ def _bwd_dq_inner(
         # -- load K_j^T, V_j^T (line 6)
         kT = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk, mask=kv_mask, other=0.0)
         vT = tl.load(v_base + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vk, mask=kv_mask, other=0.0)
-        # -- P_ij = exp2(S_ij - lse_i) (lines 9-10)
+        # -- P_ij = exp2(S_ij - lse_i) (lines 10-11)
         qk = _dot(q, kT, DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
         p = tl.math.exp2(qk - lse2[:, None])
         if MASK:
             seen = visible(offs_m[:, None], offs_n[None, :], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD)
             p = tl.where(seen, p, 0.0)
-        # -- dP_ij = dO_i V_j^T (line 12); dS_ij = P_ij * (dP_ij - D_i) (line 13)
+        # -- dP_ij = dO_i V_j^T (line 13); dS_ij = P_ij * (dP_ij - D_i) (line 14)
         dp = _dot(do, vT, DOT_F32, DOT_PRECISION)
         ds = p * (dp - Di[:, None])
         # -- dQ_i += dS_ij K_j (line 15; the scale is applied once at the end)
@@ -297,7 +297,7 @@ def _bwd_dq(
                            offs_m, offs_d, stage_lo, stage_hi, qk_scale, N_K, DIAG, WINDOW,
                            D_HEAD, BLOCK_N, stage != 1, CAUSAL, HAS_WINDOW, MASK_MOD, HAS_MASK_MOD, DOT_F32,
                                      DOT_PRECISION)
-    # -- write dQ_i (line 21)
+    # -- write dQ_i (line 15's write back, once per query block)
     dq = dq * sm_scale
     tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + offs_m[:, None] * stride_dqm
              + offs_d[None, :] * stride_dqk, dq.to(DQ.dtype.element_ty), mask=row_mask)

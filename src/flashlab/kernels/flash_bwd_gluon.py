@@ -9,7 +9,7 @@ scheduled by hand as the Gluon forward (:mod:`flashlab.kernels.flash_fwd_gluon`)
   every query head of the kv head (grouped-query attention), through a ring of ``NBUF`` slots
   (a *ready* barrier per slot: the copies landed; an *empty* one: both consumers are done).
 * **two consumers** (one warpgroup each): consumer c owns keys ``c*64 .. c*64+63`` of the block
-  and, for each query block (lines 8-16 of Algorithm 2, transposed so the key rows are the
+  and, for each query block (lines 8-17 of Algorithm 2, transposed so the key rows are the
   wgmma's M dimension):
 
       S^T = K_c Q_i^T,  dP^T = V_c dO_i^T               (both issued at once on the tensor cores)
@@ -206,7 +206,7 @@ def _kernels():
                                         k_smem.reshape([1, BLOCK_N, HEAD_DIM]))
         tma.async_copy_global_to_shared(desc_v, [off_kv, start_n, 0], kv_bar,
                                         v_smem.reshape([1, BLOCK_N, HEAD_DIM]))
-        # Q_i, dO_i of every visited query block of every query head of this kv head (line 8)
+        # Q_i, dO_i of every visited query block of every query head of this kv head (line 9)
         it = 0
         for g in range(GROUP):
             off_q = off_kv * GROUP + g  # z * H + h in the (B*H, Nq, d) view
@@ -268,7 +268,7 @@ def _kernels():
                                                             instr_shape=[16, DQ_COLS, 16])
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         slot = it % NBUF
-        # -- lse_i, D_i (line 8): loaded before the wait, so the loads overlap it; rows past N_Q: 0
+        # -- lse_i, D_i (line 9): loaded before the wait, so the loads overlap it; rows past N_Q: 0
         #    (ROWS_SMEM: read from the ring slot where each is used, so neither holds 16 registers a step)
         offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, st_layout))  # query rows: S^T's columns
         row_ok = offs_m < N_Q
@@ -280,12 +280,12 @@ def _kernels():
             lse2 = lse_smem.index(slot).load(gl.SliceLayout(0, st_layout)) * 1.4426950408889634
         q = q_smem.index(slot)  # (BLOCK_M, d)
         do = do_smem.index(slot)  # (BLOCK_M, d)
-        # -- S^T = K_c Q_i^T and dP^T = V_c dO_i^T (lines 9, 12), both in flight
+        # -- S^T = K_c Q_i^T and dP^T = V_c dO_i^T (lines 10, 13), both in flight
         zero_st = gl.zeros([HALF_N, BLOCK_M], gl.float32, st_layout)
         s_tok = warpgroup_mma(k_c, q.permute((1, 0)), zero_st, use_acc=False, is_async=True)
         dp_tok = warpgroup_mma(v_c, do.permute((1, 0)), zero_st, use_acc=False, is_async=True)
         sT = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        # -- P^T = exp2(S^T - lse_i) (line 10) while dP^T runs; rows past N_Q have q = dO = 0
+        # -- P^T = exp2(S^T - lse_i) (line 11) while dP^T runs; rows past N_Q have q = dO = 0
         pT = gl.exp2(sT * qk_scale - lse2[None, :])  # (64 keys, BLOCK_M)
         if MASKED:
             if ONE_LOOP:
@@ -296,11 +296,11 @@ def _kernels():
             else:
                 keep = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
                 pT = gl.where(keep, pT, 0.0)
-        # -- dV_c += P^T dO_i (line 11), P^T from registers
+        # -- dV_c += P^T dO_i (line 12), P^T from registers
         p_op = gl.convert_layout(pT.to(dtype), a_layout)
         dv = warpgroup_mma(p_op, do, dv, is_async=True)
         dpT = warpgroup_mma_wait(num_outstanding=1, deps=(dp_tok,))
-        # -- dS^T = P^T (dP^T - D_i) (line 13); dK_c += dS^T Q_i (line 16; scaled once at the end)
+        # -- dS^T = P^T (dP^T - D_i) (line 14); dK_c += dS^T Q_i (line 16; scaled once at the end)
         if ROWS_SMEM:
             Di = d_smem.index(slot).load(gl.SliceLayout(0, st_layout))
         dsT = (pT * (dpT - Di[None, :])).to(dtype)  # (64 keys, BLOCK_M)
@@ -434,7 +434,7 @@ def _kernels():
                         BLOCK_M, HEAD_DIM, DQ_COLS, TMA_REDUCE)
         if TMA_REDUCE:
             tma.store_wait(0)  # the last reduce has read its staging tile before the CTA's shared memory goes
-        # -- write dK_c (scaled once here), dV_c (line 20); key rows past N_K are not stored
+        # -- write dK_c (scaled once here), dV_c (line 18); key rows past N_K are not stored
         rows = start_n + C * HALF_N + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
         offs = (off_kv.to(gl.int64) * N_K + rows)[:, None] * HEAD_DIM + cols[None, :]

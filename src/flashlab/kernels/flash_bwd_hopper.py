@@ -3,7 +3,7 @@
 The two-pass backward (:mod:`flashlab.kernels.flash_bwd`) computes dK/dV in one kernel and dQ in a
 second, so S = Q K^T and dP = dO V^T are each computed twice: 7 matrix products per tile where the
 algorithm needs 5. Here one program per key block ``K_j, V_j`` (line 6) walks the query blocks
-(line 7) and does all five (lines 9-16):
+(line 8) and does all five (lines 10-16):
 
     S^T = K_j Q_i^T,  P^T = exp2(S^T - lse_i),  dV_j += P^T dO_i,  dP^T = V_j dO_i^T,
     dS^T = P^T * (dP^T - D_i),  dK_j += dS^T Q_i,  dQ_i += dS_ij K_j   (line 15)
@@ -82,24 +82,24 @@ def _bwd_fused_inner(
     HAS_WINDOW: tl.constexpr, TMA_REDUCE: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     offs_d = tl.arange(0, HEAD_DIM)
-    for start_m in range(lo, hi, BLOCK_M):  # line 7: for each query block i
+    for start_m in range(lo, hi, BLOCK_M):  # line 8: for each query block i
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         row_ok = offs_m < N_Q
-        # -- load Q_i, dO_i (zeros past N_Q), lse_i, D_i (line 8)
+        # -- load Q_i, dO_i (zeros past N_Q), lse_i, D_i (line 9)
         q = desc_q.load([off_q, start_m, 0]).reshape([BLOCK_M, HEAD_DIM])
         do = desc_do.load([off_q, start_m, 0]).reshape([BLOCK_M, HEAD_DIM])
         lse2 = tl.load(lse_base + offs_m, mask=row_ok, other=0.0) * 1.4426950408889634
         Di = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
-        # -- P_ij^T = exp2(S_ij^T - lse_i) (lines 9-10); rows past N_Q have q = dO = 0: they add nothing
+        # -- P_ij^T = exp2(S_ij^T - lse_i) (lines 10-11); rows past N_Q have q = dO = 0: they add nothing
         qkT = _dot(k, tl.trans(q), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
         pT = tl.math.exp2(qkT - lse2[None, :])
         if MASK:
             seen = visible(offs_m[None, :], offs_n[:, None], N_K, DIAG, WINDOW, CAUSAL, HAS_WINDOW, None, False)
             pT = tl.where(seen, pT, 0.0)
-        # -- dV_j += P_ij^T dO_i (line 11)
+        # -- dV_j += P_ij^T dO_i (line 12)
         dv = _dot_acc(pT.to(do.dtype), do, dv, DOT_F32, DOT_PRECISION)
-        # -- dP_ij^T = V_j dO_i^T (line 12); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 13)
+        # -- dP_ij^T = V_j dO_i^T (line 13); dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 14)
         dpT = _dot(v, tl.trans(do), DOT_F32, DOT_PRECISION)  # (BLOCK_N, BLOCK_M)
         dsT = (pT * (dpT - Di[None, :])).to(q.dtype)
         # -- dK_j += dS_ij^T Q_i (line 16; the scale is applied once at the end)
@@ -146,7 +146,7 @@ def _bwd_fused(
                                       offs_n, stage_lo, stage_hi, sm_scale, qk_scale, N_Q, N_K, DIAG, WINDOW,
                                       HEAD_DIM, BLOCK_M, stage != 1, CAUSAL, HAS_WINDOW, TMA_REDUCE,
                                       DOT_F32, DOT_PRECISION)
-    # -- write dK_j, dV_j (line 20)
+    # -- write dK_j, dV_j (line 18)
     dk = dk * sm_scale
     rows = (off_kv * N_K + offs_n).to(tl.int64)
     kv_ok = offs_n[:, None] < N_K
