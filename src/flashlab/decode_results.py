@@ -48,7 +48,9 @@ def results_table(payload: dict | None = None) -> str:
     lines = [f"{env.get('device', '?')}, {env.get('date_utc', '?')[:10]}: bf16, d = 128, Nq = 1; us per step "
              "(median of do_bench, L2 cleared); TB/s = K and V bytes / time; host = wall us per call of "
              "back-to-back calls; graph = us per call in a CUDA-graph replay (ours / SDPA default); "
-             "splits: flash_decode's split count, w = the wide config (one program per SM)",
+             "splits: flash_decode's split count, w = the wide config (one program per SM); - = not "
+             "measured at that row (naive is not run where K and V repeated to every query head pass 16 GiB; "
+             "host and graph times are taken only at some rows)",
              f"{'B':>3} {'H':>3} {'Hkv':>3} {'Nk':>7} {'splits':>6} " + " ".join(f"{n:>12}" for n in names)
              + f" {'TB/s':>5} {'vs SDPA':>7} {'host us':>13} {'graph us':>13}"]
 

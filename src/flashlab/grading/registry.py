@@ -257,12 +257,14 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "over query blocks i, accumulating dK_j and dV_j in float32 (FlashAttention-2 Algorithm 2, "
                  "lines 5-19). P is never stored: recompute each tile from the saved lse.",
                  "Per query block: S = scale Q_i K_j^T; P = exp(S - lse_i[:, None]), set to 0 for query rows past "
-                 "N_Q and (causal) where the key is past the query row; dV_j += P^T dO_i; dP = dO_i V_j^T; "
+                 "N_Q and (causal) where the key is past the query row (key c > query r; the diagonal c = r "
+                 "counts); dV_j += P^T dO_i; dP = dO_i V_j^T; "
                  "dS = P * (dP - D_i[:, None]); dK_j += scale dS^T Q_i. Compute D = rowsum(dO * O) in the wrapper "
                  "(torch) and pass it in. Causal: query blocks that end before the key block starts are skipped.",
                  "start_n = program_id(0) * BLOCK_N; k, v = masked loads (BLOCK_N, d); dk = dv = zeros; lo = 0 "
                  "[causal: (start_n // BLOCK_M) * BLOCK_M]; for start_m in range(lo, N_Q, BLOCK_M): q, do = "
                  "masked loads; lse, delta = masked loads (BLOCK_M,); s = tl.dot(q, tl.trans(k)) * scale; "
+                 "keep = (offs_m < N_Q)[:, None] [causal: & (offs_n[None, :] <= offs_m[:, None])]; "
                  "p = where(keep, exp(s - lse[:, None]), 0); dv += tl.dot(tl.trans(p).to(do.dtype), do); "
                  "ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None]); dk += tl.dot(tl.trans(ds).to(q.dtype), q) "
                  "* scale; store dk, dv masked; grid = (cdiv(Nk, BLOCK_N), Z)"),
@@ -278,7 +280,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "the loop after the block's last real query row, as in the forward kernel.",
                  "start_m = program_id(0); q, do, lse, delta = masked loads; dq = zeros; hi = N_K [causal: "
                  "minimum(N_K, minimum((start_m + 1) * BLOCK_M, N_Q))]; for start_n in range(0, hi, BLOCK_N): "
-                 "k, v = masked loads; p = where(keep, exp(tl.dot(q, tl.trans(k)) * scale - lse[:, None]), 0); "
+                 "k, v = masked loads; keep = (offs_n < N_K)[None, :] [causal: & (offs_n[None, :] <= "
+                 "offs_m[:, None])]; p = where(keep, exp(tl.dot(q, tl.trans(k)) * scale - lse[:, None]), 0); "
                  "ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None]); dq += tl.dot(ds.to(k.dtype), k) * scale; "
                  "store dq masked; grid = (cdiv(Nq, BLOCK_M), Z)"),
              outputs=("dq",), tolerance=dict(GRAD_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
