@@ -1188,3 +1188,34 @@ def test_a_launch_that_raises_leaves_the_buffers_it_was_given_as_they_were():
     assert torch.isnan(derived).all()
     tracker.abandon()
     assert torch.equal(derived, torch.arange(8, dtype=torch.float32)) and tracker.pending == []
+
+
+def test_bytecode_python_writes_for_an_unchanged_source_is_not_tampering(tmp_path):
+    """A module imported for the first time while an exercise runs (an editable install, another
+    notebook's check) gets its .pyc written then: that is not a change to the grader. Bytecode whose
+    code differs from its source's, or whose header does not match the source, still is (the H200's
+    closing run of 2026-12-01 refused nine verdicts for a report.pyc written by a notebook's import)."""
+    import importlib._bootstrap_external as bootstrap
+    import importlib.util
+    import os
+    import py_compile
+
+    from flashlab.grading.checks import _bytecode_of_unchanged_source
+
+    source = tmp_path / "pkg" / "mod.py"
+    source.parent.mkdir()
+    source.write_text("def f(x):\n    return x + 1\n")
+    cache = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(str(source), cfile=str(cache), doraise=True)
+    assert _bytecode_of_unchanged_source(str(cache), set())
+    assert not _bytecode_of_unchanged_source(str(cache), {str(source)}), "the source itself changed"
+    stat = os.stat(source)
+    planted = compile("def f(x):\n    return 0\n", str(source), "exec")
+    cache.write_bytes(bootstrap._code_to_timestamp_pyc(planted, stat.st_mtime, stat.st_size))
+    assert not _bytecode_of_unchanged_source(str(cache), set()), "other code under the source's header"
+    honest = compile(source.read_text(), str(source), "exec")
+    cache.write_bytes(bootstrap._code_to_timestamp_pyc(honest, stat.st_mtime + 7, stat.st_size))
+    assert not _bytecode_of_unchanged_source(str(cache), set()), "a header Python would not accept"
+    cache.unlink()
+    assert _bytecode_of_unchanged_source(str(cache), set()), "a cache removed: the source is compiled again"
+    assert not _bytecode_of_unchanged_source(str(source), set()), "only bytecode"
