@@ -709,6 +709,7 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
     assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like "), result["failure"]
     assert " are NaN in full" not in result["failure"]["message"], "the named mistake explains the NaN rows"
     assert words in result["failure"]["message"]
+    assert all(words not in line for line in result["failures"]), "a later check with the same mistake says so briefly"
     assert "word-break:normal" in report._repr_html_()  # JupyterLab would break its lines inside words
     hints = result["hints"]
     if hints:  # by default no written hint under a named mistake (it may be about something else); on request, yes

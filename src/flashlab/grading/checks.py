@@ -674,8 +674,10 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 first = result["failure"]
                 same = (failure["kind"] == "exception" == first["kind"] and failure.get("where") == first.get("where")
                         and failure["message"].split(":", 1)[0] == first["message"].split(":", 1)[0])
+                same_mistake = failure.get("mistake") is not None and failure.get("mistake") == first.get("mistake")
                 result["failures"].append(f"{group} check {case.label}: " + (
-                    "the same error at the same line" if same else clip_message(failure["message"])))
+                    "the same error at the same line" if same else
+                    "looks like the same mistake" if same_mistake else clip_message(failure["message"])))
             if failure["kind"] in STOP_KINDS:
                 stopped = True
     result["checks"] = [result["public"][0] + result["hidden"][0], len(public) + len(hidden)]
