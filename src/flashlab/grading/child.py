@@ -231,6 +231,7 @@ class LaunchTracker:
         self.scalars: list = []  # float arguments of the learner's launches
         self.poisons = 0  # buffers poisoned so far: each gets its own poison value
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
+        self.elsewhere: list = []  # (kernel, module) launched from a module other than the learner's
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
 
@@ -618,6 +619,7 @@ def _tracked_run(run):
             return run(self, *args, **kwargs)
         active = TORCH_POLICY["active"]
         if module not in TRACKER.learner_modules:  # not tracked (a kernel of another module); still checked
+            TRACKER.elsewhere.append((name, module))
             try:
                 return _run_checked(run, self, args, kwargs, active)
             finally:
@@ -1030,6 +1032,10 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
     launched = {launch["kernel"] for launch in TRACKER.launches}
     for name in must_launch:
         if name not in launched:
+            other = next((module for kernel, module in TRACKER.elsewhere if kernel == name), None)
+            if other is not None:
+                return (f"launched a kernel {name} defined in module {other}, not in your exercise file: the grader "
+                        f"follows the kernels defined there (define {name} in it)")
             return f"never launched the Triton kernel {name}: the result must come from {name}[grid](...)"
     if TRACKER.changed_inputs:
         return ("an input held other values when your kernel was launched (an input is read, never written: "

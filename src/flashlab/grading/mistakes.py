@@ -432,7 +432,7 @@ AUTOGRAD_P_UNMASKED = ("backward recomputes P = exp(S - lse) without the causal 
 
 def _autograd_p_unmasked(tile=None):
     """Exercise 15's (o, dq, dk, dv) when backward recomputes P without the causal mask (causal cases):
-    in every (query, key) pair, or (``tile``: square tiles, the stub's 16) only in the tiles a causal
+    in every (query, key) pair, or (``tile``: square tiles, 8 to 64; the stub's 16) only in the tiles a causal
     loop visits, those whose query block is not before the key block."""
     def detector(kw, blocks):
         from flashlab.reference import naive_attention
@@ -461,7 +461,7 @@ def _lse_no_scale(kw, blocks):
 
 
 _AUTOGRAD = ((AUTOGRAD_NO_SCALE, lambda kw, blocks: _autograd(kw, scale=1.0)),
-             *((AUTOGRAD_P_UNMASKED, _autograd_p_unmasked(tile)) for tile in (None, 16, 32, 64))) + tuple(
+             *((AUTOGRAD_P_UNMASKED, _autograd_p_unmasked(tile)) for tile in (None, 8, 16, 32, 64))) + tuple(
     (AUTOGRAD_ORDER, lambda kw, blocks, order=order: _autograd(kw, order=order))
     for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)))
 
