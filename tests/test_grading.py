@@ -111,10 +111,8 @@ BROKEN_CASES = [
     # 3. peak resident memory read from /proc, whatever allocates it
     ("materialises_in_torch", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
     ("materialises_in_mmap", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
-    ("autograd_row_block_against_every_key", "ex15_autograd_flash", "flash_forward_lse", "memory",
-     "nor a block_q x Nk one"),
     ("autograd_row_block_against_every_key", "ex15_autograd_flash", "forward_and_backward", "memory",
-     "nor a block_q x Nk one"),
+     "nor a block_q x Nk one"),  # its forward alone measures 4-12 MiB against 4: not tested, it would flake
     ("rows_full_softmax", "ex03_tiled_forward", "tiled_attention", "memory", "nor a block_q x Nk one"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
