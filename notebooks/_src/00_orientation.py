@@ -44,7 +44,9 @@ print(format_text(diagnose()))
 # the H200 datasheet, and the measurements in `benchmarks/anchors` made on the H200 this course was
 # benchmarked on). For the bandwidth of each level, the FlashAttention paper (Dao et al. 2022,
 # Section 2.1 and Figure 1) gives the A100's: 192 KB of SRAM on each of 108 SMs, about 19 TB/s
-# (estimated); 40 to 80 GB of HBM at 1.5 to 2.0 TB/s. On-chip memory is about 10 times faster
+# (estimated); 40 to 80 GB of HBM at 1.5 to 2.0 TB/s. The 192 KB are the SM's L1 cache and shared
+# memory together; a kernel can have at most 164 KB of them as shared memory (NVIDIA's Ampere
+# tuning guide, `flashlab.hardware`), the figure notebook 04 plots. On-chip memory is about 10 times faster
 # than HBM and about 2,000 times smaller (20 MB against 40 GB).
 
 # %%

@@ -139,7 +139,10 @@ traffic_vs_n_widget(d=64, sram_kib=128, traced_ns=env.pick(cpu=(128, 256), gpu=(
 # ## Traffic against SRAM size M
 #
 # At fixed N and d, doubling M halves the traffic of FA1's loop order (its key block $B_c$ doubles)
-# until it reaches the compulsory traffic (read Q, K, V once, write O once). FA2's loop order with
+# until one key block holds all of K ($B_c = N$): then Q, K and V are read once and O, which FA1's
+# Algorithm 1 keeps in HBM between key blocks, is initialised, read and written back once, about
+# $6 N d$ elements (12 MiB at N = 16384, d = 64, fp16, above the plot's 8 MiB band of reading Q, K,
+# V and writing O once). FA2's loop order with
 # the same paper block sizes stops improving once $B_r$ reaches $d$ (M = $4 d^2$ elements, 32 KiB
 # at d = 64): from there it re-reads K and V $N / d$ times, about 1 GiB at N = 16384. So at large M
 # the model has FA1's order moving *fewer* bytes than FA2's (0.40 against 1.00 GiB at 128 KiB).
@@ -241,8 +244,8 @@ answer("04.1", None)  # your number
 #
 # - (a) FLOPs halve with M
 # - (b) the GPU clock rises with M
-# - (c) key blocks get twice as large, halving the passes over Q and O; it stops at reading Q, K, V
-#   and writing O once
+# - (c) key blocks get twice as large, halving the passes over Q and O; it stops once one key block holds
+#   all of K (Q, K, V read once, O initialised, read and written once)
 # - (d) it never stops: traffic falls to 0
 
 # %%
@@ -281,7 +284,8 @@ answer("04.4", None)  # your letter, e.g. "b"
 #
 # - The traffic formulas equal traced runs exactly; FLOPs are unchanged by tiling (non-causal).
 # - Naive: $\Theta(N d + N^2)$ bytes; flash (FA1's loop order, paper blocks):
-#   $\Theta(N^2 d^2 / M)$, falling as 1/M towards the compulsory $4 N d$ elements; Proposition 3
+#   $\Theta(N^2 d^2 / M)$, falling as 1/M towards about $6 N d$ elements (Q, K, V read once; O
+#   initialised, read and written once); Proposition 3
 #   says no exact method does asymptotically better.
 # - Intensity decides: the flash kernels move from memory-bound towards compute-bound; decode
 #   stays memory-bound.

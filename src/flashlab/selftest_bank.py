@@ -308,10 +308,11 @@ QUESTIONS: tuple[Question, ...] = (
        source="flashlab.traffic.standard_hbm_accesses / flash_hbm_accesses"),
     _q("04.2", "Why does doubling the SRAM size M roughly halve FlashAttention's traffic, and where does that stop?",
        "Key blocks of Bc = M / (4d) rows double, so the outer loop makes half as many passes over Q and O. It "
-       "stops at the compulsory traffic: Q, K, V read and O written once, 4 N d elements.",
+       "stops once one key block holds all of K: Q, K, V are read once and O (kept in HBM between key blocks "
+       "by FA1's Algorithm 1) is initialised, read and written once, about 6 N d elements.",
        ("FLOPs halve with M", "the GPU clock rises with M",
-        "key blocks get twice as large, halving the passes over Q and O; it stops at reading Q, K, V and "
-        "writing O once", "it never stops: traffic falls to 0")),
+        "key blocks get twice as large, halving the passes over Q and O; it stops once one key block holds "
+        "all of K (Q, K, V read once, O initialised, read and written once)", "it never stops: traffic falls to 0")),
     _q("04.3", "Why is shared memory summed over all SMs not the M of the theorem?",
        "M is what one program can hold on chip. Each thread block sees only its own SM's shared memory "
        "(hardware.H200_SMEM_PER_BLOCK on an H200), never the sum over all SMs.",

@@ -1134,6 +1134,30 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         record, result_buffers = call(func, kwargs, filenames, must if header.get("tensors") and must else None,
                                       guard)
         wire.send(fd_out, dict(record, op="result"), result_buffers)
+        del record, result_buffers, kwargs, func, guard
+        _give_back_freed_memory()
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, looked up before the child is confined (None elsewhere)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+MALLOC_TRIM = _malloc_trim()
+
+
+def _give_back_freed_memory() -> None:
+    """Between two cases: the memory the last call freed goes back to the system. Otherwise the next
+    case reuses it without raising the resident peak the grader measures (a memory case right after
+    another of its size, e.g. exercise 15's two parts, then measured only the growth beyond it)."""
+    gc.collect()
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
 
 
 def main(argv: list[str]) -> None:
