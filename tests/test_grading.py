@@ -697,11 +697,18 @@ def test_public_only_exit_status_says_whether_the_public_checks_pass(tmp_path, c
      "keep = keep & (offs_n[None, :] < offs_m[:, None])", "the causal mask hides the diagonal"),
     ("ex15_autograd_flash", "p = p.masked_fill(cols[None, :] > rows[:, None], 0.0)", "p = p",
      "backward recomputes P = exp(S - lse) without the causal mask"),
+    ("ex03_tiled_forward", "    o = np.empty(q.shape[:-1] + (dv,), dtype=q.dtype)  # (..., Nq, dv)\n"
+     "    for q0 in range(0, nq, block_q):", "    o = np.zeros(q.shape[:-1] + (dv,), dtype=q.dtype)\n"
+     "    for q0 in range(0, nq - block_q + 1, block_q):", "the ragged last query block is never computed"),
+    ("ex03_tiled_forward", "for k0 in range(0, nk, block_k):", "for k0 in range(0, nk - block_k + 1, block_k):",
+     "the ragged last key block is never read"),
+    ("ex02_softmax", "l = l * np.exp(m - m_new) + ", "l = l + ", "the running sum l_i is not rescaled"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
         "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
         "backward without D", "dK unscaled", "dV overwritten", "acc not divided", "tiled max not carried",
         "kernel max not carried", "causal kernel max not carried", "row max not carried", "split max not carried",
-        "backward mask hides the diagonal", "backward P not masked"])
+        "backward mask hides the diagonal", "backward P not masked", "ragged query block dropped",
+        "ragged key block dropped", "online softmax sum not rescaled"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"

@@ -174,9 +174,37 @@ def _normalised_in_loop(how):
 
 _ATTENTION = ((DIAGONAL_HIDDEN, diagonal_hidden), (NO_SCALE, no_scale), (SCALE_IGNORED, scale_ignored),
               (CAUSAL_IGNORED, causal_ignored))
+RAGGED_ROWS_DROPPED = ("the ragged last query block is never computed (its rows stay 0): the loop over query blocks "
+                       "must reach Nq, e.g. range(0, nq, block_q), with the last block's rows ending at min(i0 + "
+                       "block_q, nq)")
+RAGGED_KEYS_DROPPED = ("the ragged last key block is never read: the loop over key blocks must reach Nk, e.g. "
+                       "range(0, nk, block_k), the last block holding the keys from its start to nk")
+
+
+def _ragged_dropped(rows: bool):
+    """Exercise 03 with the ragged last query block (``rows``) or key block never visited: its rows
+    left 0, or its keys never counted (None where the block sizes divide Nq, Nk)."""
+    def detector(kw, blocks):
+        q, k, v = kw["q"], kw["k"], kw["v"]
+        nq, nk = q.shape[-2], k.shape[-2]
+        size, n = (kw.get("block_q"), nq) if rows else (kw.get("block_k"), nk)
+        if type(size) is not int or n % size == 0 or n < size:
+            return None
+        cut = n // size * size
+        if rows:
+            out = _attention(q, k, v, kw.get("causal", False), _scale(kw))
+            out[..., cut:, :] = 0
+            return out
+        if kw.get("causal") and cut < nq:  # rows past the cut would see no key at all
+            return None
+        return _attention(q, k[..., :cut, :], v[..., :cut, :], kw.get("causal", False), _scale(kw))
+    return detector
+
+
 _TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled), (MAX_NOT_CARRIED, max_not_carried),
           (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
           ) + _ATTENTION
+_TILED_LOOP = _TILED + ((RAGGED_ROWS_DROPPED, _ragged_dropped(rows=True)), (RAGGED_KEYS_DROPPED, _ragged_dropped(rows=False)))
 _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp_with_log2e),
                     (EXP2_WITHOUT_LOG2E, exp2_without_log2e),
                     (ACC_NOT_DIVIDED, lambda kw, blocks: _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False),
@@ -468,7 +496,10 @@ _AUTOGRAD = ((AUTOGRAD_NO_SCALE, lambda kw, blocks: _autograd(kw, scale=1.0)),
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
     ("ex01_naive", "naive_attention"): _ATTENTION,
-    ("ex03_tiled_forward", "tiled_attention"): _TILED,
+    ("ex02_softmax", "online_softmax"): tuple(
+        (description, lambda kw, blocks, detector=detector: detector(dict(kw, block_n=kw["chunk"]), blocks))
+        for description, detector in _ROW_SOFTMAX if description in (ROW_SUM_NOT_RESCALED, ROW_MAX_NOT_CARRIED)),
+    ("ex03_tiled_forward", "tiled_attention"): _TILED_LOOP,
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
     ("ex08_kernel_causal", "flash_forward"): _KERNEL,
     ("ex14_split_kv_decode", "split_kv_partials"): _PARTIALS,
