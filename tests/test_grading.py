@@ -499,6 +499,35 @@ def test_check_grades_a_function_object_and_honours_the_env_dir(monkeypatch):
         check("ex04_causal_tiles")
 
 
+def test_grading_a_kernel_function_object_after_the_gpu_was_used_says_to_grade_the_file(monkeypatch):
+    # fn= grades in a fork; a process that has opened CUDA cannot hand the GPU to its fork
+    import flashlab.grading.checks as checks
+
+    monkeypatch.setattr(checks, "_cuda_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="grades function objects in a fork of this process") as info:
+        check("ex07_kernel_inner_loop", lambda q, k, v, causal=False, scale=None: q, seed=3)
+    assert "exercises/ex07_kernel_inner_loop.py" in str(info.value) and "fn=" in str(info.value)
+    # a NumPy exercise never touches the GPU: its function objects are still graded
+    assert check("ex02_softmax", {"safe_softmax": _safe_softmax}, seed=3).results[0]["status"] == "passed"
+
+
+@pytest.mark.skipif(not has_gpu_driver(), reason="needs a GPU: a process that has opened CUDA")
+def test_on_a_gpu_fn_after_cuda_was_opened_raises_the_clear_error():
+    code = ("import importlib.util, torch; torch.zeros(1, device='cuda')\n"
+            f"spec = importlib.util.spec_from_file_location('m', {str(REPO / 'solutions' / 'ex07_kernel_inner_loop.py')!r})\n"
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            "from flashlab.grading import check\n"
+            "try:\n    check('ex07_kernel_inner_loop', fn=m.flash_forward, seed=3)\n"
+            "except RuntimeError as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "refused: fn= grades function objects in a fork" in out.stdout, out.stdout + out.stderr
+
+
+def _safe_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def _tiled_via_the_library(q, k, v, causal=False, scale=None, block_q=64, block_k=64):
     return _library_tiled(q, k, v, causal=causal, scale=scale, block_q=block_q, block_k=block_k)
 

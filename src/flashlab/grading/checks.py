@@ -915,6 +915,12 @@ def find_exercises_dir(exercises_dir=None, solutions: bool = False) -> Path:
 
 
 
+def _cuda_initialized() -> bool:
+    """Whether this process has opened CUDA (a forked grading child could not use the GPU then)."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
 def _functions_for(exercise: Exercise, fn) -> dict:
     if isinstance(fn, dict):
         unknown = sorted(set(fn) - {p.function for p in exercise.parts})
@@ -965,6 +971,12 @@ def _grade(exercises, exercises_dir, solutions, seed, public_only, fn, time_limi
             raise ValueError(f"fn= grades one exercise; got names={[e.name for e in exercises]}")
         exercise = exercises[0]
         functions = _functions_for(exercise, fn)
+        if exercise.needs_triton and _cuda_initialized():
+            raise RuntimeError(
+                f"fn= grades function objects in a fork of this process, and this process has already used "
+                f"the GPU: CUDA cannot start again in a forked process. Grade the exercise's file instead, "
+                f"check(\"{exercise.name}\") (it reads exercises/{exercise.name}.py), or call check(..., fn=...) "
+                f"in a fresh kernel before any cell touches the GPU.")
         sub = Exercise(exercise.name, exercise.title,
                        tuple(p for p in exercise.parts if p.function in functions), exercise.needs_triton)
         return _refuse_if_tampered(before, [(sub, grade_exercise(sub, None, seed, public_only, functions,
@@ -992,7 +1004,8 @@ def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hi
     """Grade one exercise and return a report (HTML in Jupyter, text with ``print``).
 
     name: the exercise id, e.g. "ex03_tiled_forward". fn: a function to grade instead of the file
-    (matched to a part by its name), or a dict {part name: function}. exercises_dir: the folder of
+    (matched to a part by its name), or a dict {part name: function}; graded in a fork of this
+    process, so a Triton exercise's fn= is refused once this process has used the GPU. exercises_dir: the folder of
     the learner's modules (default: FLASHLAB_EXERCISES_DIR, else exercises/ above the current
     directory). hint: how many hint levels to show for a failing part (``check(name, hint=2)``
     shows hints 1 and 2; default: hint 1, or none under a mistake the grader names). seed: the hidden cases' seed (default: fresh each run). public_only: skip hidden
