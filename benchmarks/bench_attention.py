@@ -1,4 +1,4 @@
-"""Time flashlab's attention kernels beside PyTorch's on one GPU (issue 7's protocol).
+"""Time flashlab's attention kernels beside PyTorch's on one GPU (the FlashAttention-2 paper's protocol).
 
 Protocol (FlashAttention-2 paper section 4.1, also benchmarks/anchors/README.md):
 bf16 and fp16; B*N = 16384 tokens; H*d = 2048; d in {64, 128}; N in {512, ..., 16384};
@@ -56,7 +56,7 @@ PROTOCOL = {
     "correctness": "each variant on fresh random inputs of the row's shape; (batch 0, heads 0-1) vs "
                    "float32 attention; pass when rel. error <= 2 x naive-in-dtype error + 1e-4",
     "causal": "top-left aligned, as SDPA is_causal=True",
-    "source": "issue 7; FlashAttention-2 paper section 4.1; benchmarks/anchors/README.md",
+    "source": "FlashAttention-2 paper section 4.1; benchmarks/anchors/README.md",
 }
 
 

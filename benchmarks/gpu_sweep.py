@@ -2,8 +2,8 @@
 
 dtype {fp16, bf16, fp32} x causal x heads {MHA, GQA, MQA} x d {16, 40, 64, 80, 96, 128, 256} x
 (Nq, Nk) from {1, 17, 128, 1000, 4096}: every pair for d <= 64, the diagonal plus five lopsided
-pairs for larger d (``--all-pairs``: every pair for every d, 3 x 2 x 3 x 7 x 25 = 3150 cases, as the
-issue's matrix reads; the committed results used the default, 2070 cases). Each case draws fresh random inputs, poisons every kernel output with NaN
+pairs for larger d (``--all-pairs``: every pair for every d, 3 x 2 x 3 x 7 x 25 = 3150 cases, the full
+matrix; the committed results used the default, 2070 cases). Each case draws fresh random inputs, poisons every kernel output with NaN
 (FLASHLAB_POISON=1, so an unwritten element fails), and applies the flash-attention rule to o,
 dq, dk and dv: max error vs the float64 reference <= 2 x that of PyTorch in the same dtype + floor
 (``flashlab.kernels.attention.allowed_error``). v3 runs its default config (FLASHLAB_AUTOTUNE=0):

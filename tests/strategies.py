@@ -31,7 +31,8 @@ def attention_shapes(draw, max_n: int = 24, max_d: int = 6, max_block: int = 32,
 
 seeds = st.integers(0, 2**32 - 1)
 
-# The edge cases the issue names, run every time on top of the random draws.
+# Edge cases (N = 1, d = 1, ragged tiles, blocks larger than N, keys no query sees), run every time
+# on top of the random draws.
 EDGE_SHAPES = [
     dict(batch_shape=(), nq=1, nk=1, d=1, dv=1, block_q=1, block_k=1, causal=True),  # N = 1, d = 1
     dict(batch_shape=(2,), nq=7, nk=13, d=3, dv=2, block_q=3, block_k=4, causal=True),  # ragged, Nq < Nk
