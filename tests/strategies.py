@@ -2,7 +2,8 @@
 
 Shapes are small on purpose (the whole core suite must run in about 90 s on 2 cores) but cover
 the edge cases that break tiling: N = 1, N not a multiple of the block, Nq != Nk, d = 1,
-blocks larger than N, causal. Inputs are drawn fresh from a seeded NumPy generator.
+blocks larger than N, causal. Inputs are drawn fresh from a seeded NumPy generator; tests/conftest.py
+derandomizes Hypothesis, so every run draws the same examples.
 """
 from __future__ import annotations
 
