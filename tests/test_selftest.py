@@ -241,6 +241,25 @@ def test_progress_counts_a_right_answer_and_uses_the_last_graded_run(folder):
     assert {i.name: i for i in progress(folder, fast=True).items}["ex01_naive"].earned is None
 
 
+def test_progress_grades_only_the_files_changed_since_its_last_run(folder, monkeypatch):
+    import flashlab.grading as grading
+
+    shutil.copy(REPO / "solutions" / "ex01_naive.py", folder / "ex01_naive.py")
+    (folder / "ex02_softmax.py").write_text("def safe_softmax(x):\n    return x\n")  # edited, failing
+    calls, real = [], grading.grade
+    monkeypatch.setattr(grading, "grade", lambda names, *a, **k: calls.append(list(names)) or real(names, *a, **k))
+    first = {i.name: i for i in progress(folder).items}
+    assert calls == [["ex01_naive", "ex02_softmax"]], "the course's untouched stubs are not run"
+    assert first["ex01_naive"].status == "done (public cases)" and first["ex03_tiled_forward"].status == "not started"
+    assert first["ex02_softmax"].status.startswith("in progress") and first["ex03_tiled_forward"].earned == 0
+    second = {i.name: i for i in progress(folder).items}
+    assert calls[1:] == [["ex02_softmax"]], "a done, unchanged file keeps its result; a failing one runs again"
+    assert second["ex01_naive"].earned == 3 and second["ex01_naive"].status == "done (public cases)"
+    (folder / "ex01_naive.py").write_text((folder / "ex01_naive.py").read_text() + "\n# edited\n")
+    progress(folder)
+    assert calls[2:] == [["ex01_naive", "ex02_softmax"]], "an edited file is graded again"
+
+
 def test_progress_cli_prints_json(folder, capsys):
     from flashlab.cli import main
 

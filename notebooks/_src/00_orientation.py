@@ -125,9 +125,11 @@ print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + r
 # Every exercise and every notebook's self-test, with points earned / possible, and what to do
 # next. `fast=True` runs nothing: an exercise shows the result of the last graded run while its file
 # is unchanged, else only whether it is still a stub. `progress()` (or `flashlab progress` in a
-# shell) grades the exercises' public cases first, which takes a few seconds; only
-# `flashlab grade` runs the hidden cases that decide the score. Self-tests are the answers you
-# gave with `answer(...)` at the end of notebooks 01-09.
+# shell) first grades the public cases of the exercises changed since its last run (an untouched
+# stub and a finished, unchanged exercise are not run again): about 0.1 s for each NumPy exercise
+# and 1.7 s for each Triton or torch one, on a 2-core CPU machine (measured for this repository,
+# 2026-12-01). Only `flashlab grade` runs the hidden cases that decide the score. Self-tests are
+# the answers you gave with `answer(...)` at the end of notebooks 01-09.
 
 # %%
 from flashlab.progress import progress
