@@ -1,6 +1,7 @@
 """Exercise 02 (solution): safe softmax, online softmax over chunks, combining partial states.
 
-Milakov & Gimelshein (2018), online normalizer calculation; FlashAttention-2 Algorithm 1 lines 8-10.
+Milakov & Gimelshein (2018), online normalizer calculation; FlashAttention-2 Algorithm 1 lines 9-10
+(line 8 computes the scores).
 """
 import numpy as np
 

@@ -7,7 +7,9 @@
 # block of columns at a time. The softmax normalises over the *whole* row, so this looks
 # impossible. It is not: a running maximum $m$ and a running sum $l$, rescaled whenever the
 # maximum grows, give the exact result (Milakov and Gimelshein 2018, "Online normalizer
-# calculation for softmax"; FlashAttention Algorithm 1, lines 9 to 12).
+# calculation for softmax"; FlashAttention, Dao et al. 2022, Algorithm 1, lines 10 to 12: a
+# tile's own row max and sum (line 10), merged into the running $m$ and $l$ (line 11), which
+# rescale $O_i$ (line 12); line 9 before them computes the tile's scores $S_{ij} = Q_i K_j^T$).
 
 # %%
 import numpy as np
@@ -82,7 +84,8 @@ print(f"200 random rows and split points: max |combined - direct| = {worst:.1e} 
 # ## The online softmax
 #
 # Folding chunks in one at a time is the online softmax. The kernels do it in the order of
-# `online_update` (FlashAttention-2, Algorithm 1, lines 8 to 10): for a new tile of scores $s$,
+# `online_update` (FlashAttention-2, Algorithm 1, lines 9 and 10; line 8 computes the scores): for a
+# new tile of scores $s$,
 #
 # ```
 # m_new = max(m_i, rowmax(s))
