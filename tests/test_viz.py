@@ -149,6 +149,17 @@ def test_tile_view_update_changes_artists_without_new_figures():
     assert len(plt.get_fignums()) == before
 
 
+def test_tile_view_draws_the_sram_capacity_only_against_the_sram_occupancy():
+    tracer = _trace("fa2", 64, 64, 8, 16, 16, True)
+    view = tiles.plot_tile_schedule(tracer, step=3, sram_capacity=64 * 1024).view
+    assert view.capacity_line.axes is view.ax_sram and view.bars[0].axes is view.ax_sram
+    assert all(bar.axes is view.ax_hbm for bar in view.bars[1:]), "HBM bytes have their own panel"
+    assert not view.ax_hbm.lines, "no SRAM capacity line across the HBM bars"
+    assert view.ax_sram.get_xscale() == "linear" and view.ax_sram.get_xlim()[1] > 64 * 1024
+    assert view.bars[0].get_width() == view.frame.sram_bytes
+    assert "64 KiB" in view.ax_sram.get_title()
+
+
 def test_tile_schedule_rejects_bad_input_by_name():
     tracer = _trace("fa2", 32, 32, 8, 16, 16, False)
     schedule = tiles.TileSchedule(tracer)

@@ -215,10 +215,11 @@ check("ex04_causal_tiles")
 # ## The tile schedule, step by step
 #
 # The widget below is drawn from the tracer's events alone. Left: query-side tiles (Q, O, lse);
-# top: key-side tiles (K, V); centre: the $S/P$ tiles done, current, or skipped; right: the SRAM
-# occupancy against the capacity of one H200 SM, and the HBM bytes moved so far beside the flash
-# total and naive attention's total. Move the slider or press play. Try `causal=False`, other
-# block sizes, or `algorithm="fa1"`.
+# top: key-side tiles (K, V); centre: the $S/P$ tiles done, current, or skipped; right, above: the
+# bytes in SRAM this step against the shared memory of one H200 SM (228 KiB, dashed); right, below:
+# the HBM bytes moved so far beside the flash total and naive attention's total, on their own
+# (log) axis, since HBM totals are not bounded by the SRAM's size. Move the slider or press play.
+# Try `causal=False`, other block sizes, or `algorithm="fa1"`.
 
 # %%
 from flashlab.viz import tile_schedule_widget

@@ -290,7 +290,7 @@ class TileScheduleView:
         self.fig.suptitle(_title(geo), fontsize=12)
         axes[0, 0].axis("off")
         self.ax_q, self.ax_k, self.ax_s = axes[1, 0], axes[0, 1], axes[1, 1]
-        self.ax_text, self.ax_bars = axes[0, 2], axes[1, 2]
+        self.ax_text, self._bars_slot = axes[0, 2], axes[1, 2]  # the slot becomes two panels (_build_bars)
         cmap = ListedColormap(TILE_COLOURS)
         frame = schedule.frame(step)
         kw = dict(cmap=cmap, vmin=-0.5, vmax=len(TILE_COLOURS) - 0.5, interpolation="nearest", aspect="auto")
@@ -364,31 +364,52 @@ class TileScheduleView:
         return buffer.getvalue()
 
     def _build_bars(self, frame: TileFrame) -> None:
-        ax = self.ax_bars
-        labels = ["SRAM now", "HBM read\nso far", "HBM written\nso far", "flash total", "naive total"]
+        """Two panels in the lower right slot: SRAM occupancy against the SRAM capacity (bytes on
+        chip, linear), and the HBM bytes moved (log scale). The capacity line is drawn only in the
+        first: HBM totals are not comparable with it."""
+        from matplotlib.ticker import MultipleLocator
+
+        spec = self._bars_slot.get_subplotspec()
+        self._bars_slot.remove()
+        sub = spec.subgridspec(2, 1, height_ratios=[1.25, 4])
+        self.ax_sram, self.ax_hbm = self.fig.add_subplot(sub[0]), self.fig.add_subplot(sub[1])
         run_colour = {"fa2_forward": style.FLASH, "fa1_forward": style.FLASH_FA1,
                       "backward": style.BACKWARD}.get(self.schedule.geometry.algorithm, style.FLASH)
-        colours = [style.SRAM, style.READ, style.WRITE, run_colour, style.NAIVE]  # as in every other view
-        self.bars = ax.barh(range(5), [1] * 5, color=colours)
-        ax.set_yticks(range(5), labels)
+        text_kw = dict(va="center", fontsize=8, bbox=dict(facecolor="white", edgecolor="none", alpha=0.75, pad=0.5))
+        # -- on chip: this step's resident tiles against the capacity of one SM's shared memory
+        ax = self.ax_sram
+        sram_bar = ax.barh([0], [0], color=style.SRAM)[0]
+        ax.set_yticks([0], ["SRAM now"])
+        top = max(int(self.schedule.resident_bytes.max()), frame.sram_capacity or 0, 1)
+        ax.set_xlim(0, top * 1.45)  # room for the label after the longest bar
+        ax.xaxis.set_major_locator(MultipleLocator(2 ** int(np.log2(top * 1.45 / 2))))  # 2-3 ticks, powers of 2
+        style.bytes_axis(ax.xaxis, log=False)
+        ax.tick_params(axis="x", labelsize=8)
+        self.capacity_line = None
+        if frame.sram_capacity:  # dark, so that it shows where it crosses the bar
+            self.capacity_line = ax.axvline(frame.sram_capacity, color="black", linestyle="--", linewidth=1)
+            ax.set_title(f"on chip: SRAM of one SM\ncapacity {style.format_bytes(frame.sram_capacity)} (dashed)",
+                         fontsize=9)
+        else:
+            ax.set_title("on chip: SRAM", fontsize=9)
+        # -- off chip: bytes between HBM and SRAM so far, and the whole run's and naive attention's totals
+        ax = self.ax_hbm
+        labels = ["HBM read\nso far", "HBM written\nso far", "flash total", "naive total"]
+        colours = [style.READ, style.WRITE, run_colour, style.NAIVE]  # as in every other view
+        hbm_bars = list(ax.barh(range(4), [1] * 4, color=colours))
+        ax.set_yticks(range(4), labels)
         ax.invert_yaxis()
-        big = max(frame.naive_bytes, frame.total_bytes, frame.sram_capacity or 1, 1)  # capacity line stays inside
+        big = max(frame.naive_bytes, frame.total_bytes, 1)
         ax.set_xscale("log")
-        sizes = [int(b) for b in self.schedule.resident_bytes if b > 0]
-        sizes += [e.nbytes for e in self.schedule.tracer.events if e.nbytes > 0]
+        sizes = [e.nbytes for e in self.schedule.tracer.events if e.nbytes > 0]
         small = max(1, min(sizes, default=2) // 2)
         ax.set_xlim(small, big * 8)
         style.bytes_axis(ax.xaxis)
         ax.tick_params(axis="x", labelsize=8, labelrotation=30)
         ax.set_xlabel("bytes (log scale)")
-        self.capacity_line = None
-        if frame.sram_capacity:
-            self.capacity_line = ax.axvline(frame.sram_capacity, color=style.SRAM, linestyle="--", linewidth=1)
-            ax.text(frame.sram_capacity, 1.01, f"SRAM capacity {style.format_bytes(frame.sram_capacity)}",
-                    transform=ax.get_xaxis_transform(), color=style.SRAM, fontsize=8, va="bottom", ha="center")
-        self.bar_texts = [ax.text(0, k, "", va="center", fontsize=8,
-                                  bbox=dict(facecolor="white", edgecolor="none", alpha=0.75, pad=0.5))
-                          for k in range(5)]
+        ax.set_title("HBM traffic", fontsize=9)
+        self.bars = [sram_bar, *hbm_bars]  # the order of TileFrame's values in update()
+        self.bar_texts = [self.ax_sram.text(0, 0, "", **text_kw)] + [ax.text(0, k, "", **text_kw) for k in range(4)]
 
     def update(self, step: int) -> TileFrame:
         """Redraw for ``step``: image data, markers, bars and text change; nothing is rebuilt."""
@@ -413,15 +434,17 @@ class TileScheduleView:
             line_k.set_data(kx, ky)
         values = [frame.sram_bytes, frame.read_bytes_so_far, frame.write_bytes_so_far,
                   frame.total_bytes, frame.naive_bytes]
-        lo = self.ax_bars.get_xlim()[0]
-        for bar, text, value in zip(self.bars, self.bar_texts, values):
-            bar.set_width(max(value, lo))
-            text.set_position((max(value, lo) * 1.1, text.get_position()[1]))
+        lo = self.ax_hbm.get_xlim()[0]
+        for k, (bar, text, value) in enumerate(zip(self.bars, self.bar_texts, values)):
+            width = value if k == 0 else max(value, lo)  # SRAM: linear axis from 0; HBM: log axis
+            gap = self.ax_sram.get_xlim()[1] * 0.02 if k == 0 else width * 0.1
+            bar.set_width(width)
+            text.set_position((width + gap, text.get_position()[1]))
             text.set_text(style.format_bytes(value))
         over = bool(frame.sram_capacity) and frame.sram_bytes > frame.sram_capacity
         self.bars[0].set_hatch("///" if over else None)  # over capacity: these tiles would not fit
         if over:
-            self.bar_texts[0].set_text(style.format_bytes(frame.sram_bytes) + " > capacity")
+            self.bar_texts[0].set_text(style.format_bytes(frame.sram_bytes) + " (over)")
         batch = f"  batch {frame.batch}" if self.schedule.n_batch > 1 else ""
         self.step_text.set_text(f"{step_title(frame.step, self.schedule.n_steps)}: {frame.label}{batch}\n"
                                 f"load : {describe_transfers(frame.reads)}\n"
