@@ -147,6 +147,15 @@ def test_notebooks_show_every_question_and_prediction_with_its_cell():
 
 
 # ----------------------------------------------------------------------------- answering
+def test_the_answer_to_04_1_shows_both_counts_it_compares(folder):
+    standard = 4 * 16384 * 64 + 4 * 16384**2  # elements, Algorithm 0
+    flash = _flash_accesses_by_hand(16384, 64, 65536)  # elements, Algorithm 1 with the paper's blocks
+    text = str(selftest.answer("04.1", "5", exercises_dir=folder))
+    assert f"standard attention makes {standard:,} accesses" in text, text
+    assert f"FlashAttention {flash:,}" in text and f"{standard / flash:.2f}x fewer" in text, text
+    assert f"{standard * 2 / 2**30:.2f} GiB" in text and f"{flash * 2 / 2**30:.2f} GiB" in text, "fp16 bytes too"
+
+
 @pytest.mark.parametrize("given", ["b", "B", "(b)", "b.", " (B) "])
 def test_one_letter_is_accepted_in_common_spellings(given):
     assert selftest.parse_letter(given) == "b"

@@ -186,7 +186,7 @@ def answer(qid: str, value, *, exercises_dir=None) -> Verdict:
     else:
         solution = f"{_format(q.compute())} {q.unit}".rstrip() + f"  (computed by {q.source})"
     head = "Right." if correct else f"Not right (you answered {given!r}; attempt {attempts})."
-    text = f"{qid}: {head}\nAnswer: {solution}\nWhy: {q.explanation}\nRecorded in {path}"
+    text = f"{qid}: {head}\nAnswer: {solution}\nWhy: {q.why()}\nRecorded in {path}"
     return Verdict(qid, text, correct, str(path))
 
 

@@ -30,6 +30,11 @@ class Question:
     compute: Callable[[], float] | None = None  # the numeric answer, computed by flashlab
     unit: str = ""  # of a numeric answer, e.g. "MiB"
     source: str = ""  # which function computes the numeric answer
+    detail: Callable[[], str] | None = None  # the numbers behind the explanation, computed when shown
+
+    def why(self) -> str:
+        """The explanation, followed by the numbers behind it (``detail``) where it has them."""
+        return self.explanation if self.detail is None else f"{self.explanation} {self.detail()}"
 
     @property
     def notebook(self) -> str:
@@ -106,6 +111,17 @@ def _causal_tiles(n: int, block: int) -> int:
 def _standard_over_flash(n: int, d: int, m: int) -> float:
     t = _traffic()
     return t.standard_hbm_accesses(n, d) / t.flash_hbm_accesses(n, d, m)
+
+
+def _standard_and_flash_counts(n: int, d: int, m: int) -> str:
+    """Both counts of 04.1, in elements and in fp16 bytes, with the block sizes behind the flash one."""
+    t = _traffic()
+    standard, flash = t.standard_hbm_accesses(n, d), t.flash_hbm_accesses(n, d, m)
+    block_r, block_c = t.paper_block_sizes(m, d)
+    return (f"Counted: standard attention makes {standard:,} accesses (elements read + written; "
+            f"{standard * 2 / 2**30:.2f} GiB in fp16) and FlashAttention {flash:,} (Br = {block_r}, Bc = {block_c}: "
+            f"{-(-n // block_c)} passes over Q, O, l, m; {flash * 2 / 2**30:.2f} GiB in fp16): "
+            f"{standard / flash:.2f}x fewer.")
 
 
 def _lse_kib(n: int) -> float:
@@ -220,8 +236,8 @@ _STORED = {
 }
 
 
-def _q(qid, prompt, explanation, choices=(), compute=None, unit="", source=""):
-    return Question(qid, prompt, explanation, tuple(choices), _STORED.get(qid, ""), compute, unit, source)
+def _q(qid, prompt, explanation, choices=(), compute=None, unit="", source="", detail=None):
+    return Question(qid, prompt, explanation, tuple(choices), _STORED.get(qid, ""), compute, unit, source, detail)
 
 
 QUESTIONS: tuple[Question, ...] = (
@@ -303,9 +319,11 @@ QUESTIONS: tuple[Question, ...] = (
     # 04: IO complexity
     _q("04.1", "N = 16384, d = 64, SRAM of M = 65536 elements, the paper's block sizes: how many times fewer "
        "HBM accesses does FlashAttention make than standard attention?",
-       "Standard attention: 4 N d + 4 N^2 elements; FlashAttention: Theta(N^2 d^2 / M), and d^2 / M = 1/16 "
-       "here, so several times fewer.", compute=lambda: _standard_over_flash(16384, 64, 65536), unit="x",
-       source="flashlab.traffic.standard_hbm_accesses / flash_hbm_accesses"),
+       "Standard attention: 4 N d + 4 N^2 elements; FlashAttention (Algorithm 1 with the paper's blocks, "
+       "Bc = M / 4d, Br = min(Bc, d)): Theta(N^2 d^2 / M), with d^2 / M = 1/16 here.",
+       compute=lambda: _standard_over_flash(16384, 64, 65536), unit="x",
+       source="flashlab.traffic.standard_hbm_accesses / flash_hbm_accesses",
+       detail=lambda: _standard_and_flash_counts(16384, 64, 65536)),
     _q("04.2", "Why does doubling the SRAM size M roughly halve FlashAttention's traffic, and where does that stop?",
        "Key blocks of Bc = M / (4d) rows double, so the outer loop makes half as many passes over Q and O. It "
        "stops once one key block holds all of K: Q, K, V are read once and O (kept in HBM between key blocks "

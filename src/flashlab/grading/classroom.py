@@ -157,7 +157,7 @@ def answer_key() -> str:
             letters = "abcdefgh"[: len(q.choices)]
             right = [c for c in letters if answer_hash(q.function, c) == q.stored]
             answer = ", ".join(f"({c}) {q.choices[letters.index(c)]}" for c in right) or "(no choice matches)"
-        lines += [f"**{q.qid}** {q.prompt}", "", f"- answer: {answer}", f"- why: {q.explanation}", ""]
+        lines += [f"**{q.qid}** {q.prompt}", "", f"- answer: {answer}", f"- why: {q.why()}", ""]
     quiz = EXERCISES["ex11_quiz"]
     lines += ["## Exercise 11 (quiz)", ""]
     for part in quiz.parts:
