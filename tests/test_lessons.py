@@ -139,6 +139,36 @@ def test_loop_order_bytes_follow_the_block_that_each_order_reuses():
                                                           itemsize=2, stat_itemsize=4).total
 
 
+@pytest.mark.parametrize("d", [32, 64, 128])
+def test_fa2_with_the_paper_blocks_moves_half_of_naive_only_from_its_floor_sram(d):
+    from flashlab import loop_order, traffic as tr
+
+    n = 32 * d
+    floor = loop_order.fa2_floor_sram(d)
+    naive = tr.naive_traffic(n, n, d, itemsize=1).total
+
+    def fa2(m):
+        block_r, block_c = tr.paper_block_sizes(m, d)
+        return block_r, tr.fa2_forward_traffic(n, n, d, block_q=block_r, block_k=block_c, itemsize=1,
+                                               stat_itemsize=1).total
+
+    assert fa2(floor)[0] == d and fa2(floor - 1)[0] == d - 1, "Br reaches d exactly at the floor"
+    for m in (floor, 4 * d * d, 64 * d * d):  # about half of naive: 2 N^2 + 2 N d + N of 4 N^2 + 4 N d
+        assert fa2(m)[1] == 2 * n * n + 2 * n * d + n
+    assert fa2(floor - 1)[1] > 0.51 * naive and fa2(2 * d * d)[1] == pytest.approx(naive, rel=0.02)
+
+
+def test_notebook_04_states_the_sram_from_which_fa2_moves_half_of_naive():
+    from pathlib import Path
+
+    from flashlab import loop_order
+
+    text = (Path(__file__).resolve().parents[1] / "notebooks" / "_src" / "04_io_complexity.py").read_text()
+    floor = loop_order.fa2_floor_sram(64)
+    assert f"{floor:,} elements, {floor * 2 / 1024:.1f} KiB of fp16 at\n# d = 64" in text
+    assert "whatever M" not in text, "FA2's order is half of naive only from fa2_floor_sram(d) on"
+
+
 def test_predicted_grid_speedup_is_the_ratio_of_busy_sms():
     assert perf.predicted_grid_speedup(16, 132, 2048) == pytest.approx(132 / 16)
     assert perf.predicted_grid_speedup(256, 132, 4096) == 1.0

@@ -126,9 +126,12 @@ print(f"traced tiled FLOPs {t.flops:,} = naive FLOPs {attention_flops(512, 512, 
 # and the two loop orders depend on different blocks (`flashlab.loop_order`): FA1's order moves
 # about $3 N^2 d / B_c \approx 12 N^2 d^2 / M$ elements (the paper's $\Theta(N^2 d^2 / M)$, a
 # constant smaller than naive's by about $M / 3d^2$: 5x at the widget's default, M = 128 KiB,
-# d = 64), while FA2's order moves about $2 N^2 d / B_r$, and with $B_r$ capped at $d$ that is
-# $2 N^2$: half of naive attention, whatever M. All three are quadratic in N. The dots are traced
-# NumPy runs of FA2, sitting on its formula curve. Move the sliders.
+# d = 64), while FA2's order moves about $2 N^2 d / B_r$. $B_r$ reaches its cap $d$ once
+# $M > 4d(d - 1)$ (`flashlab.loop_order.fa2_floor_sram`: 16,129 elements, 31.5 KiB of fp16 at
+# d = 64); from there FA2's order moves about $2 N^2$, half of naive attention, however large M
+# grows. Below it $B_r < d$ and FA2's order moves about $8 N^2 d^2 / M$: more than half of naive,
+# and as much as naive at $M = 2 d^2$ (16 KiB at d = 64, the table below). All three are quadratic
+# in N. The dots are traced NumPy runs of FA2, sitting on its formula curve. Move the sliders.
 
 # %%
 from flashlab.viz import traffic_vs_n_widget
@@ -143,8 +146,9 @@ traffic_vs_n_widget(d=64, sram_kib=128, traced_ns=env.pick(cpu=(128, 256), gpu=(
 # Algorithm 1 keeps in HBM between key blocks, is initialised, read and written back once, about
 # $6 N d$ elements (12 MiB at N = 16384, d = 64, fp16, above the plot's 8 MiB band of reading Q, K,
 # V and writing O once). FA2's loop order with
-# the same paper block sizes stops improving once $B_r$ reaches $d$ (M = $4 d^2$ elements, 32 KiB
-# at d = 64): from there it re-reads K and V $N / d$ times, about 1 GiB at N = 16384. So at large M
+# the same paper block sizes stops improving once $B_r$ reaches $d$ (M > $4 d (d - 1)$ elements,
+# just under 32 KiB at d = 64): from there it re-reads K and V $N / d$ times, about 1 GiB at
+# N = 16384. So at large M
 # the model has FA1's order moving *fewer* bytes than FA2's (0.40 against 1.00 GiB at 128 KiB).
 # With equal blocks the opposite holds (FA2 about 2/3 of FA1). Bytes at equal SRAM are not what
 # FlashAttention-2 improved: its gains are parallelism over query blocks, fewer non-matmul FLOPs

@@ -11,8 +11,10 @@ the exact counts, which these tables use):
 So FA1's bytes fall with the *key* block Bc and FA2's with the *query* block Br. With equal
 blocks, FA2 moves about 2/3 of FA1's bytes. With the paper's block sizes for an SRAM of M
 elements (Bc = ceil(M / 4d), Br = min(Bc, d): the FlashAttention paper's choice for FA1), Br stops
-at d once M >= 4 d^2, so FA2's bytes stop falling at about 2 N^2 elements (half of naive
-attention's 4 N^2), while FA1's keep falling as 12 N^2 d^2 / M. Neither is FA2's reason to exist:
+at d once M > 4 d (d - 1) (:func:`fa2_floor_sram`, just under 4 d^2), so from there FA2's bytes
+stop falling at about 2 N^2 elements (half of naive attention's 4 N^2), while FA1's keep falling
+as 12 N^2 d^2 / M. Below it Br = ceil(M / 4d) < d and FA2 moves about 8 N^2 d^2 / M elements:
+more than half of naive, and as much as naive at M = 2 d^2. Neither is FA2's reason to exist:
 its gains are the parallelism over query blocks, fewer non-matmul FLOPs and no combining
 between warps (FlashAttention-2, Section 3), and on a GPU the L2 cache absorbs most K/V re-reads
 (ncu, notebook 04).
@@ -21,6 +23,14 @@ from __future__ import annotations
 
 from . import traffic as tr
 from ._checks import check_positive_int
+
+
+def fa2_floor_sram(d: int) -> int:
+    """The smallest SRAM size M (ELEMENTS) at which the paper's Br = min(ceil(M / 4d), d) equals d:
+    ceil(M / 4d) >= d  <=>  M > 4 d (d - 1). From this M on, FA2's loop order with the paper's
+    blocks moves about 2 N^2 elements (half of naive attention) whatever M; below it, more."""
+    d = check_positive_int("d", d)
+    return 4 * d * (d - 1) + 1
 
 
 def loop_order_rows(n: int = 16384, d: int = 64, sram_kib=(16, 32, 64, 128, 228), itemsize: int = 2,
