@@ -90,6 +90,26 @@ def test_ncu_ratio_counts_o_when_ncu_missed_its_write():
         perf.ncu_dram_ratio(ncu, n=32, variant="fa")
 
 
+def test_the_naive_ncu_measurement_is_the_model_plus_its_scale_kernel():
+    from pathlib import Path
+
+    from flashlab import hardware
+    from flashlab.viz.style import format_bytes
+
+    naive, flash = perf.ncu_anchor_rows()
+    scale_pass = 2 * 16 * 4096**2 * 2  # S read and written once more, fp16, B * H = 16
+    assert naive["model_scale_pass"] - naive["model"] == scale_pass
+    assert naive["measured"] > 1.4 * naive["model"], "Algorithm 0 alone does not explain the measurement"
+    assert abs(naive["measured"] / naive["model_scale_pass"] - 1) < 0.03, "with the scale pass: within 3%"
+    assert abs(hardware.NCU_NAIVE_SCALE.total_bytes / scale_pass - 1) < 0.05
+    assert flash["model_scale_pass"] is None and flash["measured"] < flash["model"]
+    text = (Path(__file__).resolve().parents[1] / "notebooks" / "_src" / "04_io_complexity.py").read_text()
+    text = " ".join(line.lstrip("# ") for line in text.splitlines())
+    for value in (naive["measured"], naive["model"], naive["model_scale_pass"], hardware.NCU_NAIVE_SCALE.total_bytes):
+        shown = format_bytes(value)
+        assert shown in perf.ncu_anchor_table() and shown in text, f"notebook 04 should say {shown}"
+
+
 def test_naive_memory_parses_anchor_line_and_counts_p():
     text = "x\nNaive causal fwd peak memory (B=1,H=32,d=128): 8k 8.6GiB 22.1ms; 64k OOM (256 GiB alloc)\n"
     got = claims.naive_memory(text, heads=32)

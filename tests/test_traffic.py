@@ -60,6 +60,15 @@ def test_non_causal_fa2_reads_keys_once_per_query_block(nq, nk, bq, bk):
     assert t.write_bytes == 3 * (size * nq * dv + 4 * nq)
 
 
+def test_naive_traffic_scale_pass_reads_and_writes_s_once_more():
+    nq, nk, d = 48, 80, 16
+    plain, scaled = naive_traffic(nq, nk, d, batch=3), naive_traffic(nq, nk, d, batch=3, scale_pass=True)
+    extra = {key: scaled.by_tensor[key] - plain.by_tensor.get(key, 0) for key in scaled.by_tensor}
+    assert {key: b for key, b in extra.items() if b} == {("S", "read"): 3 * nq * nk * 2, ("S", "write"): 3 * nq * nk * 2}
+    with pytest.raises(TypeError, match="scale_pass"):
+        naive_traffic(nq, nk, d, scale_pass=1)
+
+
 def test_naive_traffic_counts_s_and_p_twice_each():
     nq, nk, d, dv = 300, 200, 16, 8
     t = naive_traffic(nq, nk, d, dv, itemsize=2, batch=2)

@@ -334,7 +334,7 @@ def test_ncu_measurements_match_the_anchor_csv():
     import csv
     from pathlib import Path
 
-    from flashlab.hardware import NCU_FLASH, NCU_NAIVE
+    from flashlab.hardware import NCU_FLASH, NCU_NAIVE, NCU_NAIVE_SCALE
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "anchors" / "h200_ncu_naive_vs_flash.csv"
     if not path.exists():
@@ -351,6 +351,9 @@ def test_ncu_measurements_match_the_anchor_csv():
     assert NCU_NAIVE.write_bytes == sum(m["dram__bytes_write.sum"] for m in naive)
     assert NCU_FLASH.read_bytes == flash[0]["dram__bytes_read.sum"]
     assert NCU_FLASH.write_bytes == flash[0]["dram__bytes_write.sum"]
+    scale = [m for name, m in kernels.values() if "MulFunctor" in name]
+    assert NCU_NAIVE_SCALE.read_bytes == scale[0]["dram__bytes_read.sum"]
+    assert NCU_NAIVE_SCALE.write_bytes == scale[0]["dram__bytes_write.sum"]
 
 
 def test_roofline_speedups_are_roofline_times_of_the_formula_costs():

@@ -81,13 +81,20 @@ for n in (1024, 4096, 16384, 65536):
 # `benchmarks/anchors/h200_ncu_naive_vs_flash.csv`):
 
 # %%
-blocks = dict(block_q=128, block_k=128, stat_itemsize=4)  # the measured FA2 kernel's tiles
-for m, model in ((hardware.NCU_NAIVE, tr.naive_traffic(4096, 4096, 64, batch=16)),
-                 (hardware.NCU_FLASH, tr.fa2_forward_traffic(4096, 4096, 64, batch=16, **blocks))):
-    print(f"{m.name:<58} measured {format_bytes(m.total_bytes):>10}   model {format_bytes(model.total):>10}")
+from flashlab import perf
+
+print(perf.ncu_anchor_table())
 print(f"FLOPs, both: {hardware.NCU_FLASH.matmul_flops:.3e}")
 
 # %% [markdown]
+# The naive row measures 2.95 GiB where Algorithm 0's model counts 2.03 GiB. The measured naive
+# attention runs four kernels, not Algorithm 0's three steps: `torch.matmul(q, k^T) * scale`
+# (`benchmarks/_common.py`) writes S, then scales it in an elementwise kernel of its own, which
+# reads all of S and writes it back: $2 \times 16 \times 4096^2 \times 2$ bytes = 1 GiB more (ncu measured 999 MiB
+# for that kernel). `tr.naive_traffic(..., scale_pass=True)` counts that pass: 3.03 GiB, within 3%
+# of the measurement (ncu misses the writes still in L2 when a kernel ends; here O's 8 MiB and a
+# few per cent of each S and P write).
+#
 # One caveat before taking the ratio: ncu under-counts writes that are still in the L2 cache when
 # the kernel ends, and the flash kernel's output O (8 MiB here) mostly is (the naive kernels' S
 # and P, gigabytes, are not). `flashlab.perf.ncu_dram_ratio` computes the ratio from the committed
@@ -95,8 +102,6 @@ print(f"FLOPs, both: {hardware.NCU_FLASH.matmul_flops:.3e}")
 # O's compulsory write:
 
 # %%
-from flashlab import perf
-
 ncu = course.load_results().get("ncu_traffic")
 if ncu:
     for variant in ("sdpa_flash", "hopper"):

@@ -131,6 +131,10 @@ NCU_NAIVE = DramMeasurement(
     "naive (4 kernels: QKᵀ, scale, softmax, PV)",
     read_bytes=17_019_136 + 536_902_656 + 536_883_456 + 545_294_080,
     write_bytes=507_552_768 + 511_039_744 + 516_609_792 + 25_856, batch=1, heads=16, n=4096, d=64, itemsize=2)
+# the second of them alone: S * scale in an elementwise kernel of its own (Algorithm 0 has no such pass)
+NCU_NAIVE_SCALE = DramMeasurement(
+    "naive's scale kernel (S * scale)", read_bytes=536_902_656, write_bytes=511_039_744,
+    batch=1, heads=16, n=4096, d=64, itemsize=2)
 NCU_FLASH = DramMeasurement(
     "FlashAttention-2 (pytorch_flash kernel, 128 x 128 tiles)",
     read_bytes=25_243_136, write_bytes=248_064, batch=1, heads=16, n=4096, d=64, itemsize=2)

@@ -108,6 +108,46 @@ def ncu_dram_ratio(ncu: dict, n: int = 4096, variant: str = "sdpa_flash") -> dic
             "o_bytes": o_bytes, "measured_ratio": naive / measured, "ratio_with_o": naive / with_o}
 
 
+def ncu_anchor_rows() -> list[dict]:
+    """Notebook 04's comparison: the DRAM bytes Nsight Compute measured for one forward on the H200
+    (``hardware.NCU_NAIVE``, ``NCU_FLASH``: B = 1, H = 16, N = 4096, d = 64, fp16) beside
+    :mod:`flashlab.traffic`'s model. The naive row is modelled twice: as Algorithm 0 and with the
+    separate scale kernel the measured naive attention runs (``naive_traffic(scale_pass=True)``)."""
+    from . import hardware, traffic as tr
+
+    naive, flash = hardware.NCU_NAIVE, hardware.NCU_FLASH
+
+    def shape(m) -> dict:
+        return dict(batch=m.batch * m.heads, itemsize=m.itemsize)
+
+    return [
+        dict(name=naive.name, measured=naive.total_bytes,
+             model=tr.naive_traffic(naive.n, naive.n, naive.d, **shape(naive)).total,
+             model_scale_pass=tr.naive_traffic(naive.n, naive.n, naive.d, scale_pass=True, **shape(naive)).total),
+        dict(name=flash.name, measured=flash.total_bytes,  # the measured kernel's 128 x 128 tiles, fp32 lse
+             model=tr.fa2_forward_traffic(flash.n, flash.n, flash.d, block_q=128, block_k=128, stat_itemsize=4,
+                                          **shape(flash)).total, model_scale_pass=None)]
+
+
+def ncu_anchor_table() -> str:
+    """:func:`ncu_anchor_rows` as text: measured, model, and the naive row's model with its scale
+    pass; then the scale kernel alone, measured (``hardware.NCU_NAIVE_SCALE``) against the pass."""
+    from . import hardware
+    from .viz.style import format_bytes
+
+    lines = [f"{'one forward, B = 1, H = 16, N = 4096, d = 64, fp16':<58}{'measured':>10}{'model':>11}"
+             f"{'model + scale pass':>20}"]
+    for r in ncu_anchor_rows():
+        extra = "" if r["model_scale_pass"] is None else format_bytes(r["model_scale_pass"])
+        lines.append(f"{r['name']:<58}{format_bytes(r['measured']):>10}{format_bytes(r['model']):>11}"
+                     f"{extra:>20}".rstrip())
+    naive = ncu_anchor_rows()[0]
+    scale_pass = naive["model_scale_pass"] - naive["model"]  # S read and written once more
+    lines.append(f"the scale kernel alone: measured {format_bytes(hardware.NCU_NAIVE_SCALE.total_bytes)}; "
+                 f"the model's scale pass (S read and written once more) {format_bytes(scale_pass)}")
+    return "\n".join(lines)
+
+
 # -- notebook 08's tables ------------------------------------------------------------------------
 TARGETS = (("fwd >= 1.0x FA2, N >= 1024", "sdpa_flash", "fwd", 1.0, lambda r: r["n"] >= 1024),
            ("fwd+bwd >= 1.0x FA2, N >= 1024", "sdpa_flash", "fwdbwd", 1.0, lambda r: r["n"] >= 1024),

@@ -79,15 +79,21 @@ def _sizes(nq, nk, d, dv, itemsize, stat_itemsize, batch, block_q=1, block_k=1, 
 
 
 def naive_traffic(nq: int, nk: int, d: int, dv: int | None = None, itemsize: int = 2, batch: int = 1,
-                  causal: bool = False) -> Traffic:
+                  causal: bool = False, scale_pass: bool = False) -> Traffic:
     """Standard attention forward: read Q, K; write S; read S; write P; read P, V; write O.
 
     S and P (Nq x Nk) are materialised in full even when causal (``causal`` changes nothing).
+    ``scale_pass``: S = Q K^T and S * scale are two kernels, as in the naive attention the course
+    measured (``torch.matmul(q, k.transpose(-1, -2)) * scale``, benchmarks/_common.py): the scaling
+    reads S and writes it back once more. Algorithm 0 folds the scale into the product (the default).
     """
     nq, nk, d, dv, t, _ = _sizes(nq, nk, d, dv, itemsize, None, batch, causal=causal)
     t.add("Q", READ, nq * d)
     t.add("K", READ, nk * d)
     t.add("S", WRITE, nq * nk)
+    if check_bool("scale_pass", scale_pass):
+        t.add("S", READ, nq * nk)
+        t.add("S", WRITE, nq * nk)
     t.add("S", READ, nq * nk)
     t.add("P", WRITE, nq * nk)
     t.add("P", READ, nq * nk)
