@@ -254,7 +254,8 @@ class Session:
         records, buffers = wire.encode_kwargs(case.kwargs)
         header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"),
-                      gradients_from=part.gradients_from, row_padding=dict(case.row_padding or {}))
+                      gradients_from=part.gradients_from, row_padding=dict(case.row_padding or {}),
+                      measure_live=case.max_live_bytes is not None)
         child = self.child
         try:
             # measured from before the inputs are sent: work done with them before 'ready' counts too
@@ -310,7 +311,8 @@ _OPTIONAL_TEXT = (str, type(None))
 _RECORD_TYPES = dict(exception=_OPTIONAL_TEXT, not_implemented=_OPTIONAL_TEXT, launch_problem=_OPTIONAL_TEXT,
                      gradient_problem=_OPTIONAL_TEXT,
                      traceback=(str,), where=(list, type(None)), forbidden_calls=(list,), digests=(dict,),
-                     launches=(list,), derived=(list,), output=(str,), output_chars=(int,), seconds=(int, float))
+                     launches=(list,), derived=(list,), output=(str,), output_chars=(int,), seconds=(int, float),
+                     live=(dict,))
 
 
 _RECORD_REQUIRED = ("exception", "not_implemented", "forbidden_calls", "digests", "output", "value")
@@ -435,6 +437,28 @@ def judge_raises(part: Part, case: Case, record: dict) -> dict | None:
     return dict(kind="value", message=f"expected {wanted}; it returned a result instead of refusing the argument")
 
 
+def _live_problem(case: Case, live) -> dict | None:
+    """The verdict on the bytes of torch tensors the call held at once (``child.LiveBytes``), counted
+    exactly: the same on every run. A record without the count gets no credit."""
+    if not isinstance(live, dict) or type(live.get("tensor_peak")) is not int or type(live.get("at_peak")) is not list:
+        return dict(kind="memory", message="the grader could not count the tensors this check's call held (the "
+                    "count from inside the grading process is missing or malformed): no credit")
+    if live["tensor_peak"] <= case.max_live_bytes:
+        return None
+    q, k = case.kwargs["q"], case.kwargs["k"]
+    itemsize = q.dtype.itemsize
+    largest = [f"{_text(what, 120)} ({n / 2**10:,.0f} KiB)" for n, what in (
+        x for x in live["at_peak"][:3] if isinstance(x, list) and len(x) == 2) if type(n) is int and type(what) is str]
+    return dict(kind="memory", message=(
+        f"held {live['tensor_peak'] / 2**20:.2f} MiB of torch tensors at once"
+        + (f"; the largest then: {', '.join(largest)}" if largest else "")
+        + f" (limit {case.max_live_bytes / 2**20:.2f} MiB, counted exactly: the same on every run). One Nq x Nk "
+        f"array of this case is {q.shape[-2] * k.shape[-2] * itemsize / 2**20:.0f} MiB, one block of 8 query rows "
+        f"against every key {8 * k.shape[-2] * itemsize / 2**10:,.0f} KiB, K {k[..., :1, :].size * k.shape[-2] * itemsize / 2**10:,.0f} KiB: "
+        "a tiled implementation never builds an Nq x Nk array, nor a block_q x Nk one; keep only "
+        "(block_q x block_k) tiles"))
+
+
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
     """The verdict on one call, from the record the child sent (every field is a claim to check)."""
     if record.get("unmeasurable"):
@@ -491,6 +515,10 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     blocks = _launch_blocks_problem(part, case, record)
     if blocks:
         return dict(kind="launch", message=blocks)
+    if case.max_live_bytes is not None:
+        failure = _live_problem(case, record.get("live"))
+        if failure is not None:
+            return failure
     extra, referenced = record.get("extra_bytes"), record.get("referenced_bytes")
     if case.max_peak_bytes is not None:
         q, k = case.kwargs["q"], case.kwargs["k"]

@@ -31,6 +31,7 @@ import sys
 import time
 import traceback
 import types
+import weakref
 
 from flashlab.grading import confine, wire
 from flashlab.grading.bounds import MemoryBounds, OutOfBounds, StoreGuards, byte_view, element_mask, shares_memory, span
@@ -414,6 +415,103 @@ def _torch_op_forbidden(name: str) -> bool:
     return name in TORCH_MATMULS
 
 
+class LiveBytes:
+    """The bytes of torch tensors the learner's call holds at once, counted exactly inside the child
+    (a memory case only).
+
+    Every storage an aten operator allocates or writes during the call (a return that is not a view,
+    or an argument the operator writes: out=, in place, ``set_``) is live from the operator that
+    first produced it until its last tensor is freed (a weak reference to the storage: torch keeps a
+    storage's Python object as long as the storage lives). A view, or a storage only read, costs
+    nothing; the call's inputs are never counted, and a buffer held before the call (a pool
+    allocated at import) counts in full from the first operator that writes it. The same code gives
+    the same count on every run and on any device, unlike the resident size, where memory freed and
+    kept by the allocator is reused without a trace.
+
+    Not counted here: memory torch does not allocate (NumPy arrays, ctypes, ``mmap``: the resident
+    size measured from outside sees them), operators run in a thread of the learner's own (a
+    dispatch mode is per thread) or with the dispatch mode switched off (tampering, as with every
+    in-process watch)."""
+
+    TOP = 3  # the largest storages live at the peak, named in the report
+
+    def __init__(self, inputs: list):
+        self.inputs = {_storage_key(t) for t in inputs}
+        self.live: dict = {}  # storage key -> [nbytes, (shape, dtype, operator), weak reference]
+        self.now = self.peak = 0
+        self.at_peak: list = []
+        self.effects: dict = {}  # operator -> (returns that allocate or write, arguments written, returns)
+
+    def _effects(self, func):
+        schema = func._schema
+        returns = tuple(i for i, r in enumerate(schema.returns) if r.alias_info is None or r.alias_info.is_write)
+        written = tuple((i, a.name) for i, a in enumerate(schema.arguments)
+                        if a.alias_info is not None and a.alias_info.is_write)
+        effects = self.effects[func] = (returns, written, len(schema.returns))
+        return effects
+
+    def after(self, func, args: tuple, kwargs: dict, out) -> None:
+        """After operator ``func`` ran: count the storages it allocated or wrote."""
+        effects = self.effects.get(func)
+        if effects is None:
+            try:
+                effects = self._effects(func)
+            except AttributeError:  # not an aten operator overload
+                return
+        returns, written, n_returns = effects
+        values = out if n_returns > 1 and isinstance(out, (tuple, list)) else (out,)
+        for i in returns:
+            if i < len(values):
+                self._see(values[i], func)
+        for i, name in written:
+            self._see(kwargs[name] if name in kwargs else args[i] if i < len(args) else None, func)
+
+    def _see(self, value, func) -> None:
+        if isinstance(value, (tuple, list)):
+            for v in value:
+                self._see(v, func)
+            return
+        try:
+            storage = value.untyped_storage()
+            nbytes = storage.nbytes()
+        except (AttributeError, RuntimeError, TypeError, NotImplementedError):
+            return  # not a tensor, or a tensor without storage
+        key = storage._cdata
+        entry = self.live.get(key)
+        if entry is None:
+            if key in self.inputs:
+                return
+            entry = self.live[key] = [0, None, weakref.ref(storage, lambda _, key=key: self._free(key))]
+        if entry[0] == nbytes:
+            return
+        self.now += nbytes - entry[0]
+        entry[0], entry[1] = nbytes, (value.shape, value.dtype, func)
+        if self.now > self.peak:
+            self.peak = self.now
+            self.at_peak = sorted((e[:2] for e in self.live.values()), key=lambda e: -e[0])[:self.TOP]
+
+    def _free(self, key) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self.now -= entry[0]
+
+    def largest(self) -> list:
+        """[[bytes, "shape dtype from aten.op"], ...]: the largest storages live at the peak."""
+        return [[int(n), f"{tuple(shape)} {str(dtype).replace('torch.', '')} from aten."
+                         f"{getattr(getattr(func, 'overloadpacket', None), '__name__', func)}"]
+                for n, (shape, dtype, func) in self.at_peak]
+
+
+def _storage_key(t):
+    try:
+        return t.untyped_storage()._cdata
+    except (AttributeError, RuntimeError, TypeError, NotImplementedError):
+        return None
+
+
+LIVE: list = [None]  # the LiveBytes of the memory case in progress
+
+
 def _install_torch_mode(policy: str) -> None:
     """Watch every aten operator during the learner's calls (a dispatch mode sees torch.ops.aten.* too)."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -430,7 +528,10 @@ def _install_torch_mode(policy: str) -> None:
                     if qual not in CALLS:
                         CALLS.append(qual)
                     raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
-            return func(*args, **(kwargs or {}))
+            out = func(*args, **(kwargs or {}))
+            if LIVE[0] is not None and TORCH_POLICY["active"]:
+                LIVE[0].after(func, args, kwargs or {}, out)
+            return out
 
     mode = Watch()
     mode.__enter__()
@@ -916,7 +1017,11 @@ class GradientGuard:
             finally:
                 guard.inside = False
             outs = out if isinstance(out, tuple) else (out,)
-            guard.calls.append([o.detach().clone() if isinstance(o, torch.Tensor) else None for o in outs])
+            live, LIVE[0] = LIVE[0], None  # the grader's copies, not the learner's memory
+            try:
+                guard.calls.append([o.detach().clone() if isinstance(o, torch.Tensor) else None for o in outs])
+            finally:
+                LIVE[0] = live
             return out
 
         self._saved = (engine, original)
@@ -967,8 +1072,9 @@ class GradientGuard:
 
 
 def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
-         guard: GradientGuard | None = None) -> tuple[dict, list]:
-    """Call the learner's function; (record of what happened, buffers of the returned value)."""
+         guard: GradientGuard | None = None, measure_live: bool = False) -> tuple[dict, list]:
+    """Call the learner's function; (record of what happened, buffers of the returned value).
+    ``measure_live``: count the bytes the call holds at once (:class:`LiveBytes`) into record["live"]."""
     out = BoundedText()
     CALLS.clear()
     inputs = [v for v in kwargs.values() if hasattr(v, "untyped_storage")]
@@ -980,9 +1086,11 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     sys.stdout = sys.stderr = out
     TORCH_POLICY["strict"] = verify_launch is not None
     gc.freeze()  # a collection during the call walks only its own objects (the grader measures what it touches)
-    TORCH_POLICY["active"] = True
     if guard is not None:
         guard.install()
+    if measure_live:
+        LIVE[0] = LiveBytes(inputs)
+    TORCH_POLICY["active"] = True
     try:
         value = func(**kwargs)
     except NotImplementedError as exc:
@@ -995,6 +1103,9 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["where"] = _learner_frame(exc, filenames)
     finally:
         TORCH_POLICY["active"] = False
+        if measure_live:
+            record["live"] = _live_record(LIVE[0])
+            LIVE[0] = None
         if guard is not None:
             guard.uninstall()
         sys.stdout, sys.stderr = saved
@@ -1026,6 +1137,10 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["value"] = dict(t="other", type=f"{type(value).__name__} ({type(exc).__name__} on conversion)")
         buffers = []
     return record, buffers
+
+
+def _live_record(live: LiveBytes) -> dict:
+    return dict(tensor_peak=int(live.peak), at_peak=live.largest())
 
 
 def _verify_launch(value, must_launch: tuple) -> str | None:
@@ -1132,7 +1247,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         grads = header.get("gradients_from") or ""
         guard = GradientGuard(namespace.get(grads), grads) if grads else None
         record, result_buffers = call(func, kwargs, filenames, must if header.get("tensors") and must else None,
-                                      guard)
+                                      guard, measure_live=bool(header.get("measure_live")))
         wire.send(fd_out, dict(record, op="result"), result_buffers)
         del record, result_buffers, kwargs, func, guard
         _give_back_freed_memory()
