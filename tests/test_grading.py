@@ -112,6 +112,13 @@ BROKEN_CASES = [
     ("materialises_in_torch", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
     ("materialises_in_mmap", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
     ("rows_full_softmax", "ex03_tiled_forward", "tiled_attention", "memory", "nor a block_q x Nk one"),
+    # torch tensors held at once, counted exactly in the child (the resident size flaked on these)
+    ("autograd_row_block_against_every_key", "ex15_autograd_flash", "flash_forward_lse", "memory",
+     "the largest then: (1, 8, 8192) float64"),
+    ("autograd_row_block_against_every_key", "ex15_autograd_flash", "forward_and_backward", "memory",
+     "the largest then: (1, 8, 8192) float64"),
+    ("autograd_backward_keeps_full_p", "ex15_autograd_flash", "forward_and_backward", "memory",
+     "the largest then: (1, 256, 8192) float64"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),
@@ -455,7 +462,7 @@ def test_memory_held_before_the_call_is_judged_where_the_array_dwarfs_the_churn(
     expected = part.reference(**case.kwargs)  # a right answer: only the memory is judged
     digests = {name: checks._digest(value) for name, value in case.kwargs.items()}  # inputs left as they were
     record = dict(op="result", value=expected, extra_bytes=0, written_bytes=0, digests=digests,
-                  referenced_bytes=int(0.7 * full))
+                  referenced_bytes=int(0.7 * full), live=dict(tensor_peak=0, at_peak=[]))
     failure = checks.judge(part, case, record, expected, False, None)
     assert (failure is not None) == refused, failure
     if refused:
@@ -463,6 +470,58 @@ def test_memory_held_before_the_call_is_judged_where_the_array_dwarfs_the_churn(
     over_peak = checks.judge(part, case, dict(record, referenced_bytes=0, extra_bytes=2 * case.max_peak_bytes),
                              expected, False, None)
     assert over_peak is not None and over_peak["kind"] == "memory" and "at peak" in over_peak["message"], over_peak
+
+
+def test_tensors_held_at_once_are_counted_exactly_views_and_inputs_free_a_pool_in_full():
+    """child.LiveBytes under a dispatch mode as the grader's (which calls it after every operator): a
+    fresh tensor counts its bytes until freed, a view of it or of an input nothing, a buffer held
+    before the call in full once an operator writes it; the peak and the largest tensors then are
+    what the parent reports."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from flashlab.grading.child import LiveBytes
+
+    q = torch.randn(64, 4, dtype=torch.float64)  # an input: 2 KiB, never counted
+    pool = torch.empty(1024, dtype=torch.float64)  # held before the call: 8 KiB
+    live = LiveBytes([q])
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            live.after(func, args, kwargs or {}, out)
+            return out
+
+    with Count():
+        s = q @ q.T  # (64, 64): 32 KiB
+        row = s[0]  # a view: nothing
+        assert live.now == 32 << 10 and row.shape == (64,)
+        del s, row
+        assert live.now == 0  # freed
+        q[:2].clone()  # 64 B, freed at once
+        pool[:8].copy_(q[:2].reshape(-1))  # writes into the pool: all 8 KiB of it count
+        assert live.now == 8 << 10
+    assert live.peak == 32 << 10
+    assert live.largest() == [[32 << 10, "(64, 64) float64 from aten.mm"]]
+
+
+def test_the_count_of_tensors_held_at_once_is_required_where_a_case_asks_for_it():
+    from flashlab.grading import checks
+    from flashlab.grading.registry import get_exercise
+
+    part = get_exercise("ex15_autograd_flash").parts[0]
+    case = next(c for c in part.hidden(np.random.default_rng(3)) if c.max_live_bytes)
+    expected = part.reference(**case.kwargs)
+    digests = {name: checks._digest(value) for name, value in case.kwargs.items()}
+    record = dict(op="result", value=expected, extra_bytes=0, written_bytes=0, digests=digests, referenced_bytes=0)
+    for live in (None, dict(tensor_peak="0", at_peak=[]), dict(tensor_peak=0)):
+        failure = checks.judge(part, case, dict(record, live=live), expected, False, None)
+        assert failure["kind"] == "memory" and "could not count" in failure["message"], failure
+    over = dict(tensor_peak=case.max_live_bytes + 1, at_peak=[[1 << 19, "(1, 8, 8192) float64 from aten.bmm"]])
+    failure = checks.judge(part, case, dict(record, live=over), expected, False, None)
+    assert failure["kind"] == "memory" and "(1, 8, 8192) float64 from aten.bmm (512 KiB)" in failure["message"]
+    assert checks.judge(part, case, dict(record, live=dict(tensor_peak=case.max_live_bytes, at_peak=[])),
+                        expected, False, None) is None
 
 
 def test_a_memory_check_the_grader_cannot_measure_gets_no_credit():
