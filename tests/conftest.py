@@ -4,6 +4,7 @@ Triton's mode is fixed when ``@triton.jit`` runs, so the interpreter is switched
 before any test module imports triton, whenever no CUDA GPU is present.
 """
 import os
+import sys
 
 import pytest
 
@@ -46,3 +47,16 @@ def _close_figures():
 
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Close the widgets the tests made while Python can still do it (their __del__ at shutdown
+    prints a traceback per widget)."""
+    widgets = sys.modules.get("ipywidgets")
+    if widgets is None:
+        return
+    for widget in list(widgets.Widget.widgets.values()):
+        try:
+            widget.close()
+        except Exception:  # a comm already gone: nothing left to close
+            pass
