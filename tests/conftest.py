@@ -52,10 +52,10 @@ def _close_figures():
 def pytest_sessionfinish(session, exitstatus):
     """Close the widgets the tests made while Python can still do it (their __del__ at shutdown
     prints a traceback per widget)."""
-    widgets = sys.modules.get("ipywidgets")
-    if widgets is None:
+    module = sys.modules.get("ipywidgets.widgets.widget")
+    if module is None:
         return
-    for widget in list(widgets.Widget.widgets.values()):
+    for widget in list(getattr(module, "_instances", {}).values()):
         try:
             widget.close()
         except Exception:  # a comm already gone: nothing left to close
