@@ -716,6 +716,8 @@ MISTAKES = [
      "tiled_attention_backward", "nan"),
     ("ex15_autograd_flash", "running max not carried", "m_new = torch.maximum(m_i, s.amax(-1))", "m_new = s.amax(-1)",
      "flash_forward_lse", "nan"),
+    ("ex05_traffic", "causal skip one off", "if causal and k0 > q0 + rows - 1:", "if causal and k0 >= q0 + rows - 1:",
+     "fa2_forward_bytes", "value"),
 ]
 
 
@@ -813,6 +815,55 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
         assert hints[0] not in str(report) and "hint=1)" in str(report), str(report)
         assert hints[0] in str(report.next_hint())
         assert hints[0] in str(type(report)(report.graded, hint=1)), "hint=1 shows hint 1, as the docs say"
+
+
+_ROWS, _COLS = "        rows = min(q0 + block_q, nq) - q0", "            cols = min(k0 + block_k, nk) - k0"
+_SKIP = "if causal and k0 > q0 + rows - 1:"
+TRAFFIC_VARIANTS = [  # (edits of exercise 05's solution, the named mistake's words or None: no name at all)
+    ([(_ROWS, "        rows = block_q"), (_COLS, "            cols = block_k")],
+     "looks like ragged last blocks were counted as full blocks"),
+    ([(_ROWS, "        rows = block_q")], "looks like the ragged last query block was counted as a full block"),
+    ([(_COLS, "            cols = block_k")], "looks like the ragged last key block was counted as a full block"),
+    ([(_SKIP, "if causal and k0 > q0 + block_q - 1:")], "looks like the causal skip takes the ragged last query block"),
+    ([(_SKIP, "if causal and k0 >= q0 + rows - 1:")], None),
+    ([("rows * stat_itemsize", "rows * itemsize")], None),
+    ([("            total += cols * (d + dv) * itemsize  # read K_j, V_j", "            total += 0"),
+      ("    return total", "    return total + nk * (d + dv) * itemsize")], None),
+]
+
+
+@pytest.mark.parametrize("edits, words", TRAFFIC_VARIANTS, ids=["both ragged blocks full", "ragged query block full",
+                                                                "ragged key block full", "skip takes the block as full",
+                                                                "skip one off", "lse at itemsize", "K and V read once"])
+def test_traffic_names_ragged_blocks_counted_as_full_and_nothing_else(tmp_path, edits, words):
+    """Exercise 05 counted the ragged last blocks as full and said only 'returned 37376, expected
+    32656'; the other wrong counts here must not be given that name (nor any other)."""
+    text = (REPO / "solutions" / "ex05_traffic.py").read_text()
+    for old, new in edits:
+        assert old in text, "the solution changed: update this test"
+        text = text.replace(old, new)
+    (tmp_path / "ex05_traffic.py").write_text(text)
+    report = check("ex05_traffic", exercises_dir=tmp_path, seed=3)
+    result = report.results[0]
+    assert result["status"] == "failed", str(report)
+    if words is None:
+        assert "looks like" not in str(report), str(report)
+    else:
+        assert result["failure"]["message"].startswith(words), result["failure"]
+        assert ", expected " in result["failure"]["message"], "the numbers still follow the name"
+
+
+def test_honest_traffic_counts_are_never_named_as_a_mistake():
+    from flashlab.grading.cases import fa2_bytes_reference
+    from flashlab.grading.mistakes import MISTAKES
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        kw = dict(nq=int(rng.integers(1, 300)), nk=int(rng.integers(1, 300)), d=int(rng.choice([16, 64])),
+                  dv=int(rng.choice([16, 40])), block_q=int(rng.choice([16, 32, 64])),
+                  block_k=int(rng.choice([16, 32])), causal=bool(rng.integers(2)), itemsize=2, stat_itemsize=4)
+        for description, detector in MISTAKES[("ex05_traffic", "fa2_forward_bytes")]:
+            assert detector(kw, {}) != fa2_bytes_reference(**kw), (description, kw)
 
 
 def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):

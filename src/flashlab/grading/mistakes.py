@@ -493,6 +493,50 @@ _AUTOGRAD = ((AUTOGRAD_NO_SCALE, lambda kw, blocks: _autograd(kw, scale=1.0)),
     (AUTOGRAD_ORDER, lambda kw, blocks, order=order: _autograd(kw, order=order))
     for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)))
 
+RAGGED_COUNTED_FULL = ("ragged last blocks were counted as full blocks: the last query block moves only its real "
+                       "rows (Q_i read, O_i and lse_i written), the last key block only its real keys (K_j, V_j "
+                       "read); count min(start + block, n) - start of each")
+RAGGED_ROWS_COUNTED_FULL = ("the ragged last query block was counted as a full block: it reads Q_i and writes O_i "
+                            "and lse_i for its real rows only, min(i0 + block_q, nq) - i0 of them")
+RAGGED_KEYS_COUNTED_FULL = ("the ragged last key block was counted as a full block: each tile of it reads K_j and "
+                            "V_j for its real keys only, min(j0 + block_k, nk) - j0 of them")
+RAGGED_SKIP_AS_FULL = ("the causal skip takes the ragged last query block as full: its last row is min((i + 1) * "
+                       "block_q, nq) - 1, so a key block starting past it is skipped and reads nothing (exercise 04)")
+
+
+def _fa2_bytes(kw, full_rows=False, full_cols=False, full_skip=False):
+    """Exercise 05's bytes, walked as the loop moves them, with a ragged last query block counted as
+    block_q rows (``full_rows``) or a ragged last key block as block_k keys (``full_cols``);
+    ``full_skip``: the causal skip takes the last query row of every block as (i + 1) * block_q - 1.
+    None where an option asked for changes nothing here (its block divides n, or a causal loop never
+    reads the block): the count is then the right one, or another option's."""
+    nq, nk, d, bq, bk = (kw[n] for n in ("nq", "nk", "d", "block_q", "block_k"))
+    dv = d if kw.get("dv") is None else kw["dv"]
+    item, stat, causal = kw.get("itemsize", 2), kw.get("stat_itemsize", 4), kw.get("causal", False)
+    if (full_rows or full_skip) and nq % bq == 0 or full_cols and nk % bk == 0:
+        return None
+    total = 0
+    for i0 in range(0, nq, bq):
+        rows = min(i0 + bq, nq) - i0  # the block's real rows
+        last_row = i0 + (bq if full_skip else rows) - 1
+        counted = bq if full_rows else rows
+        total += counted * (d + dv) * item + counted * stat  # Q_i read; O_i, lse_i written
+        for j0 in range(0, nk, bk):
+            if causal and j0 > last_row:
+                break
+            total += (bk if full_cols else min(j0 + bk, nk) - j0) * (d + dv) * item  # K_j, V_j read
+    return None if (full_rows or full_cols or full_skip) and total == _fa2_bytes(kw) else total
+
+
+_TRAFFIC = tuple((description, lambda kw, blocks, options=options: _fa2_bytes(kw, *options))
+                 for description, options in ((RAGGED_COUNTED_FULL, (True, True, True)),
+                                              (RAGGED_COUNTED_FULL, (True, True, False)),
+                                              (RAGGED_ROWS_COUNTED_FULL, (True, False, True)),
+                                              (RAGGED_ROWS_COUNTED_FULL, (True, False, False)),
+                                              (RAGGED_KEYS_COUNTED_FULL, (False, True, False)))) + (
+    (RAGGED_SKIP_AS_FULL, lambda kw, blocks: _fa2_bytes(kw, full_skip=True) if kw.get("causal") else None),)
+
+
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
     ("ex01_naive", "naive_attention"): _ATTENTION,
@@ -500,6 +544,7 @@ MISTAKES = {
         (description, lambda kw, blocks, detector=detector: detector(dict(kw, block_n=kw["chunk"]), blocks))
         for description, detector in _ROW_SOFTMAX if description in (ROW_SUM_NOT_RESCALED, ROW_MAX_NOT_CARRIED)),
     ("ex03_tiled_forward", "tiled_attention"): _TILED_LOOP,
+    ("ex05_traffic", "fa2_forward_bytes"): _TRAFFIC,
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
     ("ex08_kernel_causal", "flash_forward"): _KERNEL,
     ("ex14_split_kv_decode", "split_kv_partials"): _PARTIALS,
