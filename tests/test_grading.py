@@ -793,12 +793,14 @@ def test_public_only_exit_status_says_whether_the_public_checks_pass(tmp_path, c
     ("ex03_tiled_forward", "for k0 in range(0, nk, block_k):", "for k0 in range(0, nk - block_k + 1, block_k):",
      "the ragged last key block is never read"),
     ("ex02_softmax", "l = l * np.exp(m - m_new) + ", "l = l + ", "the running sum l_i is not rescaled"),
+    ("ex02_softmax", "m = x.max(axis=-1, keepdims=True)", "m = x.max()", "one max is subtracted for the whole array"),
+    ("ex01_naive", "m = s.max(axis=-1, keepdims=True)", "m = s.max()", "one max is subtracted for the whole array"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
         "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
         "backward without D", "dK unscaled", "dV overwritten", "acc not divided", "tiled max not carried",
         "kernel max not carried", "causal kernel max not carried", "row max not carried", "split max not carried",
         "backward mask hides the diagonal", "backward P not masked", "ragged query block dropped",
-        "ragged key block dropped", "online softmax sum not rescaled"])
+        "ragged key block dropped", "online softmax sum not rescaled", "softmax global max", "attention global max"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"
@@ -864,6 +866,27 @@ def test_honest_traffic_counts_are_never_named_as_a_mistake():
                   block_k=int(rng.choice([16, 32])), causal=bool(rng.integers(2)), itemsize=2, stat_itemsize=4)
         for description, detector in MISTAKES[("ex05_traffic", "fa2_forward_bytes")]:
             assert detector(kw, {}) != fa2_bytes_reference(**kw), (description, kw)
+
+
+@pytest.mark.parametrize("exercise, old, new", [
+    ("ex02_softmax", "m = x.max(axis=-1, keepdims=True)", "m = x.max()"),
+    ("ex01_naive", "m = s.max(axis=-1, keepdims=True)", "m = s.max()"),
+    ("ex02_softmax", "e = np.exp(x - m)", "e = np.exp(x)"),
+    ("ex01_naive", "p = np.exp(s - m)", "p = np.exp(s)"),
+], ids=["softmax global max", "attention global max", "softmax max never subtracted", "attention max never subtracted"])
+def test_a_softmax_with_one_max_for_every_row_is_told_underflow_not_overflow(tmp_path, exercise, old, new):
+    """A softmax that subtracted x.max() over the whole array was told only that 'scores near 1e3 overflow
+    exp()': what goes wrong is underflow, rows far below the global max giving 0/0. The large-logits check
+    says both, and the global max is named; a max never subtracted is not given that name."""
+    source = (REPO / "solutions" / f"{exercise}.py").read_text()
+    assert old in source, "the solution changed: update this test"
+    (tmp_path / f"{exercise}.py").write_text(source.replace(old, new))
+    report = check(exercise, exercises_dir=tmp_path, seed=3)
+    failure = report.results[0]["failure"]
+    assert "large logits" in failure["case"], failure
+    assert "underflows to 0" in failure["why"] and "one max for the whole array" in failure["why"], failure
+    named = failure["message"].startswith("looks like one max is subtracted for the whole array")
+    assert named == new.endswith(".max()"), failure
 
 
 def test_an_error_inside_the_kernel_shows_the_learners_line(tmp_path):

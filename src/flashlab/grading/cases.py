@@ -48,7 +48,10 @@ def poison_keys(kw: dict, first: int) -> tuple[dict, dict]:
     return poisoned, clean
 
 
-LARGE_LOGITS = "scores near 1e3 overflow exp() unless the row max is subtracted first"
+LARGE_LOGITS = ("scores near +-1e3: exp() of a raw score overflows to inf (or underflows to 0 in a row far below "
+                "0, and 0/0 is NaN) unless each row's max is subtracted first")
+# for the NumPy softmax of a whole array (exercises 01 and 02), where one max for every row is a plausible mistake
+LARGE_LOGITS_ROWS = LARGE_LOGITS + ", each row its own: one max for the whole array leaves the rows far below it at 0/0"
 
 
 def large_logits(rng, nq, nk, d, batch=()) -> dict:
@@ -128,7 +131,7 @@ def naive_hidden(rng):
                        random_dtype(rng)), causal=causal)
         cases.append(Case(attn_label(kw, causal), kw, why="ragged shapes, Nq != Nk, batch dims"))
     kw = dict(large_logits(rng, 12, 10, 16), causal=False)
-    cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS))
+    cases.append(Case(attn_label(kw, extra=" large logits"), kw, why=LARGE_LOGITS_ROWS))
     kw = dict(qkv(rng, 9, 11, 8), causal=bool(rng.integers(2)), scale=float(rng.uniform(0.05, 2.0)))
     cases.append(Case(attn_label(kw, kw["causal"], f" scale={kw['scale']:.3f}"), kw,
                       why="an explicit scale replaces 1/sqrt(d)"))
@@ -177,7 +180,7 @@ def softmax_hidden(rng):
              for x in x_cases(rng, [(int(rng.integers(1, 9)), int(rng.integers(1, 40))), (1, 1)])]
     for dt in ("float32", "float64"):
         x = x_cases(rng, [(4, 33)], scale=1000.0, dtype=dt)[0]
-        cases.append(Case(f"x{x.shape} {dt} large logits", dict(x=x), why=LARGE_LOGITS))
+        cases.append(Case(f"x{x.shape} {dt} large logits", dict(x=x), why=LARGE_LOGITS_ROWS))
     x = x_cases(rng, [(3, 12)])[0]
     x[:, ::3] = -np.inf
     cases.append(Case(f"x{x.shape} {x.dtype} with -inf entries", dict(x=x),

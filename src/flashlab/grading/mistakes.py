@@ -172,6 +172,42 @@ def _normalised_in_loop(how):
     return detector
 
 
+GLOBAL_MAX = ("one max is subtracted for the whole array, not each row's own (max() without axis=-1): in a row "
+              "far below that max every exp() underflows to 0, and 0/0 gives NaN; subtract m = max(axis=-1, "
+              "keepdims=True)")
+
+
+def _softmax_global_max(s, axes):
+    """softmax over the last axis of ``s`` (in its dtype) with one max over ``axes`` subtracted."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
+        e = np.exp(s - s.max(axis=axes, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+def _global_max(axes):
+    """Exercise 02's safe softmax with one max over ``axes`` (None: every element)."""
+    def detector(kw, blocks):
+        x = np.asarray(kw["x"])
+        if axes is not None and x.ndim < len(axes):
+            return None
+        return _softmax_global_max(x, axes).astype(x.dtype)
+    return detector
+
+
+def _attention_global_max(axes):
+    """Exercise 01's naive attention, its scores in the input dtype, with one max over ``axes``."""
+    def detector(kw, blocks):
+        q, k, v = (np.asarray(kw[n]) for n in ("q", "k", "v"))
+        s = _scale(kw) * (q @ np.swapaxes(k, -1, -2))  # (..., Nq, Nk)
+        if kw.get("causal"):
+            s = np.where(np.arange(s.shape[-1])[None, :] > np.arange(s.shape[-2])[:, None], -np.inf, s)
+        return (_softmax_global_max(s, axes) @ v).astype(q.dtype)
+    return detector
+
+
+_GLOBAL_MAX = ((GLOBAL_MAX, _global_max(None)), (GLOBAL_MAX, _global_max((-2, -1))))
+
+
 _ATTENTION = ((DIAGONAL_HIDDEN, diagonal_hidden), (NO_SCALE, no_scale), (SCALE_IGNORED, scale_ignored),
               (CAUSAL_IGNORED, causal_ignored))
 RAGGED_ROWS_DROPPED = ("the ragged last query block is never computed (its rows stay 0): the loop over query blocks "
@@ -539,7 +575,9 @@ _TRAFFIC = tuple((description, lambda kw, blocks, options=options: _fa2_bytes(kw
 
 # (exercise, part) -> detectors; used when the registry's Part gives none of its own.
 MISTAKES = {
-    ("ex01_naive", "naive_attention"): _ATTENTION,
+    ("ex01_naive", "naive_attention"): _ATTENTION + ((GLOBAL_MAX, _attention_global_max(None)),
+                                                     (GLOBAL_MAX, _attention_global_max((-2, -1)))),
+    ("ex02_softmax", "safe_softmax"): _GLOBAL_MAX,
     ("ex02_softmax", "online_softmax"): tuple(
         (description, lambda kw, blocks, detector=detector: detector(dict(kw, block_n=kw["chunk"]), blocks))
         for description, detector in _ROW_SOFTMAX if description in (ROW_SUM_NOT_RESCALED, ROW_MAX_NOT_CARRIED)),
