@@ -23,6 +23,7 @@ from flashlab.grading import EXERCISES, check, confine
 from flashlab.grading.checks import choice_letter, compare
 from flashlab.grading.cli import main
 from flashlab.grading.registry import Part
+from flashlab.grading.report import Report
 from flashlab.grading.sandbox import has_gpu_driver
 from flashlab.tiled import tiled_attention as _library_tiled
 
@@ -621,7 +622,6 @@ def test_hidden_cases_are_fresh_per_seed_and_public_cases_fixed():
 
 
 def test_an_untouched_stub_shows_its_hints_when_they_are_asked_for():
-    from flashlab.grading.report import Report
 
     report = check("ex02_softmax", exercises_dir=REPO / "exercises", public_only=True, seed=3)
     hints = EXERCISES["ex02_softmax"].parts[0].hints
@@ -638,6 +638,46 @@ def test_hint_levels_unfold_one_at_a_time(tmp_path):
     assert "not yet run" in str(report)  # honest counts: the checks after the failure did not pass
     report.next_hint()
     assert hints[1] in str(report) and html.escape(hints[1]) in report._repr_html_()  # the HTML escapes quotes
+
+
+def test_the_hint_for_the_failing_check_comes_first_and_the_rest_unfold_in_order(tmp_path):
+    """Two empty states that combine to NaN were shown hint 1 (about reference maxima); the check
+    points at hint 2 (a side with m = -inf has factor 0), which the report shows first."""
+    source = (REPO / "solutions" / "ex02_softmax.py").read_text()
+    old = "alpha = np.where(np.isneginf(m_a), 0.0, np.exp(m_a - m_safe))"
+    assert old in source, "the solution changed: update this test"
+    (tmp_path / "ex02_softmax.py").write_text(source.replace(old, "alpha = np.exp(m_a - m)"))
+    report = check("ex02_softmax", exercises_dir=tmp_path, seed=3)
+    result = report.graded[0][1]["combine_states"]
+    hints = result["hints"]
+    assert "empty" in result["failure"]["case"] and result["failure"]["hint"] == 2, result["failure"]
+    text = str(report)
+    assert f"hint 2 of 3, for this check: {hints[1]}" in text and hints[0] not in text, text
+    assert 'hint=1))' in text and "--hint 1)" in str(Report(report.graded, shell=True))
+    assert report.shown_hints(result) == [2]
+    assert report.next_hint().shown_hints(result) == [2, 1], "next_hint() adds hint 1, the lowest not shown"
+    assert str(report).index(hints[1]) < str(report).index(hints[0]), "the hint for this check stays first"
+    assert report.next_hint().shown_hints(result) == [2, 1, 3] and "of 3: check(" not in str(report)
+    assert Report(report.graded, hint=1).shown_hints(result) == [2, 1], "hint=N: hints 1 to N and this check's"
+    assert Report(report.graded, hint=3).shown_hints(result) == [2, 1, 3]
+    assert Report(report.graded, hint=0).shown_hints(result) == [], "hint=0: none"
+    gradescope = next(t["output"] for t in report.gradescope()["tests"] if "combine_states" in t["name"])
+    assert "hint 2 of 3, for this check:" in gradescope
+
+
+def test_cases_point_at_one_of_their_parts_hints_never_the_pseudocode():
+    pointed = {}
+    for name, exercise in EXERCISES.items():
+        for index, part in enumerate(exercise.parts):
+            rng = np.random.default_rng([7, index])
+            for case in part.public(rng) + part.hidden(rng):
+                if case.hint is not None:
+                    assert 1 <= case.hint < len(part.hints), (name, part.function, case.label, case.hint)
+                    pointed.setdefault((name, part.function), set()).add(case.hint)
+    assert pointed[("ex02_softmax", "combine_states")] == {1, 2}
+    assert {("ex02_softmax", "online_softmax"), ("ex04_causal_tiles", "causal_tile_skipped"),
+            ("ex05_traffic", "fa2_forward_bytes"), ("ex08_kernel_causal", "flash_forward"),
+            ("ex14_split_kv_decode", "split_kv_partials")} <= set(pointed)
 
 
 def test_compare_reports_the_worst_element_and_its_index():

@@ -180,7 +180,7 @@ def softmax_hidden(rng):
              for x in x_cases(rng, [(int(rng.integers(1, 9)), int(rng.integers(1, 40))), (1, 1)])]
     for dt in ("float32", "float64"):
         x = x_cases(rng, [(4, 33)], scale=1000.0, dtype=dt)[0]
-        cases.append(Case(f"x{x.shape} {dt} large logits", dict(x=x), why=LARGE_LOGITS_ROWS))
+        cases.append(Case(f"x{x.shape} {dt} large logits", dict(x=x), why=LARGE_LOGITS_ROWS, hint=1))
     x = x_cases(rng, [(3, 12)])[0]
     x[:, ::3] = -np.inf
     cases.append(Case(f"x{x.shape} {x.dtype} with -inf entries", dict(x=x),
@@ -203,7 +203,7 @@ def online_hidden(rng):
     x = x_cases(rng, [(3, 40)], scale=1000.0, dtype="float64")[0]
     x[:, 30:] += 3000.0  # the max jumps in the last chunk: old sums must be rescaled
     cases.append(Case("x(3, 40) float64 large logits, max in the last chunk", dict(x=x, chunk=8),
-                      why=LARGE_LOGITS + "; the running max changes late"))
+                      why=LARGE_LOGITS + "; the running max changes late", hint=2))
     return cases
 
 
@@ -241,15 +241,15 @@ def combine_hidden(rng):
         Case(f"6 rows dv=5 {dt}", combine_kwargs(state(rng, 6, 7, 5, dt), state(rng, 6, 3, 5, dt))),
         Case("b's scores 500 above a's (float64)",
              combine_kwargs(state(rng, 3, 4, 2, "float64"), state(rng, 3, 4, 2, "float64", 500.0)),
-             why="rescale each side by exp(m_side - m_new); never exp(m) alone"),
+             why="rescale each side by exp(m_side - m_new); never exp(m) alone", hint=1),
         Case("a is empty (m_a = -inf, l_a = 0)",
              combine_kwargs(state(rng, 3, 4, 2, "float64", empty=True), state(rng, 3, 4, 2, "float64")),
-             why="a state that has seen nothing must leave the other unchanged, without NaN"),
+             why="a state that has seen nothing must leave the other unchanged, without NaN", hint=2),
         Case("rows empty in a, in b, and in both (float64)",
              combine_kwargs(state(rng, 4, 4, 2, "float64", empty=[True, False, True, False]),
                             state(rng, 4, 4, 2, "float64", empty=[False, True, True, False])),
              why="two empty states combine to an empty one (m = -inf, l = 0, acc = 0), not NaN: "
-                 "exp(-inf - (-inf)) is NaN"),
+                 "exp(-inf - (-inf)) is NaN", hint=2),
     ]
 
 
@@ -360,7 +360,7 @@ def tile_skip_hidden(rng):
         j = int(rng.integers(0, max(1, (i + 2) * bq // bk + 1)))
         cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
                           dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq),
-                          why="ragged last query block, block_q != block_k"))
+                          why="ragged last query block, block_q != block_k", hint=2))
     for _ in range(3):  # j * block_k equal to the last query row (computed), then one block later (skipped)
         bk = int(rng.choice([2, 3, 5]))
         last = bk * int(rng.integers(1, 40))
@@ -370,7 +370,7 @@ def tile_skip_hidden(rng):
         for j in (last // bk, last // bk + 1):
             cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}", dict(i=i, j=j, block_q=bq,
                               block_k=bk, nq=nq), why="boundary: the tile's first key column is the "
-                              "block's last query row (computed) or one past it (skipped)"))
+                              "block's last query row (computed) or one past it (skipped)", hint=1))
     return cases
 
 
@@ -417,7 +417,8 @@ def fa2_case(nq, nk, d, dv, bq, bk, causal, itemsize):
 
 
 def fa2_bytes_public(rng):
-    return [fa2_case(128, 128, 64, 64, 64, 64, False, 2), fa2_case(100, 70, 32, 16, 32, 16, True, 2)]
+    return [fa2_case(128, 128, 64, 64, 64, 64, False, 2),
+            dataclasses.replace(fa2_case(100, 70, 32, 16, 32, 16, True, 2), hint=2)]  # ragged, causal
 
 
 def fa2_bytes_hidden(rng):
@@ -432,7 +433,8 @@ def fa2_bytes_hidden(rng):
     nq = block_k * int(rng.integers(2, 40)) + 1
     case = fa2_case(nq, nq + int(rng.integers(block_k, 500)), 64, 64, int(rng.choice([16, 64, 128])), block_k, True, 2)
     return cases + [dataclasses.replace(case, why="the last query row sits on the first key of a key block: that "
-                                        "block is read (the row sees its key), and the blocks past it are skipped")]
+                                        "block is read (the row sees its key), and the blocks past it are skipped",
+                                        hint=2)]
 
 
 # ----------------------------------------------------------------------------- ex06-08 Triton
@@ -440,8 +442,8 @@ def add_reference(x, y):
     return x + y
 
 
-def add_cases(rng, sizes, dtypes, why=""):
-    return [Case(f"n={n} {dt}", dict(x=randn(rng, n, dtype=dt), y=randn(rng, n, dtype=dt)), why=why)
+def add_cases(rng, sizes, dtypes, why="", hint=None):
+    return [Case(f"n={n} {dt}", dict(x=randn(rng, n, dtype=dt), y=randn(rng, n, dtype=dt)), why=why, hint=hint)
             for n, dt in zip(sizes, dtypes)]
 
 
@@ -480,9 +482,9 @@ def flash_hidden(rng, causal):
         base = flash_case(rng, 1, first, 160, 16, "float32", True)
         poisoned, clean = poison_keys(base.kwargs, first)
         cases.append(Case(f"Nq={first} Nk=160 d=16 float32 causal, K/V poisoned from row {first}", poisoned,
-                          clean, why=POISON_WHY.format(first=first)))
+                          clean, why=POISON_WHY.format(first=first), hint=1))
         cases.append(Case("ragged causal case, K/V poisoned past the last query row (built from your BLOCK_M, "
-                          "BLOCK_N)", {}, build=ragged_poison_case))
+                          "BLOCK_N)", {}, build=ragged_poison_case, hint=1))
         cases.append(flash_case(rng, 1, int(rng.integers(40, 60)), int(rng.integers(17, 30)), 16, "float32",
                                 True, why="causal with Nq > Nk: rows past Nk see every key"))
     ragged = 16 * int(rng.integers(1, 3)) + int(rng.integers(1, 16))  # never a multiple of 16 (or of any BLOCK_M)
@@ -666,7 +668,7 @@ def online_kernel_reference(x, block_n=32):
     return row_softmax_reference(x)
 
 
-def online_kernel_cases(rng, rows, why=""):
+def online_kernel_cases(rng, rows, why="", hint=None):
     """rows: (M, N, block_n, dtype, scale, leading -inf columns)."""
     cases = []
     for m, n, block_n, dtype, scale, masked in rows:
@@ -674,7 +676,7 @@ def online_kernel_cases(rng, rows, why=""):
         x[:, :masked] = -np.inf
         label = f"x({m}, {n}) {dtype} block_n={block_n}" + (" large logits" if scale > 1 else "")
         label += f", columns 0-{masked - 1} -inf" if masked else ""
-        cases.append(Case(label, dict(x=x.astype(dtype), block_n=block_n), why=why))
+        cases.append(Case(label, dict(x=x.astype(dtype), block_n=block_n), why=why, hint=hint))
     return cases
 
 
@@ -692,7 +694,7 @@ def online_kernel_hidden(rng):
             + online_kernel_cases(rng, [(2, 150, 16, "float32", 300.0, 0)], LARGE_LOGITS)
             + online_kernel_cases(rng, [(2, 70, 16, "float32", 1.0, 20)],
                                   "the first block is all -inf: the running max is still -inf after it, and "
-                                  "exp(-inf - (-inf)) is NaN unless that case is guarded")
+                                  "exp(-inf - (-inf)) is NaN unless that case is guarded", hint=2)
             + [strided_row_case(rng, 100, 16)]
             + [Case(f"x(2, 40) float32 block_n={bn}", dict(x=randn(rng, 2, 40, dtype="float32"), block_n=bn),
                     why="block_n must be a power of two >= 16: anything else is refused with a ValueError naming "
@@ -830,8 +832,8 @@ def partials_public(rng):
 def partials_hidden(rng):
     return [partials_case(rng, 2, int(rng.integers(40, 120)), 32, 3, "float32",
                           why="splits that are not a multiple of BLOCK_N keys"),
-            partials_case(rng, 1, 9, 16, 4, "float32",
-                          why="ceil(9 / 4) = 3 keys per split: the fourth split is empty (o = 0, lse = -inf)"),
+            dataclasses.replace(partials_case(rng, 1, 9, 16, 4, "float32", why="ceil(9 / 4) = 3 keys per split: "
+                                              "the fourth split is empty (o = 0, lse = -inf)"), hint=2),
             partials_case(rng, 3, int(rng.integers(20, 70)), 16, 5, "float16", why="float16 keys and values"),
             partials_case(rng, 1, 50, 16, 1, "float32", scale=float(rng.uniform(0.05, 0.5)),
                           why="one split: the whole row; an explicit scale"),
@@ -869,7 +871,8 @@ def combine_splits_public(rng):
 
 def combine_splits_hidden(rng):
     return [combine_splits_case(rng, 3, int(rng.integers(30, 100)), 8, 6, "random split sizes"),
-            combine_splits_case(rng, 2, 9, 8, 4, "an empty split (lse = -inf) must weigh 0, without NaN"),
+            dataclasses.replace(combine_splits_case(rng, 2, 9, 8, 4, "an empty split (lse = -inf) must weigh 0, "
+                                                    "without NaN"), hint=2),
             combine_splits_case(rng, 2, 40, 8, 1, "a single split: the combine returns it unchanged")]
 
 

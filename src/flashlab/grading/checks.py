@@ -647,9 +647,12 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 result["not_run"] += 1
                 continue
             if case.build is not None:
-                case = case.build(_launch_info(records), hidden_rng)
+                built = case.build(_launch_info(records), hidden_rng)
+                case = dataclasses.replace(built, hint=built.hint or case.hint)
             result["hidden_run"] = result["hidden_run"] or group == "hidden"
             where = dict(case=case.label, group=group, why=case.why, inputs=_inputs(part, case))
+            if case.hint is not None and 1 <= case.hint <= len(part.hints):
+                where["hint"] = case.hint  # the report shows this hint first
             limit = min(part.time_limit_s, time_limit_s or part.time_limit_s)
             if session.child is None:
                 failure = session.start()
@@ -1038,8 +1041,12 @@ def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hi
     process, so a Triton exercise's fn= is refused once this process has used the GPU. exercises_dir: the folder of
     the learner's modules (default: FLASHLAB_EXERCISES_DIR, else exercises/ above the current
     directory). hint: how many hint levels to show for a failing part (``check(name, hint=2)``
-    shows hints 1 and 2; default: hint 1, or none under a mistake the grader names). seed: the hidden cases' seed (default: fresh each run). public_only: skip hidden
-    cases. time_limit_s: a lower time limit per case than the exercise's own.
+    shows hints 1 and 2, and the hint for the failing check if it has one; ``hint=0`` none).
+    Default: the hint for the failing check where the check points at one (e.g. the step hint
+    about empty states when two empty states fail to combine), else hint 1, and none under a
+    mistake the grader names. ``report.next_hint()`` adds the next hint not yet shown. seed: the
+    hidden cases' seed (default: fresh each run). public_only: skip hidden cases. time_limit_s: a
+    lower time limit per case than the exercise's own.
     """
     from flashlab.grading.report import Report
 

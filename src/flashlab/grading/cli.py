@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the full results as JSON")
     parser.add_argument("--gradescope", metavar="FILE", help="also write Gradescope's results.json to FILE")
     parser.add_argument("--hint", type=int, default=None,
-                        help="hint levels to show for failing parts (default: hint 1, or none under a named mistake)")
+                        help="hint levels to show for failing parts: hints 1 to N, and the hint for the failing check "
+                             "if it has one (default: that hint, else hint 1; none under a named mistake)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: fresh)")
     parser.add_argument("--public-only", action="store_true",
                         help="run only the public cases: no points; exit status 0 when they all pass")

@@ -161,17 +161,18 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
         Part("fa2_forward_bytes", "FlashAttention-2 forward bytes", 2, cases.fa2_bytes_reference, cases.fa2_bytes_public,
              cases.fa2_bytes_hidden, (
                  "Walk the loop of exercise 03 and add the bytes of every load and store it makes.",
-                 "K and V are read once per query block, not once overall. Causal: skipped tiles read nothing. "
-                 "lse is stat_itemsize bytes per row.",
+                 "K and V are read once per query block, not once overall. Causal: a tile whose first key is "
+                 "past its query block's last real row is skipped and reads nothing (exercise 04). A ragged last "
+                 "block moves only the rows (or keys) it has. lse is stat_itemsize bytes per row.",
                  "for each query block: rows = its size; total += rows*d*itemsize; for each key block not skipped: "
                  "total += cols*(d + dv)*itemsize; total += rows*dv*itemsize + rows*stat_itemsize"),
              kind="exact"),
     )),
     Exercise("ex06_triton_primer", "Triton warm-up: vector add and row softmax", (
         Part("vector_add", "vector add kernel", 1, cases.add_reference,
-             lambda rng: cases.add_cases(rng, [1000], ["float32"]),
+             lambda rng: cases.add_cases(rng, [1000], ["float32"], hint=2),
              lambda rng: cases.add_cases(rng, [int(rng.integers(1, 5000)), 1, int(rng.integers(1, 3000))],
-                                    ["float32", "float32", "float16"], why="n not a multiple of BLOCK"),
+                                    ["float32", "float32", "float16"], why="n not a multiple of BLOCK", hint=2),
              ("Each program handles one block of BLOCK consecutive elements; the grid has cdiv(n, BLOCK) programs.",
               "offs = pid * BLOCK + tl.arange(0, BLOCK); the last block is ragged: mask = offs < n_elements on "
               "both loads and the store.",

@@ -2,10 +2,15 @@
 
 Counts are honest: a part whose public checks pass but whose hidden checks have not run is not
 "passed", checks that did not run (after a timeout or crash) are "not yet run", never passed, and
-"8 of 10 checks pass" is shown beside the points (which are all or nothing per part). Hints are
-shown for failing parts up to the report's hint level: ``hint=N`` shows hints 1 to N. Without a
-level, a failing part shows hint 1, or none where the grader named a known mistake (the hint may
-be about something else); :meth:`Report.next_hint` shows one more.
+"8 of 10 checks pass" is shown beside the points (which are all or nothing per part).
+
+Hints of a failing part. A case may point at the hint that speaks to what it probes
+(``Case.hint``); when the first failing case does, that hint is "the hint for this check", shown
+first and labelled with its number. ``hint=N`` shows hints 1 to N and the hint for this check
+(``hint=0``: none). Without a level, a failing part shows the hint for this check, else hint 1, and
+none where the grader named a known mistake (a hint may be about something else, and the name
+already says what to do). :meth:`Report.next_hint` adds the lowest-numbered hint not yet shown,
+so every hint is reached in order whichever one came first.
 ``gradescope()`` gives Gradescope's results.json.
 """
 from __future__ import annotations
@@ -78,7 +83,8 @@ class Report:
         return bool(self.results) and all(r["status"] == "passed" for r in self.results)
 
     def next_hint(self) -> "Report":
-        """Show one more hint level for the failing parts (returns the report, for display)."""
+        """Show one more hint for the failing parts, the lowest-numbered one not yet shown (returns
+        the report, for display)."""
         self.more += 1
         return self
 
@@ -100,24 +106,49 @@ class Report:
 
     # -- text
     def hint_level(self, r: dict | None = None) -> int:
-        """Hints shown for a failing part ``r``: the level asked for, else 1, or 0 where the failure
-        names a known mistake; plus one per :meth:`next_hint`."""
+        """The report's hint level (``--json``'s "hint"): the level asked for, else 1, or 0 where the
+        failure of part ``r`` names a known mistake; plus one per :meth:`next_hint`. Which hints a part
+        shows, the hint for its failing check included: :meth:`shown_hints`."""
         named = r is not None and bool((r.get("failure") or {}).get("mistake"))
         return (self.hint if self.hint is not None else 0 if named else 1) + self.more
 
+    @staticmethod
+    def check_hint(r: dict) -> int | None:
+        """The number of the hint the first failing check points at (``Case.hint``), or None."""
+        number = (r.get("failure") or {}).get("hint")
+        return number if type(number) is int and 1 <= number <= len(r["hints"]) else None
+
+    def shown_hints(self, r: dict) -> list[int]:
+        """The numbers of the hints shown for a failing part ``r``, in the order shown: the hint for
+        the failing check first, then the rest in order (see the module docstring)."""
+        pointed, count = self.check_hint(r), len(r["hints"])
+        if self.hint is not None:
+            shown = set(range(1, min(self.hint, count) + 1)) | ({pointed} if pointed and self.hint > 0 else set())
+        elif (r.get("failure") or {}).get("mistake"):
+            shown = set()
+        else:
+            shown = {pointed or 1} if count else set()
+        for _ in range(self.more):  # next_hint(): the lowest-numbered hint not shown yet
+            missing = [n for n in range(1, count + 1) if n not in shown]
+            if missing:
+                shown.add(missing[0])
+        return sorted(shown, key=lambda n: (n != pointed, n))
+
     def _hints(self, r: dict) -> list[str]:
-        """The part's hints up to its level (:meth:`hint_level`). A part not attempted yet shows
-        them only when a level was asked for."""
+        """The part's hints (:meth:`shown_hints`), then how to see the next one. A part not
+        attempted yet shows them only when a level was asked for."""
         asked = self.hint is not None or self.more > 0
         if not r["hints"] or not (r["status"] == "failed" or r["status"] == "not attempted" and asked):
             return []
-        shown = r["hints"][: self.hint_level(r)]
-        lines = [f"hint {i + 1}: {h}" for i, h in enumerate(shown)]
-        if len(shown) < len(r["hints"]):
-            more = len(shown) + 1
+        shown, pointed, count = self.shown_hints(r), self.check_hint(r), len(r["hints"])
+        lines = [f"hint {n} of {count}, for this check: {r['hints'][n - 1]}" if n == pointed
+                 else f"hint {n}: {r['hints'][n - 1]}" for n in shown]
+        missing = [n for n in range(1, count + 1) if n not in shown]
+        if missing:
+            more = missing[0]
             how = (f"flashlab grade {r['exercise']} --hint {more}" if self.shell
                    else f"check(\"{r['exercise']}\", hint={more})")
-            lines.append(f"(hint {more} of {len(r['hints'])}: {how})")
+            lines.append(f"(hint {more} of {count}: {how})")
         return lines
 
     @staticmethod

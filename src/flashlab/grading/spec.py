@@ -48,6 +48,10 @@ class Case:
     # (exception type, argument name): the call must refuse its arguments with that exception, its
     # message naming the argument (no reference is computed)
     raises: tuple[str, str] | None = None
+    # the number (1-based) of the part's hint that speaks to what this case probes: when this case is
+    # the first to fail, the report shows that hint first (even at the default level); the idea or
+    # the step, never the pseudocode, which stays for the learner to ask for
+    hint: int | None = None
 
 
 @dataclass(frozen=True)
