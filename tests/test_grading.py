@@ -665,6 +665,18 @@ def test_the_hint_for_the_failing_check_comes_first_and_the_rest_unfold_in_order
     assert "hint 2 of 3, for this check:" in gradescope
 
 
+def test_a_skip_rule_that_takes_the_ragged_block_as_full_is_told_about_the_ragged_block(tmp_path):
+    """Its public check said only 'block_q != block_k', and the report showed hint 1."""
+    source = (REPO / "solutions" / "ex04_causal_tiles.py").read_text()
+    old = "    last_row = min((i + 1) * block_q, nq) - 1"
+    assert old in source, "the solution changed: update this test"
+    (tmp_path / "ex04_causal_tiles.py").write_text(source.replace(old, "    last_row = (i + 1) * block_q - 1"))
+    report = check("ex04_causal_tiles", exercises_dir=tmp_path, seed=3)
+    result = report.graded[0][1]["causal_tile_skipped"]
+    assert "ragged" in result["failure"]["why"], result["failure"]
+    assert f"hint 2 of 3, for this check: {result['hints'][1]}" in str(report), str(report)
+
+
 def test_cases_point_at_one_of_their_parts_hints_never_the_pseudocode():
     pointed = {}
     for name, exercise in EXERCISES.items():

@@ -347,8 +347,8 @@ def tile_skip_reference(i, j, block_q, block_k, nq):
 
 def tile_skip_public(rng):
     rows = [(0, 0, 4, 4, 16), (0, 1, 4, 4, 16), (2, 1, 4, 4, 16), (1, 3, 8, 4, 12), (0, 1, 8, 7, 16)]
-    return [Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
-                 dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq)) for i, j, bq, bk, nq in rows]
+    return [Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}", dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq),
+                 hint=2 if (i + 1) * bq > nq else None) for i, j, bq, bk, nq in rows]  # a ragged block: hint 2
 
 
 def tile_skip_hidden(rng):
@@ -985,7 +985,8 @@ PUBLIC_WHY = {
         "causal, square, 8 x 8 blocks: the tiles above the diagonal are skipped"),
     ("ex04_causal_tiles", "causal_tile_skipped"): (
         "tile (0, 0) on the diagonal", "tile (0, 1), above the diagonal", "tile (2, 1), below the diagonal",
-        "block_q != block_k: is the tile's first key past its last query row?",
+        "block_q != block_k, and nq = 12 makes query block 1 ragged: its last real row is 11, not 15; is the "
+        "tile's first key past it?",
         "block_q != block_k, a tile that the diagonal crosses"),
     ("ex04_causal_tiles", "count_computed_tiles"): (
         "causal=False: every tile is computed", "causal=True: the tiles on and below the diagonal"),
