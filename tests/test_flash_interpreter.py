@@ -91,12 +91,15 @@ def test_flash_attention_is_correct_for_strided_non_contiguous_inputs():
     _check_forward_and_backward(q, k, v, True, seed)
 
 
-@pytest.mark.parametrize("rung", sorted(ladder.RUNGS))
+FORWARDS = {**ladder.RUNGS, "minimal": ladder.minimal}  # the rungs and notebook 06's teaching kernel
+
+
+@pytest.mark.parametrize("rung", sorted(FORWARDS))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_every_rung_returns_reference_output_and_natural_log_lse(rung, causal):
     seed = random.randrange(2**31)
     q, k, v = _inputs(1, 2, 1, 41, 35, 48, torch.float16, seed)
-    o, lse = ladder.RUNGS[rung](q, k, v, causal, None)
+    o, lse = FORWARDS[rung](q, k, v, causal, None)
     ref = attention_reference(q, k, v, causal=causal)
     pt = attention_reference(q, k, v, causal=causal, upcast=False)
     err, allowed = max_error(o, ref), allowed_error(ref, pt)
@@ -109,6 +112,34 @@ def test_every_rung_returns_reference_output_and_natural_log_lse(rung, causal):
     assert lse.shape == (1, 2, 41) and lse.dtype == torch.float32, f"{rung}: lse {lse.shape} {lse.dtype}"
     lse_err = max_error(lse, lse_ref)
     assert lse_err < 1e-3, f"{rung}: lse differs from logsumexp(S) by {lse_err:.3g} (seed={seed})"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n_q, n_k", [(37, 70), (70, 37), (33, 33)])
+def test_minimal_kernel_matches_the_reference_on_strided_ragged_inputs_over_several_blocks(causal, n_q, n_k):
+    """Notebook 06's teaching kernel: strided views, GQA, d padded (24 -> 32), Nq above and below
+    Nk, several query and key blocks of 16 with ragged last ones, float32 and a given scale."""
+    seed = random.randrange(2**31)
+    g = torch.Generator().manual_seed(seed)
+    B, H, Hkv, d = 2, 4, 2, 24
+    q = torch.randn(B, n_q, H, d, generator=g).to(DEVICE).transpose(1, 2)  # (B, H, Nq, d), strided
+    k = torch.randn(B, n_k, Hkv, d, generator=g).to(DEVICE).transpose(1, 2)  # (B, Hkv, Nk, d), strided
+    v = torch.randn(B, Hkv, d, n_k, generator=g).to(DEVICE).transpose(2, 3)  # (B, Hkv, Nk, d)
+    o, lse = ladder.minimal(q, k, v, causal, 0.3)
+    ref = attention_reference(q, k, v, causal=causal, scale=0.3)
+    pt = attention_reference(q, k, v, causal=causal, scale=0.3, upcast=False)
+    err, allowed = max_error(o, ref), allowed_error(ref, pt)
+    assert err <= allowed, f"minimal kernel: output error {err:.3g} > allowed {allowed:.3g} (seed={seed})"
+    assert lse.shape == (B, H, n_q) and torch.isfinite(lse).all(), f"minimal kernel: lse {lse.shape}, not finite"
+
+
+@pytest.mark.parametrize("option", [dict(window=8), dict(causal_align="bottom_right"),
+                                    dict(mask_mod=lambda i, j: i >= j), dict(seqlens_q=[5], seqlens_k=[5])],
+                         ids=["window", "causal_align", "mask_mod", "seqlens"])
+def test_minimal_kernel_refuses_the_options_only_the_rungs_compute_by_name(option):
+    q = torch.randn(1, 2, 16, 16, device=DEVICE)  # (B, H, N, d)
+    with pytest.raises(ValueError, match=next(iter(option)).replace("_q", "")):
+        ladder.minimal(q, q, q, True, **option)
 
 
 def test_head_dim_256_is_supported():

@@ -6,9 +6,10 @@
 # The kernel is the NumPy loop of notebook 03 with one change of viewpoint: the *outer* loop over
 # query blocks becomes the grid (one Triton program per query block, batch and head), and the
 # inner loop over key/value blocks stays a loop inside the program. The state `m_i`, `l_i`, `acc`
-# lives in registers. The library builds it as a ladder of named, tested rungs
-# (`flashlab.kernels.ladder.RUNGS`); we read the minimal one line by line, check every rung
-# against the reference, and then use `flashlab.flash_attention`.
+# lives in registers. You write that kernel in exercises 7 and 8; the library holds a minimal
+# version of it to read beside yours (shown once your exercise 8 passes) and a ladder of named,
+# tested rungs (`flashlab.kernels.ladder.RUNGS`). We check every rung against the reference, and
+# then use `flashlab.flash_attention`.
 
 # %%
 from flashlab import course
@@ -27,24 +28,27 @@ def rand(*shape, dtype=dtype):
     return torch.randn(*shape, device=device, dtype=dtype)
 
 # %% [markdown]
-# ## Rung 1: the minimal kernel, beside the NumPy loop
+# ## The kernel you will write, beside the NumPy loop
 #
-# Comments `(line n)` point to FlashAttention-2, Algorithm 1 (Dao 2023). Compare with the NumPy
-# loop printed in notebook 03: `tl.load` of $K_j$, $V_j$ replaces the traced read, `tl.dot`
-# replaces `@`, and the online-softmax update is the same four lines. You write this kernel in
-# exercises 7 and 8 below; its source is printed after your checks.
+# The kernel is the NumPy loop printed in notebook 03, in the same order (FlashAttention-2,
+# Algorithm 1, Dao 2023): `tl.load` of $K_j$, $V_j$ replaces the traced read, `tl.dot` replaces
+# `@`, and the online-softmax update is the same four lines. You write it in exercises 7 and 8
+# below. After your exercise 8 passes, this notebook prints the library's minimal version,
+# `flash_fwd._fwd_minimal` (dense and causal attention only), with comments `(line n)` that point
+# to Algorithm 1.
 
 # %% [markdown]
-# Three details the NumPy code did not need:
+# Three details the NumPy code did not need, which your kernel and the library's both handle:
 #
-# - **Masks.** Three kinds of padding, three treatments. Key columns past $N_k$ are loaded as 0
-#   and their scores set to $-\infty$, so they get zero weight in the softmax. Query rows past
-#   $N_q$ are loaded as 0 and computed like any row (their scores are finite, so no NaN appears),
-#   and the store at the end drops them. Head-dim lanes past $d$ (the block is padded to a power of
-#   two, `HEAD_DIM`) are loaded as 0 in Q, K and V, so they add 0 to every dot product and produce
-#   output lanes that are not stored. So any length works with no "multiple of 128" rule.
+# - **Masks.** Key columns past $N_k$ are loaded as 0 and their scores set to $-\infty$, so they
+#   get zero weight in the softmax. Query rows past $N_q$ are loaded as 0 and computed like any
+#   row (their scores are finite, so no NaN appears), and the store at the end drops them. So any
+#   length works with no "multiple of 128" rule.
 # - **Strides.** The kernel gets pointers and strides, not arrays, so non-contiguous inputs work.
-# - **Grouped-query attention.** Query head `h` reads key/value head `h // GROUP`.
+# - **What the library adds beyond the exercise.** Head-dim lanes past $d$ (the library pads the
+#   block to a power of two, `HEAD_DIM`) are loaded as 0 in Q, K and V, so they add 0 to every dot
+#   product and produce output lanes that are not stored; and query head `h` reads key/value head
+#   `h // GROUP` (grouped-query attention). The exercises keep $d$ a power of two and one head.
 #
 # ## Every rung equals the reference
 #
@@ -53,13 +57,14 @@ def rand(*shape, dtype=dtype):
 # | rung | what it adds |
 # | --- | --- |
 # | `v0_grid_bh` | one program per (batch, head) looping over all query blocks (FA1's parallelism) |
-# | `v1_minimal` | FA2's grid over (query block, batch x head): the NumPy loop line for line |
+# | `v1_minimal` | FA2's grid over (query block, batch x head): the minimal kernel's loop, plus notebook 09's options (sliding window, `mask_mod`, per-sequence lengths) through the helpers of `kernels/visible.py` |
 # | `v2_exp2_causal` | `exp2` with $\log_2 e$ folded into the scale; a causal two-stage loop |
 # | `v3_autotuned` | `triton.autotune` over block sizes, warps and stages |
 # | `v4_hopper` | Hopper (sm90): tiles loaded through tensor descriptors (TMA), block sizes measured on an H200 (`benchmarks/NOTES.md`); elsewhere, and in the interpreter, it runs v3 |
 # | `v5_gluon_ws` | Hopper (sm90), written in Gluon, Triton's lower-level language: one producer warp loads K and V while two consumer warpgroups overlap each block's softmax with the tensor-core products (warp specialisation, `kernels/flash_fwd_gluon.py`); elsewhere, and in the interpreter, it runs what `v4_hopper` runs |
 #
-# Check each against the float64 reference on random inputs with ragged lengths, using the
+# Check each, and the minimal kernel (`ladder.minimal`, not a rung: `flash_attention` never picks
+# it), against the float64 reference on random inputs with ragged lengths, using the
 # flash-attention test rule: error at most twice that of PyTorch's own attention in the same dtype,
 # plus a small floor (`attention.allowed_error`).
 
@@ -70,10 +75,11 @@ for causal in (False, True):
     ref = attention.attention_reference(q, k, v, causal)  # float64, then cast back
     same = attention.attention_reference(q, k, v, causal, upcast=False)  # PyTorch in q's dtype
     bound = attention.allowed_error(attention.attention_reference(q, k, v, causal).double(), same)
-    for name, forward in ladder.RUNGS.items():
+    for name, forward in {"minimal": ladder.minimal, **ladder.RUNGS}.items():
         o, lse = forward(q, k, v, causal)
         err = attention.max_error(o, ref)
-        print(f"causal={causal!s:<5} {name:<15} (runs {ladder.resolve(name, q, k, v, causal)}) "
+        runs = "minimal" if name == "minimal" else ladder.resolve(name, q, k, v, causal)
+        print(f"causal={causal!s:<5} {name:<15} (runs {runs}) "
               f"max error {err:.1e}  allowed {bound:.1e}  {'ok' if err <= bound else 'TOO LARGE'}")
 
 # %% [markdown]
@@ -109,11 +115,13 @@ from flashlab.grading import check
 check("ex08_kernel_causal")
 
 # %% [markdown]
-# Once your exercise 8 passes, the next cell shows the library's minimal rung to compare with
-# yours:
+# Once your exercise 8 passes, the next cell shows the library's minimal kernel to compare with
+# yours, and `_dot`, the one helper it calls (`tl.dot`, with the interpreter's bf16 work-around).
+# Rung `v1_minimal` runs the same loop with notebook 09's options (a sliding window, a `mask_mod`,
+# per-sequence lengths) through the helpers of `kernels/visible.py`.
 
 # %%
-print(course.source_once_solved("ex08_kernel_causal", flash_fwd._fwd_v1_minimal))
+print(course.source_once_solved("ex08_kernel_causal", flash_fwd._fwd_minimal, flash_fwd._dot))
 
 # %% [markdown]
 # ## The public function: `flashlab.flash_attention`

@@ -15,8 +15,11 @@ side follows Triton's fused-attention tutorial, as exercises 07 and 08 do.
 Rungs (every one returns ``(o, lse)``: o ``(B, H, Nq, d)`` in q's dtype, lse ``(B, H, Nq)`` float32,
 natural log):
 
+* ``forward_minimal`` — notebook 06's teaching kernel: v1's grid and loop with only dense and
+  causal top-left attention (ragged lengths, strides, padded head dims and GQA included); not a rung.
 * ``forward_v0`` — grid over (batch, head) only; each program loops over ALL query blocks.
-* ``forward_v1`` — grid over (query block, batch*head) as FA2; natural ``exp``; masks everywhere.
+* ``forward_v1`` — grid over (query block, batch*head) as FA2; natural ``exp``; masks everywhere;
+  ``_fwd_minimal``'s loop with every AttnSpec option through the helpers of ``kernels/visible.py``.
 * ``forward_v2`` — ``exp2`` with log2(e) folded into the scale; the key loop in three stages
   from ``visible.kv_bounds`` (masked blocks at a sliding window's lower edge, blocks every row
   sees in full without masks, then the diagonal band and ragged tail with the mask).
@@ -195,7 +198,78 @@ def _fwd_v0_grid_bh(
 
 
 # --------------------------------------------------------------------------------------------
-# v1: FlashAttention-2 grid, mirrors the NumPy loop line for line
+# The minimal kernel of notebook 06: v1's loop with only dense and causal (top-left) attention
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K"])
+def _fwd_minimal(
+    Q, K, V, Out, LSE, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H, GROUP, N_Q, N_K,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- which query block i and which (batch, head) this program owns (line 3: parallel over i)
+    start_m = tl.program_id(0)
+    off_hz = tl.program_id(1)
+    off_z = (off_hz // H).to(tl.int64)
+    off_h = (off_hz % H).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention: GROUP query heads read one kv head
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows
+    offs_d = tl.arange(0, HEAD_DIM)  # (HEAD_DIM,) lanes, the first D_HEAD of them real
+    row_ok = offs_m < N_Q  # (BLOCK_M,) a ragged last query block has rows past N_Q
+    lane_ok = offs_d < D_HEAD  # (HEAD_DIM,) the head dim padded to a power of two
+    q_base = Q + off_z * stride_qz + off_h * stride_qh
+    k_base = K + off_z * stride_kz + off_hkv * stride_kh
+    v_base = V + off_z * stride_vz + off_hkv * stride_vh
+    # -- load Q_i from HBM to SRAM (line 4); rows past N_Q and lanes past D_HEAD read as 0
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qk,
+                mask=row_ok[:, None] & lane_ok[None, :], other=0.0)  # (BLOCK_M, HEAD_DIM)
+    # -- initialise O_i = 0, l_i = 0, m_i = -inf (line 5)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # (BLOCK_M,)
+    l_i = tl.zeros([BLOCK_M], tl.float32)  # (BLOCK_M,)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # (BLOCK_M, HEAD_DIM)
+    # -- causal: key blocks that start past the block's last real row are never loaded
+    kv_end = N_K
+    if CAUSAL:
+        kv_end = tl.minimum(tl.minimum(N_Q, BLOCK_M * (start_m + 1)), N_K)
+    for start_n in range(0, kv_end, BLOCK_N):  # line 6
+        offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key rows
+        key_ok = offs_n < N_K  # (BLOCK_N,) a ragged last key block has rows past N_K
+        # -- load K_j (as K_j^T) and V_j from HBM to SRAM (line 7)
+        k = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kk,
+                    mask=key_ok[None, :] & lane_ok[:, None], other=0.0)  # (HEAD_DIM, BLOCK_N)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+                    mask=key_ok[:, None] & lane_ok[None, :], other=0.0)  # (BLOCK_N, HEAD_DIM)
+        # -- S_ij = Q_i K_j^T (line 8); -inf where the key is past N_K or (causal) past the row
+        qk = _dot(q, k, DOT_F32, DOT_PRECISION) * sm_scale  # (BLOCK_M, BLOCK_N)
+        seen = key_ok[None, :]  # (1, BLOCK_N)
+        if CAUSAL:
+            seen = seen & (offs_m[:, None] >= offs_n[None, :])  # (BLOCK_M, BLOCK_N)
+        qk = tl.where(seen, qk, float("-inf"))  # (BLOCK_M, BLOCK_N)
+        # -- m_ij = max(m_i, rowmax(S_ij)); P_ij = exp(S_ij - m_ij); l_i = e^(m_i - m_ij) l_i + rowsum(P_ij)
+        #    (line 9). Key 0 is visible to every row, so m_ij is finite from the first block on
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))  # (BLOCK_M,)
+        p = tl.exp(qk - m_ij[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.exp(m_i - m_ij)  # (BLOCK_M,) 0 on the first block, where m_i = -inf
+        l_i = alpha * l_i + tl.sum(p, 1)  # (BLOCK_M,)
+        # -- O_i = diag(alpha) O_i + P_ij V_j (line 10)
+        acc = alpha[:, None] * acc + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)  # (BLOCK_M, HEAD_DIM)
+        m_i = m_ij
+    # -- O_i = diag(l_i)^-1 O_i (line 12); L_i = m_i + log(l_i) (line 13)
+    o_i = acc / l_i[:, None]  # (BLOCK_M, HEAD_DIM)
+    lse_i = m_i + tl.log(l_i)  # (BLOCK_M,)
+    # -- write O_i and L_i to HBM (lines 14-15): only the real rows and lanes
+    tl.store(LSE + off_hz * N_Q + offs_m, lse_i, mask=row_ok)
+    o_base = Out + off_z * stride_oz + off_h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
+             o_i.to(Out.dtype.element_ty), mask=row_ok[:, None] & lane_ok[None, :])
+
+
+# --------------------------------------------------------------------------------------------
+# v1: FlashAttention-2 grid; _fwd_minimal's loop with every AttnSpec option (kernels/visible.py)
 # --------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["H", "GROUP", "N_Q", "N_K", "DIAG", "WINDOW"])
 def _fwd_v1_minimal(
@@ -450,7 +524,7 @@ def _ranges(spec: AttnSpec, q, k):
 
 def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
     """Launch with ``config``; on a shared-memory overflow retry with smaller tiles.
-    ``ranges(cfg)``: the BLOCKS argument for that config's block sizes."""
+    ``ranges(cfg)``: the BLOCKS argument for that config's block sizes (None: the kernel has none)."""
     from triton.runtime.errors import OutOfResources
     from .. import targets  # per-GPU fit rules
 
@@ -458,13 +532,33 @@ def _launch(kernel, grid, args, consts, config: FwdConfig, ranges) -> FwdConfig:
         if not targets.fwd_fits_current(cfg.block_m, cfg.block_n, consts["HEAD_DIM"], cfg.num_stages,
                                         args[0].element_size(), cfg.num_warps):  # flashlab.targets: skip what cannot fit
             continue
+        blocks = {} if ranges is None else {"BLOCKS": ranges(cfg)}  # _fwd_minimal has no BLOCKS
         try:
-            kernel[grid(cfg)](*args, **consts, BLOCKS=ranges(cfg), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            kernel[grid(cfg)](*args, **consts, **blocks, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
             return cfg
         except OutOfResources:
             continue
     raise RuntimeError(f"no forward config down from {config} fits this GPU")
+
+
+def forward_minimal(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):
+    """Notebook 06's minimal kernel ``_fwd_minimal``: v1's grid and loop, dense or causal top-left only
+    (a window, bottom-right alignment, a mask_mod or per-sequence lengths raise ValueError naming the
+    option). Returns (o (B, H, Nq, d), lse (B, H, Nq) fp32, natural log)."""
+    spec = as_spec(causal, scale)
+    spec.refuse((), "the minimal kernel flash_fwd._fwd_minimal (dense or causal top-left; the rungs compute the rest)")
+    B, H, Nq, d = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    o = new_output((B, H, Nq, d), q.dtype, q.device)  # (B, H, Nq, d)
+    lse = new_output((B, H, Nq), torch.float32, q.device)  # (B, H, Nq)
+    args = (q, k, v, o, lse, spec.resolved_scale(d), *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            H, H // Hkv, Nq, Nk)
+    consts = dict(HEAD_DIM=head_dim_padded(d), D_HEAD=d, CAUSAL=spec.causal,
+                  DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
+    config = config or default_fwd_config(consts["HEAD_DIM"], q.dtype)
+    _launch(_fwd_minimal, lambda c: (triton.cdiv(Nq, c.block_m), B * H), args, consts, config, None)
+    return o, lse
 
 
 def forward_v0(q, k, v, causal, scale: float | None = None, config: FwdConfig | None = None):

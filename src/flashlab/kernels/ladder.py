@@ -6,7 +6,7 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 | name | what it adds |
 | --- | --- |
 | ``v0_grid_bh`` | one program per (batch, head), looping over all query blocks |
-| ``v1_minimal`` | FA2 grid over (query block, batch*head); the NumPy loop line for line |
+| ``v1_minimal`` | FA2 grid over (query block, batch*head); :func:`minimal`'s loop with every AttnSpec option |
 | ``v2_exp2_causal`` | exp2 with log2(e) folded into the scale; the staged loop of ``kernels.visible`` |
 | ``v3_autotuned`` | v2 with triton.autotune (in the interpreter: one small config) |
 | ``v4_hopper`` | ``flashlab.kernels.flash_fwd_hopper`` (TMA tensor descriptors, configs measured on an H200); |
@@ -14,6 +14,9 @@ inputs (``attention.check_inputs``), so the benchmarks and tests can call any ru
 | ``v5_gluon_ws`` | ``flashlab.kernels.flash_fwd_gluon``: written in Gluon, a producer warp and two consumer |
 |  | warpgroups (warp specialisation), QK^T of block j overlapping softmax and P V of block j-1; |
 |  | CUDA sm90 only: elsewhere (and in the interpreter) this entry runs what ``v4_hopper`` runs |
+
+:func:`minimal` (not a rung) is notebook 06's teaching kernel: v1's loop for dense and causal top-left
+attention only, the NumPy loop line for line.
 
 This module is the one place the forward kernel is chosen: :func:`choose` (what
 ``flash_attention`` runs, through ``attention.best_forward``), :func:`resolve` (what a named
@@ -145,6 +148,17 @@ def _entry(name: str):
 RUNGS = {name: _entry(name) for name in RUNG_OPTIONS}
 v4_hopper = RUNGS["v4_hopper"]
 v5_gluon_ws = RUNGS["v5_gluon_ws"]
+
+
+def minimal(q, k, v, causal=False, scale: float | None = None, **options):
+    """Notebook 06's teaching kernel (``flash_fwd._fwd_minimal``), validated: v1's grid and loop for
+    dense or causal top-left attention only; any other AttnSpec option raises ValueError naming it.
+    Not a rung (``flash_attention`` never picks it); tested against the reference as the rungs are."""
+    from . import flash_fwd
+
+    spec = attn_spec(q, k, v, causal, scale, **options)
+    with on_device(q):
+        return flash_fwd.forward_minimal(q, k, v, spec, spec.scale)
 
 
 # ---------------------------------------------------------------- the backward rungs
