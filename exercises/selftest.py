@@ -1,9 +1,11 @@
-"""Self-test answers of notebooks 01-09 (graded as ``selftest``: ``flashlab grade selftest``).
+"""Self-test answers of notebooks 01-10 (graded as ``selftest``: ``flashlab grade selftest``).
 
 Answer in the notebooks: ``answer("03.2", "c")`` under each question grades it at once, shows the
-explanation and records your answer in ``selftest_answers.json`` next to this file; the lines at
-the end of this module read those answers back, so the grader sees them. You may also set a value
-here by hand (a letter, or a number within 1%); a recorded answer wins over a value set here.
+right answer and the explanation, and records your answer in ``selftest_answers.json`` next to this
+file; the lines at the end of this module read back each question's first answer (the one the
+score counts: later attempts come after the right answer was shown), so the grader sees them. You
+may also set a value here by hand (a letter, or a number within 1%); a recorded answer wins over a
+value set here.
 """
 
 # notebook 01
@@ -65,8 +67,13 @@ q09_3 = None  # choice
 q09_4 = None  # choice
 q09_5 = None  # choice
 
+# notebook 10
+q10_1 = None  # number
+q10_2 = None  # choice
+q10_3 = None  # choice
 
-# -- read back the answers that answer(...) recorded in the notebooks (selftest_answers.json)
+
+# -- read back the first answers that answer(...) recorded in the notebooks (selftest_answers.json)
 import json as _json  # noqa: E402
 from pathlib import Path as _Path  # noqa: E402
 
@@ -76,5 +83,6 @@ except (OSError, ValueError, KeyError, TypeError):
     _recorded = {}
 for _qid, _entry in (_recorded.items() if isinstance(_recorded, dict) else ()):
     _name = "q" + str(_qid).replace(".", "_")
-    if _name in globals() and isinstance(_entry, dict) and _entry.get("answer") is not None:
-        globals()[_name] = _entry["answer"]
+    _first = _entry.get("first_answer", _entry.get("answer")) if isinstance(_entry, dict) else None
+    if _name in globals() and _first is not None:
+        globals()[_name] = _first

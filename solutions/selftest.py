@@ -1,4 +1,4 @@
-"""Self-test answers of notebooks 01-09 (solution). Questions and explanations: flashlab.selftest_bank."""
+"""Self-test answers of notebooks 01-10 (solution). Questions and explanations: flashlab.selftest_bank."""
 
 # notebook 01
 q01_1 = "c"
@@ -58,3 +58,8 @@ q09_2 = 0.9997540125510805  # flashlab.flops.attention_flops / flashlab.traffic.
 q09_3 = "c"
 q09_4 = "b"
 q09_5 = "d"
+
+# notebook 10
+q10_1 = 15.0  # flashlab.distributed.work_per_rank(8, "contiguous", causal=True): last / first
+q10_2 = "b"
+q10_3 = "c"

@@ -55,6 +55,7 @@ BY_HAND = {
     "07.5": lambda: (2 + 5) / 2,
     "08.1": lambda: 132 / 16,
     "09.2": lambda: 4 * 4096 * 128 / (2 * (128 + 2 * 4096 * 128 + 128) + 4),  # Q, K, V, O fp16; lse fp32
+    "10.1": lambda: 2 * 8 - 1,  # last rank: 7 shards in full and half its own (7.5); first: half its own
 }
 
 
@@ -127,8 +128,8 @@ def test_selftest_is_one_registered_exercise_worth_a_quarter_point_per_question(
     exercise = EXERCISES[selftest.EXERCISE]
     assert [p.function for p in exercise.parts] == [q.function for q in QUESTIONS]
     assert all(p.points == selftest.POINTS for p in exercise.parts) and selftest.POINTS < 1
-    assert {q.notebook for q in QUESTIONS} == {f"{i:02d}" for i in range(1, 10)}
-    assert all(len(selftest.questions_of(f"{i:02d}")) >= 3 for i in range(1, 10))
+    assert {q.notebook for q in QUESTIONS} == {f"{i:02d}" for i in range(1, 11)}
+    assert all(len(selftest.questions_of(f"{i:02d}")) >= 3 for i in range(1, 11))
 
 
 def test_notebooks_show_every_question_and_prediction_with_its_cell():
@@ -172,17 +173,50 @@ def test_answer_grades_at_once_records_and_the_grader_sees_it(folder):
     wrong = next(c for c in q.letters if c != selftest.right_letter(q))
     verdict = selftest.answer("03.2", wrong.upper() + ".", exercises_dir=folder)
     assert verdict.correct is False and "Not right" in str(verdict) and q.explanation in str(verdict)
+    assert "first answer is the one scored" in str(verdict)
     verdict = selftest.answer("03.2", f"({selftest.right_letter(q)})", exercises_dir=folder)
-    assert verdict.correct is True and str(verdict).startswith("03.2: Right.") and q.explanation in str(verdict)
+    assert verdict.correct is True and str(verdict).startswith("03.2: Right, attempt 2") and q.explanation in str(verdict)
+    assert f"keeps your first answer, {wrong.lower()!r}; it earned no point" in str(verdict), str(verdict)
     number = BY_ID["01.2"].compute()
-    assert selftest.answer("01.2", str(number * 1.005), exercises_dir=folder).correct
+    assert str(selftest.answer("01.2", str(number * 1.005), exercises_dir=folder)).startswith("01.2: Right: a quarter")
     record = json.loads((folder / selftest.ANSWERS_FILE).read_text())["answers"]
     assert record["03.2"]["attempts"] == 2 and record["03.2"]["first_correct"] is False
-    assert record["03.2"]["answer"] == selftest.right_letter(q) and record["01.2"]["correct"] is True
+    assert record["03.2"]["answer"] == selftest.right_letter(q) and record["03.2"]["first_answer"] == wrong.lower()
+    assert record["01.2"]["correct"] is True
     report = check(selftest.EXERCISE, exercises_dir=folder)
     earned = {r["function"]: r["earned"] for r in report.results}
-    assert earned["q03_2"] == earned["q01_2"] == selftest.POINTS
-    assert sum(earned.values()) == 2 * selftest.POINTS, "only the answered questions earn points"
+    assert earned["q01_2"] == selftest.POINTS and earned["q03_2"] == 0, "the score counts first answers"
+    assert sum(earned.values()) == selftest.POINTS, "only the answered questions earn points"
+
+
+def test_progress_scores_first_answers_and_a_fully_answered_self_test_is_finished(folder):
+    for path in folder.glob("ex*.py"):
+        path.unlink()
+    for q in selftest.questions_of("10"):
+        right = q.compute() if q.kind == "number" else selftest.right_letter(q)
+        if q.qid == "10.2":
+            selftest.answer(q.qid, next(c for c in q.letters if c != right), exercises_dir=folder)
+        selftest.answer(q.qid, right, exercises_dir=folder)
+    item = {i.name: i for i in progress(folder, fast=True).items}["self-test 10"]
+    assert item.earned == 2 * selftest.POINTS and item.possible == 3 * selftest.POINTS
+    assert item.status == "answered, 1 wrong at the first answer (10.2)", item.status
+    result = progress(folder, fast=True)
+    assert result.next.name != "self-test 10" and "first answer to each question" in str(result)
+
+
+def test_progress_names_the_work_areas_notebook_copies_and_fits_every_name(tmp_path):
+    exercises = tmp_path / "exercises"
+    exercises.mkdir()
+    for path in (REPO / "exercises").glob("*.py"):
+        shutil.copy(path, exercises / path.name)
+    (tmp_path / "01_naive_attention.ipynb").write_text("{}")  # the learner's copy, as `make lab` serves it
+    result = progress(exercises, fast=True)
+    assert str(tmp_path / "01_naive_attention.ipynb") in result.next.todo, result.next.todo
+    assert str(exercises / "ex01_naive.py") in result.next.todo
+    rows = [line for line in str(result).splitlines() if re.match(r"^\d\d ", line)]
+    assert any("ex12_triton_online_softmax " in row for row in rows)
+    ends = {row.index("/") + len(row.split("/")[1].split()[0]) for row in rows}
+    assert len(ends) == 1, "the points column is aligned on every row:\n" + "\n".join(rows)
 
 
 def test_answer_none_shows_the_question_and_records_nothing(folder):

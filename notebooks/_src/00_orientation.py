@@ -128,8 +128,9 @@ print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + r
 # shell) first grades the public cases of the exercises changed since its last run (an untouched
 # stub and a finished, unchanged exercise are not run again): about 0.1 s for each NumPy exercise
 # and 1.7 s for each Triton or torch one, on a 2-core CPU machine (measured for this repository,
-# 2026-12-01). Only `flashlab grade` runs the hidden cases that decide the score. Self-tests are
-# the answers you gave with `answer(...)` at the end of notebooks 01-09.
+# 2026-12-01). Only `flashlab grade` runs the hidden cases that decide the score. Self-tests count
+# the first answer you gave to each question with `answer(...)` at the end of notebooks 01-10
+# (`answer` shows the right one after any attempt, so later tries earn nothing).
 
 # %%
 from flashlab.progress import progress

@@ -146,8 +146,9 @@ check("ex12_triton_online_softmax")
 # Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
 # shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
 # selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
-# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
-# secret, so the points only tell you where you stand.
+# computes. Each question is worth a quarter point, for your first answer: `answer` shows the right
+# one after any attempt, so a second try is for understanding, not points. The answers ship with
+# the course, hashed but not secret, so the points only tell you where you stand.
 
 # %%
 from flashlab.selftest import answer

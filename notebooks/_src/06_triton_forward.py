@@ -175,8 +175,9 @@ for bad in (lambda: flashlab.flash_attention(rand(1, 3, 8, 32), rand(1, 2, 8, 32
 # Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
 # shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
 # selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
-# computes. Each question is worth a quarter point: the answers ship with the course, hashed but not
-# secret, so the points only tell you where you stand.
+# computes. Each question is worth a quarter point, for your first answer: `answer` shows the right
+# one after any attempt, so a second try is for understanding, not points. The answers ship with
+# the course, hashed but not secret, so the points only tell you where you stand.
 
 # %%
 from flashlab.selftest import answer

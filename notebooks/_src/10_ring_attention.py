@@ -88,13 +88,22 @@ for rank, result in enumerate(distributed.demo(world_size=2, n=128, causal=True,
 #
 # `benchmarks/bench_ring.py` runs the same code with NCCL on two GPUs (B = 1, 32 heads, d = 128,
 # bf16) and times, in one run: flash attention over the whole sequence on one GPU, the ring over
-# two, and the ring's steps without communication (so the difference is the communication left
-# exposed). The last column says whether naive attention, which materialises S and P, fits one
-# 141 GB GPU at that length.
+# two, and the ring's steps without communication (`no-comm`; the ring's time minus it is the
+# communication left exposed, `exposed`). The last column says whether naive attention, which
+# materialises S and P, fits one 141 GB GPU at that length. Times in ms, the median of 5 runs,
+# slowest rank (`benchmarks/results/bench_ring.json`, `benchmarks/NOTES.md`).
 
 # %%
 results = course.load_results("bench_ring.json").get("bench_ring")
 print(ring_viz.ring_results_table(results) if results else "no committed two-GPU results yet (benchmarks/bench_ring.py)")
+
+# %% [markdown]
+# From N = 65,536 the ring is 1.62-1.93x faster than one GPU. At N = 16,384 causal it is slower
+# (0.88x): its steps without messages already take as long as one GPU (3.55 ms against 3.57 ms),
+# because each zigzag step runs four (query chunk, key chunk) pairs of 4,096 rows, each its own
+# kernel launch and merge, where one GPU runs one kernel over the whole sequence; and 0.53 ms of
+# communication (13% of the ring's 4.08 ms) is left exposed, which self-test question 10.3 below
+# explains. Non-causal at 16,384 the ring still wins (1.53x): twice the work per pair.
 
 # %% [markdown]
 # ## Summary
@@ -109,10 +118,42 @@ print(ring_viz.ring_results_table(results) if results else "no committed two-GPU
 # %% [markdown]
 # ## Self-test
 #
-# 1. With $W$ ranks and a contiguous causal split, how much more work does the last rank do than
-#    the first? (From `work_per_rank`: $2W - 1$ times.)
-# 2. Why is the merge exact and not an approximation? (Each partial result carries its lse, the
-#    log of its softmax denominator; the merge rescales both sides to the common denominator.)
-# 3. When does the communication stop hiding behind compute? (When one shard's transfer, $2
-#    N_\text{local} d$ elements per head, takes longer than one block's attention, $4
-#    N_\text{local}^2 d$ FLOPs per head: at short $N_\text{local}$.)
+# Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
+# shows why, and records it in your exercises folder (`flashlab progress` lists it, `flashlab grade
+# selftest` grades them all). Multiple choice: one letter. Numbers: within 1% of what flashlab
+# computes. Each question is worth a quarter point, for your first answer: `answer` shows the right
+# one after any attempt, so a second try is for understanding, not points. The answers ship with
+# the course, hashed but not secret, so the points only tell you where you stand.
+
+# %%
+from flashlab.selftest import answer
+
+# %% [markdown]
+# **10.1** With W = 8 ranks and a contiguous causal split, how many times more attention work does
+# the last rank do than the first?
+
+# %%
+answer("10.1", None)  # your number (x)
+
+# %% [markdown]
+# **10.2** Why is merging two partial results through their lse exact, not an approximation?
+#
+# - (a) the merge averages the two outputs, which is exact when the key sets have equal size
+# - (b) each partial result carries its lse, the log of its softmax denominator, so both are
+#   rescaled to the common denominator
+# - (c) bf16 rounding cancels between the two halves
+# - (d) the ring sends the scores S along with K and V
+
+# %%
+answer("10.2", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# **10.3** When does the ring's communication stop hiding behind compute?
+#
+# - (a) at long N_local: the transfer grows faster than the compute
+# - (b) never: point-to-point sends are free on NVLink
+# - (c) at short N_local: the transfer grows like N_local, the block's attention like N_local^2
+# - (d) only with causal attention
+
+# %%
+answer("10.3", None)  # your letter, e.g. "b"

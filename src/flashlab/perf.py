@@ -397,12 +397,14 @@ def _contender(name: str) -> tuple[str, str]:
     return name, name
 
 
-def backward_ladder_table(bench) -> str:
+def backward_ladder_table(bench, contenders=None) -> str:
     """Forward+backward TFLOP/s of each backward contender per row of a ``bench_backward``
     results file (``bench_backward_call2_proto_bf16.json``), or of several (a list, or the
     ``{name: file}`` of ``course.load_results``: their rows sorted by dtype, N, d, causal), with its
     speed against cuDNN's in the same run, and the backward rung
-    ``flash_attention`` runs for that shape on an H200 (``kernels.ladder.measured_backward``)."""
+    ``flash_attention`` runs for that shape on an H200 (``kernels.ladder.measured_backward``).
+    ``contenders``: the contender names to show (as the results file spells them, e.g.
+    ``"gw:2,lag,rows"``), in that order; default all."""
     from .kernels.ladder import measured_backward
 
     several = isinstance(bench, (list, tuple)) or (isinstance(bench, dict) and "rows" not in bench and bench)
@@ -414,6 +416,11 @@ def backward_ladder_table(bench) -> str:
     if several:  # bf16 first, then by N, head dim and causal
         rows.sort(key=lambda r: (r["dtype"] != "bfloat16", r["n"], r["d"], bool(r["causal"])))
     names = list(dict.fromkeys(name for r in rows for name in r.get("fwdbwd", {})))
+    if contenders is not None:
+        missing = [c for c in contenders if c not in names]
+        if missing:
+            raise KeyError(f"contenders={missing!r} are not in the results; expected some of {names}")
+        names = list(contenders)
     widths = {name: max(11, len(_contender(name)[0])) for name in names}  # "429 (1.00x)": 11 characters
     lines = ["forward+backward TFLOP/s (speed against cuDNN in the same run; forward+backward = 3.5x the "
              "forward's FLOPs)",

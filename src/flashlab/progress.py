@@ -17,8 +17,10 @@ Where the points come from (the output says which):
   trusts it, ``flashlab grade`` never reads it). With ``fast=True`` (``--fast``) nothing is run: an
   exercise unchanged since the last graded run shows its cached result, any other is only read, to
   tell an untouched stub from an edited one, and shows "?" points.
-- self-tests: the answers recorded by ``answer(...)`` in ``selftest_answers.json``
-  (:mod:`flashlab.selftest`), graded again here, so the file's own "correct" flags are not trusted.
+- self-tests: the first answer to each question recorded by ``answer(...)`` in
+  ``selftest_answers.json`` (:mod:`flashlab.selftest`: ``answer`` shows the right answer after any
+  attempt, so later ones earn nothing), graded again here, so the file's own "correct" flags are
+  not trusted. A notebook's self-test is finished once every question has an answer.
 - predictions (:func:`flashlab.selftest.predict`) are listed, never scored.
 """
 from __future__ import annotations
@@ -44,7 +46,8 @@ DONE = ("done", "done (public cases)")
 
 
 def _done(status: str) -> bool:
-    return status.split(" (cached")[0] in DONE
+    """Finished: an exercise done, or a self-test with every question answered (right or not)."""
+    return status.split(" (cached")[0] in DONE or status.startswith("answered")
 
 
 @dataclass
@@ -60,14 +63,33 @@ class Item:
     todo: str  # what to do for this item, with the command
 
 
-def _notebook_files() -> dict:
-    """{"03": "notebooks/03_tiled_attention.ipynb", ...} of the checkout, or {} when not in one."""
+def _notebook_files(folder: Path | None = None) -> dict:
+    """{"03": "notebooks/03_tiled_attention.ipynb", ...} of the checkout, or {} when not in one. Where
+    the exercises ``folder`` sits beside the learner's notebook copies (``work/exercises`` in the work
+    area that ``make lab`` serves), the copy is named instead: "work/03_tiled_attention.ipynb"."""
     from flashlab.course import repo_root
 
     root = repo_root()
     if root is None:
         return {}
-    return {p.name[:2]: f"notebooks/{p.stem}.ipynb" for p in sorted((root / "notebooks" / "_src").glob("[0-9][0-9]_*.py"))}
+    files = {}
+    for p in sorted((root / "notebooks" / "_src").glob("[0-9][0-9]_*.py")):
+        copy = None if folder is None else Path(folder).resolve().parent / f"{p.stem}.ipynb"
+        if copy is not None and copy.is_file():
+            files[p.name[:2]] = _shown(copy)
+        else:
+            files[p.name[:2]] = f"notebooks/{p.stem}.ipynb"
+    return files
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the learner finds it: from the repository root when inside it ("work/exercises/
+    ex01_naive.py"), else in full."""
+    from flashlab.course import repo_root
+
+    root, path = repo_root(), Path(path).resolve()
+    return str(path.relative_to(root.resolve())) if root is not None and path.is_relative_to(root.resolve()) \
+        else str(path)
 
 
 def notebook_of_exercises() -> dict:
@@ -177,7 +199,7 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
         exercise = EXERCISES[name]
         nb = notebooks.get(name, "??")
         where = f"notebook {nb} ({files[nb]})" if nb in files else f"notebook {nb}"
-        todo = (f"{where}: complete {folder.name}/{name}.py, then check(\"{name}\") in the notebook "
+        todo = (f"{where}: complete {_shown(folder / f'{name}.py')}, then check(\"{name}\") in the notebook "
                 f"or `flashlab grade {name}`")
         if fast:
             hit = cache.get(name, {})
@@ -214,7 +236,7 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
 
 
 def _selftest_items(record: dict, files: dict) -> list[Item]:
-    from flashlab.selftest import POINTS, QUESTIONS, is_right
+    from flashlab.selftest import POINTS, QUESTIONS, is_right, scored_answer
 
     items = []
     for nb in sorted({q.notebook for q in QUESTIONS}):
@@ -222,18 +244,21 @@ def _selftest_items(record: dict, files: dict) -> list[Item]:
         right, wrong, open_ = [], [], []
         for q in questions:
             entry = record["answers"].get(q.qid)
-            if not isinstance(entry, dict) or entry.get("answer") is None:
+            first = scored_answer(entry) if isinstance(entry, dict) else None
+            if first is None:
                 open_.append(q.qid)
             else:
-                (right if _safe_is_right(is_right, q, entry["answer"]) else wrong).append(q.qid)
+                (right if _safe_is_right(is_right, q, first) else wrong).append(q.qid)
+        wrong_first = f"{len(wrong)} wrong at the first answer ({', '.join(wrong)})" if wrong else ""
         if len(right) == len(questions):
             status = "done"
         elif not right and not wrong:
             status = "not started"
+        elif not open_:
+            status = f"answered, {wrong_first}"  # finished: a later answer earns nothing
         else:
-            status = ", ".join(s for s in (f"{len(open_)} unanswered" if open_ else "",
-                                           f"{len(wrong)} wrong ({', '.join(wrong)})" if wrong else "") if s)
-        first = (open_ + wrong)[:1] or [questions[0].qid]
+            status = ", ".join(s for s in (f"{len(open_)} unanswered", wrong_first) if s)
+        first = open_[:1] or [questions[0].qid]
         where = f"notebook {nb} ({files[nb]})" if nb in files else f"notebook {nb}"
         todo = f"{where}, self-test at the end: answer(\"{first[0]}\", ...) under the question"
         items.append(Item(nb, "self-test", f"self-test {nb}", len(right) * POINTS, len(questions) * POINTS,
@@ -279,7 +304,8 @@ class Progress:
                "exercises: not graded now (--fast): the last graded run's results where a file is unchanged, "
                "else only read, to tell a stub from an edited file")
         lines = [f"flashlab progress: {self.folder}", how,
-                 "self-tests: answers recorded by answer(...) in selftest_answers.json, graded again now", "",
+                 "self-tests: the first answer to each question, recorded by answer(...) in selftest_answers.json, "
+                 "graded again now (answer shows the right one after any attempt, so later ones earn nothing)", "",
                  f"{'nb':<3} {'item':<{width}} {'points':>10}  status"]
         for i in self.items:
             points = f"{'?' if i.earned is None else f'{i.earned:g}'}/{i.possible:g}"
@@ -321,7 +347,7 @@ def progress(exercises_dir=None, fast: bool = False) -> Progress:
 
     folder = find_exercises_dir(exercises_dir)
     record = recorded(folder)
-    files = _notebook_files()
+    files = _notebook_files(folder)
     notebooks = notebook_of_exercises()
     items = _exercise_items(folder, fast, notebooks, files) + _selftest_items(record, files)
     order = {"exercise": 0, "self-test": 1}

@@ -12,6 +12,10 @@ Both record into ``selftest_answers.json`` in the learner's exercises folder
 Multiple choice takes one letter ("b", "B", "(b)", "b."); numbers must be within 1% of the value
 flashlab computes. Nothing here needs a GPU.
 
+The score counts each question's first answer: :func:`answer` shows the right answer and why after
+every attempt, so a later attempt is for understanding and earns nothing. The record keeps the
+first answer (``first_answer``, ``first_correct``) beside the latest (``answer``, ``correct``).
+
 The right letters are stored hashed (:func:`flashlab.grading.spec.answer_hash`), not secret: anyone
 can hash the few letters and compare. That is why each question is worth a quarter point (POINTS),
 where an exercise part is worth 1-4 points.
@@ -49,7 +53,7 @@ def exercises() -> dict:
         return Part(q.function, f"{q.qid} {q.prompt[:48]}", POINTS, reference, lambda rng: [Case(q.function, {})],
                     kind=q.kind, hints=(hint,))
 
-    return {EXERCISE: Exercise(EXERCISE, "self-test questions of notebooks 01-09",
+    return {EXERCISE: Exercise(EXERCISE, "self-test questions of notebooks 01-10 (first answers)",
                                tuple(part(q) for q in QUESTIONS))}
 
 
@@ -168,7 +172,8 @@ def answer(qid: str, value, *, exercises_dir=None) -> Verdict:
     """Grade the answer ``value`` to self-test question ``qid`` ("03.2") and record it.
 
     Multiple choice: one letter. Numeric: a number within 1% of flashlab's value. ``value=None``
-    shows the question and records nothing. The explanation is shown after every attempt.
+    shows the question and records nothing. The right answer and the explanation are shown after
+    every attempt, so only the first answer counts for points (:func:`scored_answer`).
     """
     q = question(qid)
     if value is None:
@@ -178,16 +183,30 @@ def answer(qid: str, value, *, exercises_dir=None) -> Verdict:
     correct = is_right(q, given)
     previous = recorded(exercises_dir)["answers"].get(qid, {})
     attempts = int(previous.get("attempts", 0)) + 1
+    first = scored_answer(previous) if previous else given
+    first_correct = previous.get("first_correct", correct) if previous else correct
     path = _save(exercises_dir, "answers", qid, dict(answer=given, correct=correct, attempts=attempts,
-                                                     first_correct=previous.get("first_correct", correct),
+                                                     first_answer=first, first_correct=first_correct,
                                                      time=_now()))
     if q.kind == "choice":
         solution = f"({right_letter(q)}) {q.choices[q.letters.index(right_letter(q))]}"
     else:
         solution = f"{_format(q.compute())} {q.unit}".rstrip() + f"  (computed by {q.source})"
-    head = "Right." if correct else f"Not right (you answered {given!r}; attempt {attempts})."
+    if attempts == 1:
+        head = ("Right: a quarter point." if correct else
+                f"Not right (you answered {given!r}): no point, and this first answer is the one scored.")
+    else:
+        points = "it earned a quarter point" if first_correct else "it earned no point"
+        head = (f"{'Right' if correct else f'Not right (you answered {given!r})'}, attempt {attempts}: "
+                f"the score keeps your first answer, {first!r}; {points}.")
     text = f"{qid}: {head}\nAnswer: {solution}\nWhy: {q.why()}\nRecorded in {path}"
     return Verdict(qid, text, correct, str(path))
+
+
+def scored_answer(entry: dict):
+    """The answer of a recorded entry that the score counts: the first one (``first_answer``; a
+    record written before first answers were kept has only ``answer``)."""
+    return entry.get("first_answer", entry.get("answer"))
 
 
 def predict(key: str, value, *, exercises_dir=None) -> Verdict:

@@ -1,4 +1,4 @@
-"""The self-test questions of notebooks 01-09 and the "predict, then check" numbers.
+"""The self-test questions of notebooks 01-10 and the "predict, then check" numbers.
 
 Each :class:`Question` has an id ``"NN.k"`` (notebook NN, question k), a prompt, and either
 choices (answered with one letter; the right letter is stored as :func:`answer_hash`) or a
@@ -209,6 +209,24 @@ def _fa1_over_fa2(n: int, d: int, block: int) -> float:
     return t.fa1_forward_traffic(n, n, d, **kw).total / t.fa2_forward_traffic(n, n, d, **kw).total
 
 
+def _contiguous_last_over_first(world_size: int) -> float:
+    from flashlab.distributed import work_per_rank
+
+    work = work_per_rank(world_size, "contiguous", causal=True)
+    return work[-1] / work[0]
+
+
+def _ring_exposed_share(n: int) -> str:
+    """The exposed communication of the causal ring row at N = n (bench_ring.json), against the rows from 64k."""
+    rows = _results("bench_ring")["rows"]
+    short = next(r for r in rows if r["n"] == n and r["causal"])
+    long = [r["exposed_comm_ms"] / r["ring_ms"] for r in rows if r["n"] >= 65536]
+    return (f"Measured on two H200s (benchmarks/results/bench_ring.json): at N = {n:,} causal, "
+            f"{short['exposed_comm_ms']:.2f} ms of the ring's {short['ring_ms']:.2f} ms is exposed communication "
+            f"({short['exposed_comm_ms'] / short['ring_ms']:.0%}); from N = 65,536 on, {min(long):.0%} to "
+            f"{max(long):.0%}.")
+
+
 def _v1_over_v0(n: int) -> float:
     from flashlab import course
 
@@ -232,7 +250,7 @@ _STORED = {
     "07.1": "077e57fd1d0097076e83", "07.4": "07f138a24bdd334b11b4",
     "08.2": "e62904274c6b5563fd47", "08.4": "d43786c93705e5bddf3e",
     "09.1": "a52bce562cfeeab72660", "09.3": "35fff019a3a408b5ac39", "09.4": "5a059612c24007bc736a",
-    "09.5": "a2ec3f5a3bfb6add5742",
+    "09.5": "a2ec3f5a3bfb6add5742", "10.2": "8db10f6c0246c468d59b", "10.3": "8967889188dc998b7d6b",
 }
 
 
@@ -452,6 +470,29 @@ QUESTIONS: tuple[Question, ...] = (
        "query is the last position: bottom-right alignment, where it sees every key.",
        ("top-left is slower", "it doubles the traffic", "decode has no keys",
         "top-left would let the one query see only key 0; it is the last position and must see every key")),
+    # 10: ring attention
+    _q("10.1", "With W = 8 ranks and a contiguous causal split, how many times more attention work does the last "
+       "rank do than the first?",
+       "Rank r's queries see the r shards before theirs in full and their own shard half (the diagonal): "
+       "r + 1/2 blocks. The last rank does W - 1/2, the first 1/2: 2W - 1 = 15 times more. Zigzag gives every "
+       "rank W/2 blocks.", compute=lambda: _contiguous_last_over_first(8), unit="x",
+       source="flashlab.distributed.work_per_rank"),
+    _q("10.2", "Why is merging two partial results through their lse exact, not an approximation?",
+       "Each partial output is normalised by its own softmax denominator, and its lse is the log of that "
+       "denominator. e^(lse_A - lse) and e^(lse_B - lse) rescale both to the common denominator: the merge is "
+       "combine_states of notebook 02, only rounding differs.",
+       ("the merge averages the two outputs, which is exact when the key sets have equal size",
+        "each partial result carries its lse, the log of its softmax denominator, so both are rescaled to the "
+        "common denominator",
+        "bf16 rounding cancels between the two halves", "the ring sends the scores S along with K and V")),
+    _q("10.3", "When does the ring's communication stop hiding behind compute?",
+       "A shard's transfer is 2 N_local d elements per head (K and V), growing like N_local; one block's attention "
+       "is 4 N_local^2 d FLOPs per head, growing like N_local^2. At short N_local the block ends before the next "
+       "shard has arrived, and the wait is exposed.",
+       ("at long N_local: the transfer grows faster than the compute",
+        "never: point-to-point sends are free on NVLink",
+        "at short N_local: the transfer grows like N_local, the block's attention like N_local^2",
+        "only with causal attention"), detail=lambda: _ring_exposed_share(16384)),
 )
 BY_ID = {q.qid: q for q in QUESTIONS}
 
