@@ -143,6 +143,30 @@ def test_committed_results_give_the_tables():
     assert text.count("\n") >= len(bench["rows"])
     baselines = json.loads((results / "bench_baselines.json").read_text())
     assert "flex" in perf.baselines_table(baselines)
+    fwdbwd = perf.baselines_table(baselines, "fwdbwd")
+    assert "flashlab 2-pass" in fwdbwd and "two-pass backward" in fwdbwd, "the old backward is labelled as such"
+    assert "2-pass" not in perf.baselines_table(baselines, "fwd")
+
+
+def test_sdpa_flash_extra_memory_is_whole_fp32_copies_of_o_and_lse():
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    memory = json.loads((results / "bench_memory.json").read_text())
+    rows = perf.sdpa_flash_memory_extra(memory).splitlines()[2:]
+    copies = {int(r.split()[0]): float(r.split()[-1]) for r in rows}
+    assert {n: copies[n] for n in (1024, 2048, 4096, 8192, 16384)} == {1024: 8, 2048: 8, 4096: 4, 8192: 2,
+                                                                       16384: 0}, copies
+
+
+def test_naive_gain_table_shows_which_side_moved_at_each_n():
+    from pathlib import Path
+
+    bench = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/bench_attention.json").read_text())
+    lines = perf.naive_gain_table(bench).splitlines()
+    naive64 = next(line for line in lines if line.strip().startswith("d = 64  naive"))
+    rates = [float(x) for x in naive64.split("(")[0].split()[4:]]
+    assert len(rates) == 6 and rates[-1] > rates[-2], "naive attention ran faster at N = 16384 than at 8192"
 
 
 def test_loop_order_bytes_follow_the_block_that_each_order_reuses():
@@ -222,7 +246,9 @@ def test_notebook08_figures_draw_from_a_results_file():
     memory = {"rows": [{"n": n, "causal": False, "results": {"naive": {"peak_extra_bytes": n * n * 4},
                                                              "flashlab": {"peak_extra_bytes": n * 260}}}
                        for n in (1024, 2048)]}
-    assert viz.plot_memory(memory, "test").axes[0].lines
+    lines = viz.plot_memory(memory, "test").axes[0].lines
+    assert lines and len({(line.get_marker(), line.get_linestyle()) for line in lines}) == len(lines), \
+        "every memory line has its own marker and style (SDPA FLASH's lies on flashlab's from N = 16384)"
     assert "2048" in viz.largest_common_memory(memory)
 
 
@@ -313,6 +339,30 @@ def test_backward_ladder_table_reads_several_results_files_and_names_the_gluon_r
     assert any(line.startswith("Gluon lag: bwd_gluon_ws") and "2 Q/dO slots, dQ one step behind" in line for line in lines)
     with pytest.raises(KeyError, match="list of them"):
         perf.backward_ladder_table([files[0], {}])
+
+
+def test_backward_ladder_table_shows_the_chosen_contenders_and_notebook_07_quotes_their_columns():
+    from pathlib import Path
+
+    from flashlab import course
+
+    bench = course.load_results("bench_backward_s6c_d128.json")
+    table = perf.backward_ladder_table(bench, contenders=["cudnn", "gw:2,lag,g0", "gw:2,lag,g0,rows,one"])
+    header = table.splitlines()[1]
+    assert "Gluon lag g0 rows one" in header and "Gluon lag rows " not in header + " "
+    rows = [r for f in bench.values() for r in f["rows"]]
+
+    def speeds(name, causal):  # forward+backward speed against cuDNN, as the table rounds it
+        return sorted(round(r["fwdbwd"][name]["tflops"] / r["fwdbwd"]["cudnn"]["tflops"], 2)
+                      for r in rows if r["causal"] == causal)
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "notebooks/_src/07_backward.py").read_text().split())
+    for name, causal in (("gw:2,lag,g0", True), ("gw:2,lag,g0,rows,one", True), ("gw:2,lag", False),
+                         ("gw:2,lag,rows", False)):
+        low, high = speeds(name, causal)[0], speeds(name, causal)[-1]
+        assert f"{low:.2f}-{high:.2f}x" in text, f"notebook 07 does not quote {name} ({low:.2f}-{high:.2f}x)"
+    with pytest.raises(KeyError, match="contenders"):
+        perf.backward_ladder_table(bench, contenders=["no such schedule"])
 
 
 def test_backward_ladder_table_sorts_the_rows_of_several_files_by_dtype_then_n():

@@ -193,6 +193,13 @@ if bench:
     print(perf.ratio_table(bench))
 
 # %% [markdown]
+# One row stands out: fp16, d = 128, N = 512, causal, at 0.48x cuDNN's forward (0.85x FA2's).
+# The same row timed the library's own kernels again under other names, and they ran at 209
+# (`gluon`) and 247 (`hopper`) TFLOP/s against `flashlab`'s 154 (`benchmarks/results/
+# bench_attention.json`). The first timing in a row is sometimes low at N = 512 (also bf16 d = 128
+# and fp16 d = 64 in earlier calls); the cause was not established (`benchmarks/NOTES.md`). N = 512
+# is not a target row.
+#
 # Timings also spread from run to run. Each bf16 row of the run timed the same forward kernels
 # twice: the Hopper rung as `hopper` and `rung:v4_hopper`, the Gluon rung as `gluon` and
 # `rung:v5_gluon_ws`. How far apart were the two timings of one kernel (N >= 4096, where the
@@ -247,12 +254,27 @@ if bench:
 #
 # Peak extra memory of one forward pass (one head, d = 128, bf16), measured with PyTorch's
 # allocator (`bench_memory.json`). Naive attention allocates S and P; the flash kernel allocates
-# only O and lse. A dotted line marks an out-of-memory failure.
+# only O and lse. A dotted vertical line marks an out-of-memory failure. From N = 16384 SDPA FLASH's
+# line lies on flashlab's (crosses inside the squares): the same O and lse, plus 1 KiB.
 
 # %%
 if memory:
     course.show(viz.plot_memory(memory, where))
     print(viz.largest_common_memory(memory))
+
+# %% [markdown]
+# Below N = 16384 SDPA FLASH holds about 8 MiB more, as much as naive attention at N = 1024. The
+# extra is, to the byte, a whole number of fp32 copies of (O, lse) plus 1 KiB: 8 copies at N = 1024
+# and 2048, 4 at 4096, 2 at 8192, none from 16384 on. That is the shape of FlashAttention-2's
+# split-KV forward, which splits the keys when one head's grid of query blocks would leave SMs
+# idle, and keeps one fp32 partial (O, lse) per split to merge (notebook 09's combine). With
+# 128-row query blocks, copies x N / 128 is 64 to 128 programs in every row that split, against
+# the H200's 132 SMs, and N = 16384 has 128 blocks without splitting. The run did not record the
+# splits SDPA chose, so this is read from the bytes, not measured:
+
+# %%
+if memory:
+    print(perf.sdpa_flash_memory_extra(memory))
 
 # %% [markdown]
 # ## Your kernel beside the course's
@@ -315,9 +337,14 @@ if bench:
 # The gain ranges over an order of magnitude. It is larger when causal (naive attention computes
 # the masked half and then masks it; flash skips those tiles), larger at d = 64 than at d = 128
 # (the protocol fixes H x d, so d = 64 has twice the heads, and so twice the N x N matrices for
-# naive attention to move, for the same FLOPs), smaller for forward + backward, and it grows with
-# N up to the N printed above. For decode (one query row), notebook 09
-# shows it almost vanishes.
+# naive attention to move, for the same FLOPs), and smaller for forward + backward. It grows with N
+# up to N = 8192 and falls at N = 16384 (9.3x to 6.4x not causal at d = 64). The lines under the
+# table say which side moved: flashlab's rate keeps rising slowly (414 to 421 TFLOP/s at d = 64),
+# while naive attention runs faster at N = 16384 than at 8192 (66 against 45 TFLOP/s; 130 against 89
+# at d = 128). The protocol keeps B x N = 16384, so that row is batch 1, one batched matrix product
+# over 32 (or 16) heads of 16384 x 16384; the results do not record which matrix-product kernels
+# PyTorch picked there, so why naive attention speeds up is not established. For decode (one query
+# row), notebook 09 shows the gain almost vanishes.
 
 # %% [markdown]
 # ### The same kernel on other GPUs

@@ -287,20 +287,60 @@ def naive_gain_table(bench: dict, impl: str = "flashlab") -> str:
             keys = [k for k in gains if k[0] == d and k[2:] == (False, "fwd")]
             if keys:
                 lines.append(f"d = {d}: the non-causal forward gain is largest at N = {max(keys, key=gains.get)[1]}")
+        lines.append("non-causal forward TFLOP/s by N (the gain is the ratio of the two):")
+        for d in (64, 128):
+            rows = sorted(rows_of(bench, d, False), key=lambda r: r["n"])
+            for name in ("naive", impl):
+                rates = [r["results"].get(name, {}).get("fwd_tflops") for r in rows]
+                lines.append(f"  d = {d:<3} {name:<9} " + " ".join(f"{x:>5.0f}" if x else "  n/a" for x in rates)
+                             + f"   (N = {', '.join(str(r['n']) for r in rows)})")
     return "\n".join(lines)
 
 
+# the backward flash_attention ran when bench_baselines.json was measured (it runs bwd_gluon_ws from
+# N = 1024 on sm90 now: kernels.ladder.GLUON_BACKWARD_MIN_N)
+BASELINES_BACKWARD = "bwd_two_pass"
+
+
 def baselines_table(baselines: dict, mode: str = "fwd") -> str:
-    """TFLOP/s of SDPA, flashlab, FlexAttention, compiled and eager naive attention, per row."""
+    """TFLOP/s of SDPA, flashlab, FlexAttention, compiled and eager naive attention, per row. In
+    forward+backward the flashlab column is labelled with the backward it ran then
+    (``BASELINES_BACKWARD``)."""
     names = list(baselines["rows"][0]["results"]) if baselines.get("rows") else []
+    label = {"flashlab": "flashlab 2-pass"} if mode == "fwdbwd" and BASELINES_BACKWARD == "bwd_two_pass" else {}
     lines = [f"{mode} TFLOP/s, bf16 ({baselines['environment']['device']}, torch {baselines['environment']['torch']})",
-             f"{'d':>4}{'N':>7}{'causal':>7}  " + "".join(f"{n:>16}" for n in names)]
+             f"{'d':>4}{'N':>7}{'causal':>7}  " + "".join(f"{label.get(n, n):>16}" for n in names)]
     for r in baselines["rows"]:
         cells = []
         for n in names:
             x = r["results"][n].get(f"{mode}_tflops")
             cells.append(f"{x:16.0f}" if x else f"{str(r['results'][n].get(f'{mode}_status', '-'))[:14]:>16}")
         lines.append(f"{r['d']:>4}{r['n']:>7}{int(r['causal']):>7}  " + "".join(cells))
+    if label:
+        lines.append("flashlab 2-pass: flash_attention with the two-pass backward, which it ran when this file was "
+                     "measured")
+    return "\n".join(lines)
+
+
+def sdpa_flash_memory_extra(memory: dict) -> str:
+    """SDPA FLASH's peak extra memory beyond its output (O in the input dtype, lse in fp32) per N of a
+    ``bench_memory.json`` payload (non-causal rows), and how many fp32 copies of (O, lse) that extra
+    is: FlashAttention-2's split-KV forward keeps one fp32 partial (O, lse) per split."""
+    p = memory.get("protocol", {})
+    d, itemsize = p.get("d", 128), 2
+    lines = ["SDPA FLASH's peak extra memory = O + lse + extra; extra = k fp32 copies of (O, lse) + 1 KiB",
+             f"{'N':>7} {'SDPA FLASH':>11} {'O + lse':>10} {'extra':>10} {'k':>6}"]
+    for r in sorted((r for r in memory["rows"] if not r["causal"]), key=lambda r: r["n"]):
+        peak = r["results"].get("sdpa_flash", {}).get("peak_extra_bytes")
+        if not peak:
+            continue
+        n = r["n"]
+        out = n * d * itemsize + n * 4  # O (bf16) and lse (fp32)
+        extra = peak - out
+        copies = (extra - 1024) / (n * d * 4 + n * 4)  # 1 KiB more in every row, N = 16384 included
+        from .viz.style import format_bytes
+
+        lines.append(f"{n:>7} {format_bytes(peak):>11} {format_bytes(out):>10} {format_bytes(extra):>10} {copies:>6.2f}")
     return "\n".join(lines)
 
 
