@@ -78,20 +78,22 @@ print(f"grid {grid} = {grid[0] * grid[1]} programs; max |triton - torch| = {(c -
 # %% [markdown]
 # ## The interpreter is not a GPU
 #
-# `TRITON_INTERPRET=1` runs each program one after another with NumPy. It is exact and lets you
-# `print` inside a kernel, but it differs from a GPU in ways that matter
-# (measured with triton 3.6.0; see `flashlab doctor` and `flashlab/kernels/_mode.py`):
+# `TRITON_INTERPRET=1` runs each program one after another with NumPy. It lets you `print` inside
+# a kernel, but it differs from a GPU in ways that matter. The interpreter column was measured with
+# triton 3.6.0 and 3.7.1, the two this course is tested with on a CPU (`flashlab/kernels/_mode.py`;
+# `flashlab doctor` prints yours); the GPU column is Triton's documented default for `tl.dot`
+# (`input_precision`), which the course's kernels ran with on an H200 (triton 3.6.0):
 #
 # | | interpreter (CPU) | GPU |
 # | --- | --- | --- |
 # | program order | one after another: races never show | concurrent |
-# | fp32 `tl.dot` | exact fp32 | tf32 by default (10-bit mantissa inputs) |
+# | fp32 `tl.dot` | plain fp32: fp32 products and sums, no tf32 rounding (it differs from torch's fp32 matmul only by summation order, about 1e-5 above) | tf32 by default (10-bit mantissa inputs) |
 # | bf16 `tl.dot` | wrong results (flashlab upcasts operands to fp32) | correct |
 # | `tl.dot` tiles < 16 | accepted | rejected at compile time |
 # | time | CPU time of NumPy; says nothing about GPU speed | what you measure |
 #
-# The tf32 row, measured: round the inputs to tf32's 10-bit mantissa, as a GPU's tensor cores do
-# by default for fp32, and compare with the exact product.
+# The fp32 row, measured: round the inputs to tf32's 10-bit mantissa, as a GPU's tensor cores do
+# by default for fp32, and compare both with the product in float64.
 
 # %%
 def to_tf32(t):
@@ -105,7 +107,7 @@ print(f"tf32-rounded inputs:   {((to_tf32(a) @ to_tf32(b)).double() - exact).abs
       "(what a GPU's default fp32 tl.dot sees)")
 
 # %% [markdown]
-# Tests of a kernel therefore use tolerances that hold on a GPU, not the interpreter's exact
+# Tests of a kernel therefore use tolerances that hold on a GPU, not the interpreter's close
 # agreement; the course's rule (from the flash-attention tests) is: the kernel's error may be at
 # most twice that of PyTorch's own attention in the same dtype, plus a small floor.
 #
@@ -185,7 +187,7 @@ answer("05.3", None)  # your letter, e.g. "b"
 # **05.4** Which is true of Triton's CPU interpreter (TRITON_INTERPRET=1)?
 #
 # - (a) it is faster than a GPU for large inputs
-# - (b) it runs programs one at a time with exact fp32 dots, so races and tf32 rounding never show
+# - (b) it runs programs one at a time with plain fp32 dots, so races and tf32 rounding never show
 # - (c) it rejects every kernel a GPU would reject
 # - (d) it compiles to PTX
 
@@ -203,5 +205,6 @@ answer("05.4", None)  # your letter, e.g. "b"
 # - A Triton kernel describes one program acting on blocks; the grid says how many programs run.
 # - Masks make ragged blocks safe; `tl.constexpr` sizes make block shapes static.
 # - `tl.dot` multiplies tiles (tensor cores on a GPU); a tiled matmul accumulates tile products in
-#   fp32. The interpreter is exact and sequential; a GPU uses tf32 and runs programs concurrently.
+#   fp32. The interpreter runs programs in sequence with plain fp32 dots; a GPU uses tf32 for fp32
+#   dots by default and runs programs concurrently.
 # - Next: notebook 06 writes the FlashAttention forward kernel from these pieces.

@@ -373,9 +373,10 @@ QUESTIONS: tuple[Question, ...] = (
        ("-inf is faster to load", "0 would be rounded in float16",
         "exp(-inf) = 0: padding neither wins the max nor adds to the sum", "Triton cannot load 0")),
     _q("05.4", "Which is true of Triton's CPU interpreter (TRITON_INTERPRET=1)?",
-       "The interpreter runs programs one after another with exact float32 dots: races, tf32 rounding and "
+       "The interpreter runs programs one after another with plain float32 dots (fp32 products and sums, no "
+       "tf32 rounding): races, tf32 rounding and "
        "some shape limits of a GPU never show, so passing there is not GPU correctness.",
-       ("it is faster than a GPU for large inputs", "it runs programs one at a time with exact fp32 dots, so "
+       ("it is faster than a GPU for large inputs", "it runs programs one at a time with plain fp32 dots, so "
         "races and tf32 rounding never show", "it rejects every kernel a GPU would reject",
         "it compiles to PTX")),
     # 06: Triton forward
