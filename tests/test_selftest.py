@@ -249,6 +249,8 @@ def test_prediction_is_compared_within_its_tolerance_and_recorded(folder):
     assert near.correct is True and "within" in str(near) and f"{p.tolerance / 2:.1%}" in str(near)
     far = selftest.predict(p.key, actual * 3, exercises_dir=folder)
     assert far.correct is False and "outside" in str(far) and "200.0%" in str(far)
+    assert "the cells after this one compute it and explain it" in str(far), "a miss points to the explanation"
+    assert "cells after this one" not in str(near)
     entry = json.loads((folder / selftest.ANSWERS_FILE).read_text())["predictions"][p.key]
     assert entry["predicted"] == pytest.approx(actual * 3) and entry["actual"] == pytest.approx(actual)
     assert entry["within"] is False and entry["rel_error"] == pytest.approx(2.0)

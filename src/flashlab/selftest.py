@@ -231,5 +231,8 @@ def predict(key: str, value, *, exercises_dir=None) -> Verdict:
                                                          within=within, time=_now()))
     text = (f"{p.prompt}\n  your prediction {_format(guess)}{unit}\n  actual          {_format(actual)}{unit}"
             f"   ({p.source})\n  relative error  {rel:.1%}: "
-            f"{'within' if within else 'outside'} the {p.tolerance:.0%} tolerance\nRecorded in {path}")
+            f"{'within' if within else 'outside'} the {p.tolerance:.0%} tolerance"
+            + ("" if within else f"\nWhy it is {_format(actual)}{unit}: the cells after this one compute it and "
+               f"explain it (read them before changing your model)")
+            + f"\nRecorded in {path}")
     return Verdict(key, text, within, str(path))
