@@ -57,7 +57,7 @@ def flash_fwd_kernel(Q, K, V, Out,
         # -- update acc
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_ij
-    # -- O_i = acc / l_i (line 12), write it (line 13)
+    # -- O_i = acc / l_i (line 12), write it (line 14; line 13 computes L_i, which this kernel does not store)
     acc = acc / l_i[:, None]
     o_ptrs = Out + off_z * stride_oz + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok
     tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=offs_m[:, None] < N_Q)
