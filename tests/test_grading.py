@@ -120,6 +120,11 @@ BROKEN_CASES = [
      "the largest then: (1, 8, 8192) float64"),
     ("autograd_backward_keeps_full_p", "ex15_autograd_flash", "forward_and_backward", "memory",
      "the largest then: (1, 256, 8192) float64"),
+    # the same row blocks inside an operator of the learner's own (torch.library): its body ran unwatched
+    ("autograd_row_block_in_custom_op", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
+     "torch operator hg_test.row_block_fwd"),
+    ("autograd_row_block_in_custom_op", "ex15_autograd_flash", "forward_and_backward", "forbidden",
+     "torch operator hg_test.row_block_fwd"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),

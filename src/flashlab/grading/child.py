@@ -50,6 +50,9 @@ is_contiguous to view_as expand_as _has_compatible_shallow_copy_type record_stre
 """.split())
 TORCH_DENIED_WORDS = ("softmax", "scaled_dot_product", "flash_attention", "efficient_attention",
                       "cudnn_attention")
+# operators the learner's calls may run: torch's own (an operator registered with torch.library runs its
+# body with the dispatch mode popped, unseen)
+TORCH_NAMESPACES = frozenset(("aten", "prims"))
 TORCH_MATMULS = frozenset("mm bmm addmm baddbmm matmul dot mv einsum linear _addmm_activation".split())
 
 
@@ -521,6 +524,15 @@ def _install_torch_mode(policy: str) -> None:
             if TORCH_POLICY["active"] and GUARD[0] is not None:
                 GUARD[0].check_node()
             if TORCH_POLICY["active"]:
+                namespace = getattr(func, "namespace", "aten")
+                if namespace not in TORCH_NAMESPACES:
+                    # an operator of the learner's own (torch.library): the mode is popped while it runs,
+                    # so its body would run unwatched (forbidden calls, LiveBytes)
+                    qual = f"torch operator {namespace}.{getattr(func, '_opname', func)}"
+                    if qual not in CALLS:
+                        CALLS.append(qual)
+                    raise ForbiddenCall(f"{qual} is not one of torch's own operators: the grader cannot see "
+                                        "inside it; call torch's operators directly")
                 name = func.overloadpacket.__name__
                 bad = _torch_op_forbidden(name)
                 if bad:
