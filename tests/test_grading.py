@@ -577,8 +577,9 @@ def test_grading_a_kernel_function_object_after_the_gpu_was_used_says_to_grade_t
 
 
 @pytest.mark.skipif(not has_gpu_driver(), reason="needs a GPU: a process that has opened CUDA")
-def test_on_a_gpu_fn_after_cuda_was_opened_raises_the_clear_error():
-    code = ("import importlib.util, torch; torch.zeros(1, device='cuda')\n"
+@pytest.mark.parametrize("opened_by", ["torch.zeros(1, device='cuda')", "torch.cuda.is_available()"])
+def test_on_a_gpu_fn_after_cuda_was_opened_raises_the_clear_error(opened_by):
+    code = (f"import importlib.util, torch; {opened_by}\n"
             f"spec = importlib.util.spec_from_file_location('m', {str(REPO / 'solutions' / 'ex07_kernel_inner_loop.py')!r})\n"
             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
             "from flashlab.grading import check\n"

@@ -949,9 +949,17 @@ def find_exercises_dir(exercises_dir=None, solutions: bool = False) -> Path:
 
 
 def _cuda_initialized() -> bool:
-    """Whether this process has opened CUDA (a forked grading child could not use the GPU then)."""
+    """Whether this process has opened CUDA (a forked grading child could not use the GPU then):
+    torch's CUDA state, or the driver library loaded, as ``torch.cuda.is_available()`` does
+    without setting torch's flag."""
     torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_initialized())
+    if torch is not None and torch.cuda.is_initialized():
+        return True
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libcuda.so" in line for line in maps)
+    except OSError:
+        return False
 
 
 def _functions_for(exercise: Exercise, fn) -> dict:
