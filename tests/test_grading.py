@@ -10,6 +10,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1216,6 +1217,113 @@ def test_a_mistake_that_ends_in_nan_is_not_named_as_a_running_max_not_carried(tm
         report = check(exercise, exercises_dir=tmp_path, seed=seed)
         assert not report.passed, str(report)
         assert "running max is not carried" not in str(report), str(report)
+
+
+SKIPPED_DIAGONAL = ("tl.minimum((start_m + 1) * BLOCK_M, N_Q)", "tl.minimum(start_m * BLOCK_M, N_Q)")
+TILE_DS = "ds = p * (dp - D[..., q0:q1, None])"
+NAMED_BACKWARD_AND_CAUSAL = [  # (exercise, edits of its solution, words of the name every failing check gets)
+    # a one-row case cannot tell a flipped mask from no mask in the visited blocks: either name is right there
+    ("ex08_kernel_causal", [SKIPPED_DIAGONAL], "the causal key loop stops one block early"),
+    ("ex08_kernel_causal", [("tl.minimum((start_m + 1) * BLOCK_M, N_Q))",
+                             "tl.minimum((start_m + 1) * BLOCK_M, N_Q)) - BLOCK_N")],
+     "the causal key loop stops one block early"),
+    ("ex08_kernel_causal", [("hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))",
+                             "hi = start_m * BLOCK_M"),
+                            ("BLOCK_N = 16  #", "BLOCK_N = 32  #")], "the causal key loop stops one block early"),
+    ("ex08_kernel_causal", [("qk = tl.where(offs_n[None, :] <= offs_m[:, None]", "qk = tl.where(offs_n[None, :] >= "
+                             "offs_m[:, None]")], "the causal mask is on the wrong side"),
+    ("ex09_backward_pieces", [("p * (dp - D[..., None])", "p * dp - D[..., None]")], "the brackets are missing"),
+    ("ex09_backward_pieces", [("p * (dp - D[..., None])", "dp - D[..., None]")], "dP - D without the factor P"),
+    ("ex09_backward_pieces", [("p * (dp - D[..., None])", "p * (D[..., None] - dp)")], "dS has the wrong sign"),
+    ("ex10_tiled_backward", [(TILE_DS, "ds = p * (dp - (p * dp).sum(-1, keepdims=True))")],
+     "D must come from the whole row"),
+    ("ex10_tiled_backward", [(TILE_DS, "ds = p * (dp - (do_i * (p @ v_j)).sum(-1, keepdims=True))")],
+     "D must come from the whole row"),
+    ("ex10_tiled_backward", [(TILE_DS, "ds = p * dp")], "without the D_i term"),
+    ("ex10_tiled_backward", [("dq[..., q0:q1, :] += scale * (ds @ k_j)", "dq[..., q0:q1, :] += ds @ k_j")],
+     "dQ is dS K without the factor scale"),
+    ("ex10_tiled_backward", [("dk_j += scale * (np.swapaxes(ds, -1, -2) @ q_i)",
+                              "dk_j += np.swapaxes(ds, -1, -2) @ q_i")],
+     "dK is dS^T Q without the factor scale"),
+    ("ex10_tiled_backward", [("dq[..., q0:q1, :] += scale", "dq[..., q0:q1, :] = scale")], "overwritten"),
+    ("ex10_tiled_backward", [("dv_j += np.swapaxes(p, -1, -2) @ do_i", "dv_j = np.swapaxes(p, -1, -2) @ do_i")],
+     "overwritten"),
+    ("ex10_tiled_backward", [("[None, :] > np.arange(q0, q1)[:, None]", "[None, :] >= np.arange(q0, q1)[:, None]")],
+     "the causal mask hides the diagonal"),
+    ("ex10_tiled_backward", [("s = scale * (q_i @ np.swapaxes(k_j, -1, -2))", "s = q_i @ np.swapaxes(k_j, -1, -2)")],
+     "P is recomputed from scores without the scale"),
+]
+
+
+def _edited_report(tmp_path, exercise, edits, seed):
+    text = (REPO / "solutions" / f"{exercise}.py").read_text()
+    for old, new in edits:
+        assert old in text, "the solution changed: update this test"
+        text = text.replace(old, new)
+    (tmp_path / f"{exercise}.py").write_text(text)
+    return check(exercise, exercises_dir=tmp_path, seed=seed)
+
+
+@pytest.mark.parametrize("exercise, edits, words", NAMED_BACKWARD_AND_CAUSAL,
+                         ids=[f"{e[:4]} {w[:28]} {i}" for i, (e, _, w) in enumerate(NAMED_BACKWARD_AND_CAUSAL)])
+def test_a_causal_kernel_or_backward_mistake_is_named_on_every_check_it_fails(tmp_path, exercise, edits, words):
+    """One line of the solution changed: the first failing check names the mistake before the numbers
+    (the NaN rows of a loop that skips the diagonal block too), and every later one is the same mistake
+    (but a case of one query block, whose output the mistake makes all NaN: that names nothing)."""
+    for seed in (3, 4):
+        report = _edited_report(tmp_path, exercise, edits, seed)
+        result = next(r for r in report.results if r["status"] == "failed")
+        message = result["failure"]["message"]
+        assert message.startswith("looks like ") and words in message, result["failure"]
+        assert " are NaN in full" not in message, "the named mistake explains the NaN rows"
+        assert all(line.endswith("looks like the same mistake")
+                   or re.search(r"NaN at index .* \((\d+) of \1 elements", line)
+                   or "Nq=1 " in line and "the blocks it visits are not masked" in line
+                   for line in result["failures"]), result["failures"]  # an all-NaN output names nothing
+        assert [r for r in report.results if r["status"] == "failed"] == [result], str(report)
+
+
+def test_a_loop_that_skips_the_diagonal_block_gives_nan_in_the_first_query_block_only():
+    """The model of hi = start_m * BLOCK_M: query block 0 sees no key (0/0), a later block's rows see
+    the keys before their block only, finite and wrong; a case of one query block is all NaN, which the
+    grader never names."""
+    from flashlab.grading.cases import flash_scaled_reference
+    from flashlab.grading.mistakes import DIAGONAL_BLOCK_SKIPPED, MISTAKES
+
+    detector = next(d for name, d in MISTAKES[("ex08_kernel_causal", "flash_forward")]
+                    if name == DIAGONAL_BLOCK_SKIPPED)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 40, 16)).astype(np.float32) for _ in range(3))
+    out = detector(dict(q=q, k=k, v=v, causal=True), dict(BLOCK_M=16, BLOCK_N=16))
+    assert np.isnan(out[0, :16]).all() and np.isfinite(out[0, 16:]).all()
+    right = flash_scaled_reference(q, k, v, causal=True)
+    assert not np.allclose(out[0, 16:], right[0, 16:], atol=1e-3)
+    row = 20  # sees keys 0-15 only: softmax of its scores over them
+    s = q[0, row].astype(np.float64) @ k[0, :16].T.astype(np.float64) / 4.0
+    expected = np.exp(s - s.max()) @ v[0, :16] / np.exp(s - s.max()).sum()
+    np.testing.assert_allclose(out[0, row], expected, rtol=1e-5, atol=1e-6)
+    assert np.isnan(detector(dict(q=q[:, :16], k=k, v=v, causal=True), dict(BLOCK_M=16, BLOCK_N=16))).all()
+
+
+NEW_NAMES = ("stops one block early", "the causal mask is on the wrong side", "the brackets are missing",
+             "without the factor P", "dS has the wrong sign", "D is broadcast along the wrong axis",
+             "D must come from the whole row", "P is recomputed from scores without the scale")
+NOT_NAMED_AS_THESE = [  # (exercise, edits): other mistakes, never given one of the names above
+    ("ex10_tiled_backward", [("p = np.exp(s - lse[..., q0:q1, None])",
+                              "p = np.exp(s - s.max(-1, keepdims=True)); p = p / p.sum(-1, keepdims=True)")]),
+    ("ex10_tiled_backward", [("dk_j += scale * (np.swapaxes(ds, -1, -2) @ q_i)", "dk_j += scale * (ds @ q_i)")]),
+    ("ex10_tiled_backward", [("D = (do * o).sum(axis=-1)", "D = do.sum(axis=-1)")]),
+    ("ex08_kernel_causal", [("qk = tl.where(offs_n[None, :] <= offs_m[:, None]", "qk = tl.where(offs_n[None, :] < "
+                             "offs_m[:, None]")]),
+    ("ex08_kernel_causal", [("qk = tl.dot(q, kt) * qk_scale", "qk = tl.dot(q, kt)")]),
+]
+
+
+@pytest.mark.parametrize("exercise, edits", NOT_NAMED_AS_THESE, ids=["tile softmax", "dk untransposed", "D from dO",
+                                                                    "strict mask", "no scale"])
+def test_other_backward_and_causal_mistakes_do_not_get_these_names(tmp_path, exercise, edits):
+    report = _edited_report(tmp_path, exercise, edits, 3)
+    assert not report.passed and not any(name in str(report) for name in NEW_NAMES), str(report)
 
 
 def test_an_exception_whose_message_cannot_be_printed_is_reported(tmp_path):

@@ -140,6 +140,51 @@ def diagonal_unmasked(kw, blocks):
         return (p @ v / p.sum(axis=-1, keepdims=True)).astype(kw["q"].dtype)
 
 
+DIAGONAL_BLOCK_SKIPPED = ("the causal key loop stops one block early (e.g. hi = start_m * BLOCK_M, not (start_m + 1) "
+                          "* BLOCK_M): the key block holding the diagonal is never visited, so query block 0 sees no "
+                          "key at all (0/0 gives NaN there) and a later row misses the keys from its own block up to "
+                          "its position; the loop must run to one past the block's last query row, "
+                          "min((start_m + 1) * BLOCK_M, N_Q, N_K)")
+CAUSAL_MASK_FLIPPED = ("the causal mask is on the wrong side: it keeps keys j >= i, where query row i sees keys j <= i "
+                       "(tl.where(offs_n[None, :] <= offs_m[:, None], qk, -inf)); a row whose first key block is then "
+                       "fully masked gives exp(-inf - (-inf)) = NaN")
+
+
+def _causal_kernel(upper=None, flipped=False):
+    """Exercise 08's causal kernel with one mistake, block by block as the kernel runs (float64): query
+    block b's loop visits the key blocks that start below ``upper(b, hi, BLOCK_M, BLOCK_N)``, where
+    hi = min(N_K, (b + 1) * BLOCK_M, N_Q) is the right bound (None: hi itself), and masks the keys
+    j > i (``flipped``: j < i). A row whose loop visits no key is 0/0 = NaN; one whose first visited
+    block is fully masked is NaN from exp(-inf - (-inf)). With hi = start_m * BLOCK_M query block 0
+    sees no key, its rows NaN and the later blocks' finite but wrong; a case of one query block gives
+    all NaN, which names nothing (checks._name_mistake)."""
+    def detector(kw, blocks):
+        if not kw.get("causal") or "BLOCK_M" not in blocks or "BLOCK_N" not in blocks:
+            return None
+        q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
+        bm, bn, nq, nk = blocks["BLOCK_M"], blocks["BLOCK_N"], q.shape[-2], k.shape[-2]
+        b = np.arange(nq) // bm  # (Nq,) each row's query block
+        hi = np.minimum(nk, np.minimum((b + 1) * bm, nq))
+        hi = hi if upper is None else np.minimum(nk, upper(b, hi, bm, bn))  # (Nq,) the loop's bound per row
+        rows = np.arange(nq)[:, None]
+        s = _scale(kw) * (q @ np.swapaxes(k, -1, -2))  # (..., Nq, Nk)
+        m = np.full(s.shape[:-1], -np.inf)
+        l, acc = np.zeros(s.shape[:-1]), np.zeros(s.shape[:-1] + (v.shape[-1],))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for k0 in range(0, max(int(hi.max(initial=0)), 0), bn):
+                cols = np.arange(k0, min(k0 + bn, nk))[None, :]
+                visits = (k0 < hi)[:, None]  # (Nq, 1) rows whose loop reaches this block
+                keep = cols >= rows if flipped else cols <= rows
+                s_j = np.where(keep, s[..., k0:k0 + bn], -np.inf)
+                m_new = np.maximum(m, s_j.max(axis=-1))
+                alpha, p = np.exp(m - m_new), np.exp(s_j - m_new[..., None])
+                l = np.where(visits[:, 0], alpha * l + p.sum(axis=-1), l)
+                acc = np.where(visits, alpha[..., None] * acc + p @ v[..., k0:k0 + bn, :], acc)
+                m = np.where(visits[:, 0], m_new, m)
+            return (acc / l[..., None]).astype(kw["q"].dtype)
+    return detector
+
+
 def exp_with_log2e(kw, blocks):
     return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw) * np.log2(np.e))
 
@@ -248,6 +293,10 @@ _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp
                     (SCALE_TWICE, lambda kw, blocks: _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False),
                                                                  _scale(kw) ** 2)))
 
+# the loop bound at the block's first row (hi = start_m * BLOCK_M), or the right bound less one key block
+_CAUSAL_KERNEL = _KERNEL + ((DIAGONAL_BLOCK_SKIPPED, _causal_kernel(lambda b, hi, bm, bn: b * bm)),
+                            (DIAGONAL_BLOCK_SKIPPED, _causal_kernel(lambda b, hi, bm, bn: hi - bn)),
+                            (CAUSAL_MASK_FLIPPED, _causal_kernel(flipped=True)))
 PARTIAL_NO_SCALE = "the partial scores are not multiplied by scale = 1/sqrt(d) (or the scale argument)"
 PARTIAL_NOT_NORMALISED = ("o_part holds acc, not acc / l: each split's partial output is normalised by its own "
                           "sum l before it is stored (the combine weighs it by exp(lse_s - lse))")
@@ -472,6 +521,100 @@ _DQ = ((BWD_NO_DELTA, _dq(delta=False)), (BWD_DQ_UNSCALED, _dq(scale_dq=False)),
        (BWD_OVERWRITTEN, _overwritten("dq")), (BWD_CAUSAL_FLIPPED, _causal_only(_dq(flipped=True))),
        (BWD_DIAGONAL_HIDDEN, _causal_only(_dq(hide_diagonal=True))))
 
+DS_NO_BRACKETS = ("dS = P * dP - D: the brackets are missing; D is subtracted from dP before the product: "
+                  "dS = P * (dP - D[..., None])")
+DS_WITHOUT_P = "dS is dP - D without the factor P: dS = P * (dP - D[..., None])"
+DS_SIGN = "dS has the wrong sign: P * (D - dP), not P * (dP - D)"
+DS_D_PER_COLUMN = ("D is broadcast along the wrong axis (one value per column, D[None, :] or plain D on a square "
+                   "tile): D has one value per row, D[..., None]")
+
+
+def _softmax_backward(brackets=True, times_p=True, sign=1.0, d_axis=-1):
+    """Exercise 09's dS from (p, dp, D) with one mistake, in the input dtype; ``d_axis=-2`` puts D's
+    value i on column i, which only a square tile allows (None otherwise)."""
+    def detector(kw, blocks):
+        p, dp, d = (np.asarray(kw[n], np.float64) for n in ("p", "dp", "D"))
+        if d_axis == -2 and p.shape[-1] != p.shape[-2]:
+            return None
+        d = d[..., None] if d_axis == -1 else d[..., None, :]  # (..., Nq, 1) or (..., 1, Nk)
+        ds = p * dp - d if not brackets else (p if times_p else 1.0) * (dp - d)
+        return (sign * ds).astype(kw["p"].dtype)
+    return detector
+
+
+_SOFTMAX_BACKWARD = ((DS_NO_BRACKETS, _softmax_backward(brackets=False)),
+                     (DS_WITHOUT_P, _softmax_backward(times_p=False)),
+                     (DS_SIGN, _softmax_backward(sign=-1.0)),
+                     (DS_D_PER_COLUMN, _softmax_backward(d_axis=-2)))
+
+P_SCORES_UNSCALED = ("P is recomputed from scores without the scale: P = exp(scale Q_i K_j^T - lse_i), the scores "
+                     "the forward's lse was taken over")
+D_PER_TILE = ("D is computed per key tile (rowsum(P * dP) over the tile's keys, or rowsum(dO * O) with a partial "
+              "O): D must come from the whole row, D = rowsum(dO * O) with the O the forward returned, once, before "
+              "the loops (FlashAttention-2 Algorithm 2, line 4); dV does not use D, which is why it alone is right")
+
+
+def _tiled_backward(kw, d_per_tile=False, delta=True, scale_dq=True, scale_dk=True, hide_diagonal=False,
+                    dq_last_tile=False, last_q_block=(), scale_s=True, chunk=64):
+    """Exercise 10's (dq, dk, dv) with one mistake, float64 inside, in the input dtype; query rows
+    ``chunk`` at a time, so the memory case never holds an Nq x Nk array.
+    d_per_tile: D of row r in key tile j is the sum of P * dP over the tile's keys only.
+    scale_s=False: P = exp(Q K^T - lse), the scale left out of the recomputed scores.
+    dq_last_tile: dQ_i overwritten (=, not +=), so only the last key tile query block i visits
+    counts; last_q_block ("dk", "dv" or both): those accumulators overwritten, so only the last
+    query block counts."""
+    q, k, v, o, do, lse = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do", "lse"))
+    scale, causal = _scale(kw), kw.get("causal", False)
+    nq, nk = q.shape[-2], k.shape[-2]
+    bq, bk = kw.get("block_q", 64), kw.get("block_k", 64)
+    if (d_per_tile or dq_last_tile) and nk <= bk or last_q_block and nq <= bq:
+        return None  # one tile: the mistake changes nothing
+    cols = np.arange(nk)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    last_q0 = (nq - 1) // bq * bq
+    for r0 in range(0, nq, chunk):
+        rows = np.arange(r0, min(r0 + chunk, nq))
+        keep = np.ones((rows.size, nk), bool)
+        if causal:
+            keep = cols[None, :] < rows[:, None] if hide_diagonal else cols[None, :] <= rows[:, None]
+        if dq_last_tile:  # the last key tile each row's query block visits (causal: up to the block's last row)
+            q1 = np.minimum((rows // bq + 1) * bq, nq)  # (rows,)
+            last = (np.minimum(q1 - 1, nk - 1) if causal else np.full(rows.size, nk - 1)) // bk * bk
+            keep_dq = keep & (cols[None, :] >= last[:, None])
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = (scale if scale_s else 1.0) * (q[..., rows, :] @ np.swapaxes(k, -1, -2))  # (..., rows, Nk)
+            p = np.where(keep, np.exp(s - lse[..., rows, None]), 0.0)
+        do_r = do[..., rows, :]  # (..., rows, dv)
+        dp = do_r @ np.swapaxes(v, -1, -2)  # (..., rows, Nk)
+        if not delta:
+            d = 0.0
+        elif d_per_tile:
+            d = np.repeat(np.add.reduceat(p * dp, np.arange(0, nk, bk), axis=-1), bk, axis=-1)[..., :nk]
+        else:
+            d = (do_r * o[..., rows, :]).sum(-1)[..., None]
+        ds = p * (dp - d)  # (..., rows, Nk)
+        dq[..., rows, :] = (scale if scale_dq else 1.0) * (np.where(keep_dq, ds, 0.0) if dq_last_tile else ds) @ k
+        counts = {n: (rows >= last_q0)[:, None] if n in last_q_block else True for n in ("dk", "dv")}  # (rows, 1)
+        dk += (scale if scale_dk else 1.0) * np.swapaxes(np.where(counts["dk"], ds, 0.0), -1, -2) @ q[..., rows, :]
+        dv += np.swapaxes(np.where(counts["dv"], p, 0.0), -1, -2) @ do_r
+    return tuple(t.astype(kw[n].dtype) for t, n in ((dq, "q"), (dk, "k"), (dv, "v")))
+
+
+def _tiled_backward_mistake(**options):
+    return lambda kw, blocks: _tiled_backward(kw, **options)
+
+
+_TILED_BACKWARD = ((D_PER_TILE, _tiled_backward_mistake(d_per_tile=True)),
+                   (BWD_NO_DELTA, _tiled_backward_mistake(delta=False)),
+                   (BWD_DQ_UNSCALED, _tiled_backward_mistake(scale_dq=False)),
+                   (BWD_DK_UNSCALED, _tiled_backward_mistake(scale_dk=False)),
+                   (BWD_OVERWRITTEN, _tiled_backward_mistake(dq_last_tile=True)),
+                   *((BWD_OVERWRITTEN, _tiled_backward_mistake(last_q_block=which))
+                     for which in (("dk", "dv"), ("dk",), ("dv",))),
+                   (BWD_DIAGONAL_HIDDEN, _causal_only(_tiled_backward_mistake(hide_diagonal=True))),
+                   (P_SCORES_UNSCALED, lambda kw, blocks: _tiled_backward(kw, scale_s=False) if _scale(kw) != 1.0
+                    else None))
+
 AUTOGRAD_NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d) (S = scale Q K^T, in forward and backward)"
 AUTOGRAD_ORDER = ("the gradients come back in the wrong order: backward returns one gradient per input of forward, "
                   "in forward's order (dq, dk, dv, then None for causal)")
@@ -584,7 +727,9 @@ MISTAKES = {
     ("ex03_tiled_forward", "tiled_attention"): _TILED_LOOP,
     ("ex05_traffic", "fa2_forward_bytes"): _TRAFFIC,
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
-    ("ex08_kernel_causal", "flash_forward"): _KERNEL,
+    ("ex08_kernel_causal", "flash_forward"): _CAUSAL_KERNEL,
+    ("ex09_backward_pieces", "softmax_backward"): _SOFTMAX_BACKWARD,
+    ("ex10_tiled_backward", "tiled_attention_backward"): _TILED_BACKWARD,
     ("ex14_split_kv_decode", "split_kv_partials"): _PARTIALS,
     ("ex06_triton_primer", "row_softmax"): ((ROWS_BY_LENGTH, rows_by_length),),
     ("ex12_triton_online_softmax", "online_row_softmax"): _ROW_SOFTMAX,
