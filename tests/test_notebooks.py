@@ -101,6 +101,26 @@ def test_every_check_cell_imports_check_itself():
                 assert "from flashlab.grading import check" in source, (path.name, source)
 
 
+def test_every_cell_that_shows_the_library_once_solved_runs_on_its_own():
+    """The cell after a check that prints the library's version (course.source_once_solved) is run
+    right after the check, often alone: every name it reads is imported or defined in the cell."""
+    import ast
+    import builtins
+
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "source_once_solved(" not in source:
+                continue
+            tree = ast.parse(source)
+            bound = {alias.asname or alias.name.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+            bound |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+            read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+            missing = sorted(read - bound - set(dir(builtins)))
+            assert not missing, f"{path.name}: a source_once_solved cell reads {missing} from earlier cells:\n{source}"
+
+
 def test_no_markdown_line_starts_with_a_comparison():
     """A wrapped line that starts with ">=" renders as a block quote, one with "<=" as broken HTML."""
     import re

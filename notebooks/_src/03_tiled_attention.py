@@ -65,6 +65,9 @@ check("ex03_tiled_forward")
 # tracer calls are the bookkeeping; the arithmetic is four lines). Until then it only says so:
 
 # %%
+import flashlab
+from flashlab import course
+
 print(course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention, start="for b in range",
                                 stop="return _outputs"))
 

@@ -126,6 +126,9 @@ check("ex06_triton_primer")
 # Once your check passes, the next cell shows the library's two kernels to compare with yours:
 
 # %%
+from flashlab import course
+from flashlab.kernels import primer
+
 print(course.source_once_solved("ex06_triton_primer", primer._add_kernel, primer._softmax_kernel))
 
 # %% [markdown]

@@ -121,6 +121,9 @@ check("ex08_kernel_causal")
 # per-sequence lengths) through the helpers of `kernels/visible.py`.
 
 # %%
+from flashlab import course
+from flashlab.kernels import flash_fwd
+
 print(course.source_once_solved("ex08_kernel_causal", flash_fwd._fwd_minimal, flash_fwd._dot))
 
 # %% [markdown]

@@ -200,6 +200,7 @@ check("ex13_triton_backward")
 # with yours:
 
 # %%
+from flashlab import course
 from flashlab.kernels import attention, flash_bwd
 
 print(course.source_once_solved("ex13_triton_backward", flash_bwd._bwd_dkdv_inner))
