@@ -126,6 +126,16 @@ BROKEN_CASES = [
      "torch operator hg_test.row_block_fwd"),
     ("autograd_row_block_in_custom_op", "ex15_autograd_flash", "forward_and_backward", "forbidden",
      "torch operator hg_test.row_block_fwd"),
+    # ... or inside a tensor subclass's __torch_dispatch__ (the mode steps aside there too)
+    ("autograd_row_block_in_tensor_subclass", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
+     "tensor type graded_ex15_autograd_flash._Carrier"),
+    ("autograd_row_block_in_tensor_subclass", "ex15_autograd_flash", "forward_and_backward", "forbidden",
+     "tensor type graded_ex15_autograd_flash._Carrier"),
+    # tiles over the docstring's 128 x 256: named as tiles, not as a block of rows against every key
+    ("autograd_tiles_too_large", "ex15_autograd_flash", "flash_forward_lse", "memory",
+     "tiles of 256 x 256 float64 held 2.03 MiB"),
+    ("autograd_tiles_too_large", "ex15_autograd_flash", "forward_and_backward", "memory",
+     "use tiles of at most 128 x 256"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),

@@ -517,7 +517,10 @@ LIVE: list = [None]  # the LiveBytes of the memory case in progress
 
 def _install_torch_mode(policy: str) -> None:
     """Watch every aten operator during the learner's calls (a dispatch mode sees torch.ops.aten.* too)."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    plain = (torch.Tensor, torch.nn.Parameter)  # any other type in an operator's arguments is refused
 
     class Watch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
@@ -533,6 +536,14 @@ def _install_torch_mode(policy: str) -> None:
                         CALLS.append(qual)
                     raise ForbiddenCall(f"{qual} is not one of torch's own operators: the grader cannot see "
                                         "inside it; call torch's operators directly")
+                odd = [t for t in types_ if t not in plain]
+                if odd:
+                    # a tensor subclass's own __torch_dispatch__ runs with the mode popped: unwatched, as above
+                    qual = f"tensor type {odd[0].__module__}.{odd[0].__qualname__}"
+                    if qual not in CALLS:
+                        CALLS.append(qual)
+                    raise ForbiddenCall(f"{qual} is not torch.Tensor: the grader cannot see inside its "
+                                        "__torch_dispatch__; use plain tensors")
                 name = func.overloadpacket.__name__
                 bad = _torch_op_forbidden(name)
                 if bad:
