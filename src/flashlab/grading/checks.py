@@ -437,6 +437,15 @@ def judge_raises(part: Part, case: Case, record: dict) -> dict | None:
     return dict(kind="value", message=f"expected {wanted}; it returned a result instead of refusing the argument")
 
 
+MAX_TILE = (128, 256)  # exercise 15: the largest tile (query rows x key rows) its docstring allows
+
+
+def _shape_in(what: str) -> tuple | None:
+    """The shape at the start of a ``LiveBytes.largest`` description, "(1, 128, 256) float64 from aten.exp"."""
+    found = re.match(r"\((\d+(?:, \d+)*),?\) ", what)
+    return tuple(int(n) for n in found.group(1).split(", ")) if found else None
+
+
 def _live_problem(case: Case, live) -> dict | None:
     """The verdict on the bytes of torch tensors the call held at once (``child.LiveBytes``), counted
     exactly: the same on every run. A record without the count gets no credit."""
@@ -447,8 +456,18 @@ def _live_problem(case: Case, live) -> dict | None:
         return None
     q, k = case.kwargs["q"], case.kwargs["k"]
     itemsize = q.dtype.itemsize
-    largest = [f"{_text(what, 120)} ({n / 2**10:,.0f} KiB)" for n, what in (
-        x for x in live["at_peak"][:3] if isinstance(x, list) and len(x) == 2) if type(n) is int and type(what) is str]
+    at_peak = [(n, what) for n, what in (x for x in live["at_peak"][:3] if isinstance(x, list) and len(x) == 2)
+               if type(n) is int and type(what) is str]
+    largest = [f"{_text(what, 120)} ({n / 2**10:,.0f} KiB)" for n, what in at_peak]
+    shapes = [_shape_in(what) for _, what in at_peak]
+    if shapes and all(s is not None and len(s) >= 2 and k.shape[-2] not in s for s in shapes):  # tiles, not rows
+        rows, cols = shapes[0][-2:]
+        return dict(kind="memory", message=(
+            f"tiles of {rows} x {cols} {str(q.dtype)} held "
+            f"{live['tensor_peak'] / 2**20:.2f} MiB of torch tensors at once; the largest then: {', '.join(largest)} "
+            f"(limit {case.max_live_bytes / 2**20:.2f} MiB, counted exactly: the same on every run). No tensor has "
+            f"Nk = {k.shape[-2]} columns: the tiles are too large, not the wrong shape; use tiles of at most "
+            f"{MAX_TILE[0]} x {MAX_TILE[1]} ({MAX_TILE[0] * MAX_TILE[1]:,} elements), as the stub's docstring says"))
     return dict(kind="memory", message=(
         f"held {live['tensor_peak'] / 2**20:.2f} MiB of torch tensors at once"
         + (f"; the largest then: {', '.join(largest)}" if largest else "")
