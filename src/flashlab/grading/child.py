@@ -28,6 +28,7 @@ import io
 import linecache
 import os
 import sys
+import threading
 import time
 import traceback
 import types
@@ -203,6 +204,144 @@ def install_forbidden() -> None:
     sys.meta_path.insert(0, _ForbidOnImport())
     for module in list(sys.modules.values()):
         forbid_module(module)
+
+
+# ----------------------------------------------------------------------------- threads of the learner's own
+class ThreadPolicy(dict):
+    """``TORCH_POLICY``: its "active" (the torch watch judges the operators it sees) is per thread.
+
+    The grading thread switches it on for the learner's call and off for the grader's own work inside
+    the call (the launch tracker's copies and fills); another thread keeps its own value, on from its
+    start: a thread of the learner's is watched whenever it runs torch (between calls too, so work on
+    the inputs done before the call starts is judged alike), and the grading thread's bookkeeping
+    does not open a window in which it goes unwatched."""
+
+    def __init__(self, **items):
+        super().__init__(**items)
+        self.grading_thread = threading.get_ident()
+        self.local = threading.local()
+
+    def __getitem__(self, key):
+        if key == "active":
+            return getattr(self.local, "active", threading.get_ident() != self.grading_thread)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        if key == "active":
+            self.local.active = value
+        else:
+            super().__setitem__(key, value)
+
+
+class _Started:
+    """A thread the learner's code started: whether it runs under the torch watch, whether it still runs."""
+
+    __slots__ = ("watched", "alive")
+
+    def __init__(self, watched: bool):
+        self.watched, self.alive = watched, True
+
+
+class ThreadWatch:
+    """Threads the learner's code starts run under the grader's torch watch.
+
+    torch's dispatch and function modes are per thread, so a thread of the learner's own would run
+    torch unseen (attention and softmax, exercise 15's count of tensors held at once). Before the
+    learner's module is loaded, ``_thread.start_new_thread`` (threading.Thread, concurrent.futures
+    pools and every other Python thread start through it) is wrapped: a new thread enters fresh
+    copies of the grader's modes before its first line, if torch is watched by then. A thread
+    started before torch was watched (a NumPy exercise imports torch on first use) cannot enter
+    them later: a call during which such a thread was alive, and after which torch is watched, is
+    refused. The grading thread enters the modes at each call, in case another thread imported
+    torch first. Not seen: threads started from C (ctypes and pthread_create), and a learner who
+    unwraps the functions (tampering, as with every in-process watch); torch's own intra-op threads
+    run no Python and are no concern."""
+
+    STARTERS = ("start_new_thread", "start_new", "_start_new_thread")  # in _thread, and threading's alias
+    JOINABLE = ("start_joinable_thread", "_start_joinable_thread")  # Python 3.13+
+
+    def __init__(self):
+        self.unwatched: list = []  # _Started of threads started while torch was not watched
+        self.during: list | None = None  # those alive during the call in progress
+        self.entered = threading.local()
+
+    def install(self) -> None:
+        import _thread
+
+        TORCH_POLICY.grading_thread = threading.get_ident()  # the thread that calls the learner's functions
+        for module in (_thread, threading):
+            for name in self.STARTERS + self.JOINABLE:
+                original = getattr(module, name, None)
+                if original is not None and not getattr(original, "__flashlab_watched__", False):
+                    setattr(module, name, self._wrap(original, joinable=name in self.JOINABLE))
+
+    def _wrap(self, original, joinable: bool):
+        watch = self
+
+        def start(function, *args, **kwargs):
+            started = watch._started()
+            if joinable:  # start_joinable_thread(function, handle=None, daemon=True)
+                return original(lambda: watch._run(started, function, (), {}), *args, **kwargs)
+            call_args = args[0] if args else kwargs.pop("args", ())
+            call_kwargs = (args[1] if len(args) > 1 else kwargs.pop("kwargs", None)) or {}
+            return original(watch._run, (started, function, tuple(call_args), dict(call_kwargs)))
+
+        start.__flashlab_watched__ = True
+        start.__name__ = getattr(original, "__name__", "start_new_thread")
+        start.__doc__ = getattr(original, "__doc__", None)
+        return start
+
+    @staticmethod
+    def _modes():
+        """The grader's torch modes (None while torch is not watched)."""
+        mode, names = TORCH_POLICY["mode"], TORCH_POLICY.get("names")
+        return (mode, names) if mode is not None and names is not None else None
+
+    def _started(self) -> _Started:
+        started = _Started(watched=self._modes() is not None)
+        if not started.watched:
+            self.unwatched = [s for s in self.unwatched if s.alive] + [started]
+            if self.during is not None:
+                self.during.append(started)
+        return started
+
+    def _run(self, started: _Started, function, args: tuple, kwargs: dict):
+        try:
+            started.watched = self.enter() or started.watched
+            return function(*args, **kwargs)
+        finally:
+            started.alive = False
+
+    def enter(self) -> bool:
+        """Enter the grader's modes in the current thread, once (True when this thread is watched)."""
+        modes = self._modes()
+        if modes is None:
+            return False
+        if getattr(self.entered, "done", False):
+            return True
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        if not any(type(m) is type(modes[0]) for m in _get_current_dispatch_mode_stack()):  # not the installer
+            for mode in modes:
+                type(mode)().__enter__()
+        self.entered.done = True
+        return True
+
+    def begin(self) -> None:
+        """Before the learner's call, in the grading thread."""
+        self.enter()
+        self.during = [s for s in self.unwatched if s.alive and not s.watched]
+
+    def end(self) -> str | None:
+        """After the call: a forbidden call to report when torch may have run unwatched in another thread."""
+        during, self.during = self.during or [], None
+        if self._modes() is not None and any(not s.watched for s in during):
+            return ("torch in a thread started before torch was imported (the grader cannot watch torch there: "
+                    "import torch at the top of your module, or start threads inside your function)")
+        return None
+
+
+THREADS = ThreadWatch()
 
 
 # ----------------------------------------------------------------------------- torch and Triton
@@ -402,7 +541,7 @@ class LaunchTracker:
 TRACKER: LaunchTracker | None = None
 DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
 DERIVED_MAX_BYTES = 32 << 20
-TORCH_POLICY = {"mode": None, "active": False, "strict": False}
+TORCH_POLICY = ThreadPolicy(mode=None, names=None, active=False, strict=False)
 
 
 def _torch_op_forbidden(name: str) -> bool:
@@ -432,9 +571,9 @@ class LiveBytes:
     kept by the allocator is reused without a trace.
 
     Not counted here: memory torch does not allocate (NumPy arrays, ctypes, ``mmap``: the resident
-    size measured from outside sees them), operators run in a thread of the learner's own (a
-    dispatch mode is per thread) or with the dispatch mode switched off (tampering, as with every
-    in-process watch)."""
+    size measured from outside sees them), operators run in a thread started from C (threads started
+    in Python enter the dispatch mode: :class:`ThreadWatch`) or with the dispatch mode switched off
+    (tampering, as with every in-process watch)."""
 
     TOP = 3  # the largest storages live at the peak, named in the report
 
@@ -571,7 +710,9 @@ def _install_torch_mode(policy: str) -> None:
                 raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
             return func(*args, **(kwargs or {}))
 
-    Names().__enter__()
+    names = Names()
+    names.__enter__()
+    TORCH_POLICY["names"] = names
 
 
 class _WatchTorchOnImport(importlib.abc.MetaPathFinder):
@@ -1113,6 +1254,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         guard.install()
     if measure_live:
         LIVE[0] = LiveBytes(inputs)
+    THREADS.begin()
     TORCH_POLICY["active"] = True
     try:
         value = func(**kwargs)
@@ -1126,6 +1268,9 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["where"] = _learner_frame(exc, filenames)
     finally:
         TORCH_POLICY["active"] = False
+        unwatched = THREADS.end()
+        if unwatched and unwatched not in CALLS:
+            CALLS.append(unwatched)
         if measure_live:
             record["live"] = _live_record(LIVE[0])
             LIVE[0] = None
@@ -1220,6 +1365,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
                     import torch  # noqa: F401
                 except ImportError:
                     pass
+        THREADS.install()  # threads the learner's module starts run under the torch watch
         install_forbidden()
         dropped = drop_privileges(job.get("drop_uid"))
         confined = bool(job.get("home")) and confine.confine_files(job["home"], job.get("hidden") or ())
