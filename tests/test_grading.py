@@ -1588,3 +1588,36 @@ def test_a_required_kernel_launched_from_another_module_is_named_as_such(tmp_pat
     failure = report.results[0]["failure"]
     assert report.results[0]["status"] == "failed", report.results[0]
     assert "launched a kernel add_kernel defined in module helpers, not in your exercise file" in failure["message"], failure
+
+
+def _fake_report(parts: dict, points: dict, hint=None):
+    from types import SimpleNamespace
+
+    from flashlab.grading.report import Report
+
+    results = {name: dict(function=name, status=status, earned=earned, points=points[name], hints=["a", "b", "c"],
+                          failure=dict(hint=2) if status == "failed" else None, exercise="ex04_causal_tiles")
+               for name, (status, earned) in parts.items()}
+    exercise = SimpleNamespace(name="selftest", title="self-tests", points=sum(points.values()))
+    return Report([(exercise, results)], hint=hint)
+
+
+def test_score_table_counts_parts_per_status_and_aligns_fractional_points():
+    parts = {"q1": ("passed", 0.25), "q2": ("failed", 0)} | {f"n{i}": ("not attempted", 0) for i in range(42)}
+    points = {"q1": 0.25, "q2": 0.25} | {f"n{i}": 0.25 for i in range(42)}
+    table = _fake_report(parts, points).table().splitlines()
+    assert table[1].split() == ["selftest", "0.25/11", "1", "passed,", "1", "failed,", "42", "not", "attempted"], table
+    ends = {table[0].index("points") + len("points")} | {
+        line.index("/") + 1 + len(line.split("/")[1].split()[0]) for line in table[1:]}
+    assert len(ends) == 1, "the points column is not right-aligned:\n" + "\n".join(table)
+
+
+def test_json_lists_the_hints_each_part_shows_the_pointed_one_at_the_default_level():
+    report = _fake_report({"f": ("failed", 0), "p": ("passed", 1)}, {"f": 1, "p": 1})
+    data = report.to_dict()
+    parts = {p["function"]: p for p in data["exercises"][0]["parts"]}
+    assert data["hint"] == 1  # the level: the default
+    assert parts["f"]["hints_shown"] == [2] and parts["p"]["hints_shown"] == []
+    asked = _fake_report({"f": ("failed", 0)}, {"f": 1}, hint=1).to_dict()
+    assert asked["exercises"][0]["parts"][0]["hints_shown"] == [2, 1]
+

@@ -100,9 +100,13 @@ class Report:
                     output=f"score: {self.score}/{self.total} points", visibility="visible")
 
     def to_dict(self) -> dict:
+        """``--json``: "hint" is the report's hint level (:meth:`hint_level`: the level asked for, else 1),
+        not which hints a part shows: each part's "hints_shown" lists those numbers, in the order shown
+        (a part's pointed hint, "hint 2 of 3, for this check", can show at the default level 1)."""
         return dict(score=self.score, total=self.total, passed=self.passed, hint=self.hint_level(),
                     exercises=[dict(name=e.name, title=e.title, score=sum(r["earned"] for r in rs.values()),
-                                    total=e.points, parts=list(rs.values())) for e, rs in self.graded])
+                                    total=e.points, parts=[dict(r, hints_shown=self.displayed_hints(r))
+                                                           for r in rs.values()]) for e, rs in self.graded])
 
     # -- text
     def hint_level(self, r: dict | None = None) -> int:
@@ -134,11 +138,19 @@ class Report:
                 shown.add(missing[0])
         return sorted(shown, key=lambda n: (n != pointed, n))
 
-    def _hints(self, r: dict) -> list[str]:
-        """The part's hints (:meth:`shown_hints`), then how to see the next one. A part not
-        attempted yet shows them only when a level was asked for."""
+    def displayed_hints(self, r: dict) -> list[int]:
+        """The numbers of the hints the report shows for part ``r``, in the order shown (``--json``'s
+        "hints_shown" of each part): :meth:`shown_hints` for a failing part, and for a part not
+        attempted yet only when a level was asked for; none for a part that passed."""
+        return self.shown_hints(r) if self._shows_hints(r) else []
+
+    def _shows_hints(self, r: dict) -> bool:
         asked = self.hint is not None or self.more > 0
-        if not r["hints"] or not (r["status"] == "failed" or r["status"] == "not attempted" and asked):
+        return bool(r["hints"]) and (r["status"] == "failed" or r["status"] == "not attempted" and asked)
+
+    def _hints(self, r: dict) -> list[str]:
+        """The part's hints (:meth:`displayed_hints`), then how to see the next one."""
+        if not self._shows_hints(r):
             return []
         shown, pointed, count = self.shown_hints(r), self.check_hint(r), len(r["hints"])
         lines = [f"hint {n} of {count}, for this check: {r['hints'][n - 1]}" if n == pointed
@@ -210,14 +222,32 @@ class Report:
 
     __repr__ = __str__
 
+    STATUS_ORDER = ("passed", "public passed", "failed", "not attempted")
+
+    @staticmethod
+    def _number(x) -> str:
+        """Points as written: 3, 0.25, 11 (11.0 loses its .0)."""
+        return f"{x:g}" if isinstance(x, float) else str(x)
+
+    @classmethod
+    def status_counts(cls, results: dict) -> str:
+        """How many parts have each status: "1 passed, 1 failed, 42 not attempted"."""
+        statuses = [r["status"] for r in results.values()]
+        order = list(cls.STATUS_ORDER) + sorted(set(statuses) - set(cls.STATUS_ORDER))
+        return ", ".join(f"{statuses.count(s)} {s}" for s in order if s in statuses)
+
     def table(self) -> str:
-        """One line per exercise: the CLI's score table."""
-        rows = [f"{'exercise':<26} {'points':>7}  status"]
+        """One line per exercise: the CLI's score table (points earned/possible in one right-aligned
+        column, then how many parts have each status)."""
+        lines = []
         for exercise, results in self.graded:
             earned = sum(r["earned"] for r in results.values())
-            states = sorted({r["status"] for r in results.values()})
-            rows.append(f"{exercise.name:<26} {earned:>3}/{exercise.points:<3}  {', '.join(states)}")
-        rows.append(f"{'total':<26} {self.score:>3}/{self.total:<3}")
+            lines.append((exercise.name, f"{self._number(earned)}/{self._number(exercise.points)}",
+                          self.status_counts(results)))
+        lines.append(("total", f"{self._number(self.score)}/{self._number(self.total)}", ""))
+        width = max(len("points"), *(len(points) for _, points, _ in lines))
+        rows = [f"{'exercise':<26} {'points':>{width}}  status"]
+        rows += [f"{name:<26} {points:>{width}}  {status}".rstrip() for name, points, status in lines]
         return "\n".join(rows)
 
     # -- HTML
