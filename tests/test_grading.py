@@ -1621,3 +1621,17 @@ def test_json_lists_the_hints_each_part_shows_the_pointed_one_at_the_default_lev
     asked = _fake_report({"f": ("failed", 0)}, {"f": 1}, hint=1).to_dict()
     assert asked["exercises"][0]["parts"][0]["hints_shown"] == [2, 1]
 
+
+def test_causal_tile_cases_say_what_is_true_of_each_case():
+    import numpy as np
+
+    from flashlab.grading import cases
+
+    for seed in range(20):
+        for case in cases.tile_skip_hidden(np.random.default_rng(seed)):
+            kw = case.kwargs
+            ragged = (kw["i"] + 1) * kw["block_q"] > kw["nq"]
+            assert case.hint == (2 if ragged else 1), (case.label, case.hint)
+            assert ("ragged" in case.why) == ragged, (case.label, case.why)
+            if "block_q" in case.why:
+                assert ("block_q == block_k" in case.why) == (kw["block_q"] == kw["block_k"]), (case.label, case.why)

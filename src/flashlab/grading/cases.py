@@ -351,6 +351,17 @@ def tile_skip_public(rng):
                  hint=2 if (i + 1) * bq > nq else None) for i, j, bq, bk, nq in rows]  # a ragged block: hint 2
 
 
+def tile_skip_why(i, j, bq, bk, nq) -> tuple[str, int]:
+    """(why, hint) of one causal_tile_skipped case, from what is true of it: a ragged query block
+    points at hint 2 (its last row is nq - 1), a full one at hint 1."""
+    last = min((i + 1) * bq, nq) - 1
+    block = (f"ragged last query block (rows {i * bq}..{last}: nq = {nq} ends it before {(i + 1) * bq - 1})"
+             if (i + 1) * bq > nq else f"full query block (rows {i * bq}..{last})")
+    sizes = "block_q == block_k" if bq == bk else "block_q != block_k"
+    return (f"{block}, {sizes}: its last query row is {last}, the tile's first key column {j * bk}",
+            2 if (i + 1) * bq > nq else 1)
+
+
 def tile_skip_hidden(rng):
     cases = []
     for _ in range(10):
@@ -358,9 +369,9 @@ def tile_skip_hidden(rng):
         nq = int(rng.integers(1, 200))
         i = int(rng.integers(0, -(-nq // bq)))
         j = int(rng.integers(0, max(1, (i + 2) * bq // bk + 1)))
+        why, hint = tile_skip_why(i, j, bq, bk, nq)
         cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}",
-                          dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq),
-                          why="ragged last query block, block_q != block_k", hint=2))
+                          dict(i=i, j=j, block_q=bq, block_k=bk, nq=nq), why=why, hint=hint))
     for _ in range(3):  # j * block_k equal to the last query row (computed), then one block later (skipped)
         bk = int(rng.choice([2, 3, 5]))
         last = bk * int(rng.integers(1, 40))
@@ -370,7 +381,9 @@ def tile_skip_hidden(rng):
         for j in (last // bk, last // bk + 1):
             cases.append(Case(f"i={i} j={j} block_q={bq} block_k={bk} nq={nq}", dict(i=i, j=j, block_q=bq,
                               block_k=bk, nq=nq), why="boundary: the tile's first key column is the "
-                              "block's last query row (computed) or one past it (skipped)", hint=1))
+                              "block's last query row (computed) or one past it (skipped)"
+                              + ("; the query block is ragged (nq ends it)" if (i + 1) * bq > nq else ""),
+                              hint=2 if (i + 1) * bq > nq else 1))
     return cases
 
 
