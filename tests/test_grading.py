@@ -144,6 +144,13 @@ BROKEN_CASES = [
      "tiles of 256 x 256 float64 held 2.03 MiB"),
     ("autograd_tiles_too_large", "ex15_autograd_flash", "forward_and_backward", "memory",
      "use tiles of at most 128 x 256"),
+    # the work handed to NumPy, where no count of torch tensors sees it: refused as a bridge out of torch
+    ("autograd_naive_in_numpy_pool", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
+     "Tensor.numpy (exercise 15 computes with torch tensors"),
+    ("autograd_naive_in_numpy_pool", "ex15_autograd_flash", "forward_and_backward", "forbidden",
+     "Tensor.numpy (exercise 15 computes with torch tensors"),
+    ("autograd_row_block_in_numpy", "ex15_autograd_flash", "forward_and_backward", "forbidden",
+     "Tensor.__array__ (exercise 15 computes with torch tensors"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),

@@ -255,7 +255,7 @@ class Session:
         header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"),
                       gradients_from=part.gradients_from, row_padding=dict(case.row_padding or {}),
-                      measure_live=case.max_live_bytes is not None)
+                      measure_live=case.max_live_bytes is not None, torch_only=part.torch_only)
         child = self.child
         try:
             # measured from before the inputs are sent: work done with them before 'ready' counts too
@@ -486,7 +486,7 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if record.get("not_implemented") is not None:
         return dict(kind="not_implemented", message=_text(record["not_implemented"], 300),
                     where=_where(record.get("where")))
-    calls = [str(c)[:120] for c in (record.get("forbidden_calls") or [])][:5]
+    calls = [str(c)[:200] for c in (record.get("forbidden_calls") or [])][:5]
     if calls:
         return dict(kind="forbidden", message=(f"called {', '.join(calls)} instead of implementing {part.function}: "
                                                "not rewarded; write the computation yourself"))

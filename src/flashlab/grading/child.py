@@ -541,7 +541,36 @@ class LaunchTracker:
 TRACKER: LaunchTracker | None = None
 DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
 DERIVED_MAX_BYTES = 32 << 20
-TORCH_POLICY = ThreadPolicy(mode=None, names=None, active=False, strict=False)
+# torch_only: the part computes with torch tensors (exercise 15): the bridges from a tensor to another
+# array library are refused in the learner's calls (TORCH_BRIDGES)
+TORCH_POLICY = ThreadPolicy(mode=None, names=None, active=False, strict=False, torch_only=False)
+# Tensor methods that hand a tensor's memory or values to another library (NumPy, DLPack, ctypes, Python
+# lists) or run a Python callback per element: in a torch_only part the work would leave the grader's sight
+# (LiveBytes counts torch's operators only). What each reaches __torch_function__ as, under torch 2.13: the
+# method itself (np.asarray(t) and np.array(t) via Tensor.__array__, np.from_dlpack(t) via Tensor.__dlpack__,
+# pickle and torch.save via TensorBase.untyped_storage); torch.utils.dlpack.to_dlpack (torch._C._to_dlpack)
+# does not reach it and is wrapped instead (_forbid_dlpack_functions).
+TORCH_BRIDGES = ("numpy", "__array__", "__array_interface__", "__array_struct__", "__cuda_array_interface__",
+                 "__dlpack__", "data_ptr", "untyped_storage", "storage", "_typed_storage", "tolist",
+                 "apply_", "map_", "map2_")
+
+
+def _bridge_refused(name: str) -> None:
+    """In a torch_only part's watched call: refuse ``Tensor.<name>`` as a forbidden call."""
+    _bridge_forbidden(f"Tensor.{name}")
+
+
+def _bridge_forbidden(qual: str) -> None:
+    why = (f"exercise 15 computes with torch tensors: {qual} moves the work out of the grader's sight; keep the "
+           "tiles as torch tensors")
+    shown = f"{qual} ({why})"  # the report names the call with this
+    if shown not in CALLS:
+        CALLS.append(shown)
+    raise ForbiddenCall(why)
+
+
+def _bridge_watched() -> bool:
+    return TORCH_POLICY["active"] and TORCH_POLICY["torch_only"]
 
 
 def _torch_op_forbidden(name: str) -> bool:
@@ -692,13 +721,53 @@ def _install_torch_mode(policy: str) -> None:
                     raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
             out = func(*args, **(kwargs or {}))
             if LIVE[0] is not None and TORCH_POLICY["active"]:
-                LIVE[0].after(func, args, kwargs or {}, out)
+                TORCH_POLICY["active"] = False  # the grader's own untyped_storage() calls, not the learner's
+                try:
+                    LIVE[0].after(func, args, kwargs or {}, out)
+                finally:
+                    TORCH_POLICY["active"] = True
             return out
 
     mode = Watch()
     mode.__enter__()
     TORCH_POLICY["mode"] = mode
     from torch.overrides import TorchFunctionMode
+
+    bridges = {}  # the function torch hands __torch_function__ -> its name in TORCH_BRIDGES
+    for cls in (torch.Tensor, torch._C.TensorBase):
+        for name in TORCH_BRIDGES:
+            attr = vars(cls).get(name)
+            if attr is None:
+                continue
+            bridges[attr] = name
+            if hasattr(attr, "__get__") and not callable(attr):  # a property: its getter is what arrives
+                bridges[attr.__get__] = name
+    # the backward pass runs the learner's Function.backward (and hooks) inside Tensor.backward /
+    # torch.autograd.backward / grad, whose __torch_function__ runs with this mode popped: the engine's
+    # run_backward (called from them, not through __torch_function__) pushes it again
+    from torch.autograd import variable
+
+    passes = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
+
+    class Repush:
+        def __init__(self, engine, mode):
+            self.engine, self.mode = engine, mode
+
+        def run_backward(self, *args, **kwargs):
+            with self.mode:
+                return self.engine.run_backward(*args, **kwargs)
+
+        def __getattr__(self, attr):
+            return getattr(self.engine, attr)
+
+    def bridge_name(func):
+        try:
+            name = bridges.get(func)
+            if name is None and type(getattr(func, "__self__", None)) is property:
+                name = bridges.get(func.__self__)
+            return name
+        except TypeError:  # unhashable
+            return None
 
     class Names(TorchFunctionMode):  # the public name (F.scaled_dot_product_attention), before it decomposes
         def __torch_function__(self, func, types_, args=(), kwargs=None):
@@ -708,11 +777,44 @@ def _install_torch_mode(policy: str) -> None:
                 if qual not in CALLS:
                     CALLS.append(qual)
                 raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
+            if _bridge_watched():
+                bridge = bridge_name(func)
+                if bridge is not None:
+                    _bridge_refused(bridge)
+                if func in passes:
+                    engine = variable.Variable._execution_engine
+                    variable.Variable._execution_engine = Repush(engine, self)
+                    try:
+                        return func(*args, **(kwargs or {}))
+                    finally:
+                        variable.Variable._execution_engine = engine
             return func(*args, **(kwargs or {}))
 
     names = Names()
     names.__enter__()
     TORCH_POLICY["names"] = names
+    _forbid_dlpack_functions(torch)
+
+
+def _forbid_dlpack_functions(torch) -> None:
+    """torch.utils.dlpack.to_dlpack (torch._C._to_dlpack, torch.to_dlpack) does not reach
+    __torch_function__: in a torch_only part's watched call it is refused by a wrapper."""
+    import torch.utils.dlpack as dlpack
+
+    for module, attr in ((torch._C, "_to_dlpack"), (torch._C, "_to_dlpack_versioned"), (torch, "to_dlpack"),
+                         (dlpack, "to_dlpack")):
+        original = getattr(module, attr, None)
+        if original is None or getattr(original, "_flashlab_bridge", False):
+            continue
+
+        def refusing(*args, _original=original, **kwargs):
+            if _bridge_watched():
+                _bridge_forbidden("torch.utils.dlpack.to_dlpack")
+            return _original(*args, **kwargs)
+
+        refusing._flashlab_bridge = True
+        refusing.__name__ = getattr(original, "__name__", attr)
+        setattr(module, attr, refusing)
 
 
 class _WatchTorchOnImport(importlib.abc.MetaPathFinder):
@@ -1236,9 +1338,11 @@ class GradientGuard:
 
 
 def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
-         guard: GradientGuard | None = None, measure_live: bool = False) -> tuple[dict, list]:
+         guard: GradientGuard | None = None, measure_live: bool = False,
+         torch_only: bool = False) -> tuple[dict, list]:
     """Call the learner's function; (record of what happened, buffers of the returned value).
-    ``measure_live``: count the bytes the call holds at once (:class:`LiveBytes`) into record["live"]."""
+    ``measure_live``: count the bytes the call holds at once (:class:`LiveBytes`) into record["live"].
+    ``torch_only``: refuse the bridges from torch tensors to other array libraries (TORCH_BRIDGES)."""
     out = BoundedText()
     CALLS.clear()
     inputs = [v for v in kwargs.values() if hasattr(v, "untyped_storage")]
@@ -1249,6 +1353,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     start = time.perf_counter()
     sys.stdout = sys.stderr = out
     TORCH_POLICY["strict"] = verify_launch is not None
+    TORCH_POLICY["torch_only"] = torch_only
     gc.freeze()  # a collection during the call walks only its own objects (the grader measures what it touches)
     if guard is not None:
         guard.install()
@@ -1267,7 +1372,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["traceback"] = _traceback(exc, filenames)
         record["where"] = _learner_frame(exc, filenames)
     finally:
-        TORCH_POLICY["active"] = False
+        TORCH_POLICY["active"] = TORCH_POLICY["torch_only"] = False
         unwatched = THREADS.end()
         if unwatched and unwatched not in CALLS:
             CALLS.append(unwatched)
@@ -1416,7 +1521,8 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         grads = header.get("gradients_from") or ""
         guard = GradientGuard(namespace.get(grads), grads) if grads else None
         record, result_buffers = call(func, kwargs, filenames, must if header.get("tensors") and must else None,
-                                      guard, measure_live=bool(header.get("measure_live")))
+                                      guard, measure_live=bool(header.get("measure_live")),
+                                      torch_only=bool(header.get("torch_only")))
         wire.send(fd_out, dict(record, op="result"), result_buffers)
         del record, result_buffers, kwargs, func, guard
         _give_back_freed_memory()

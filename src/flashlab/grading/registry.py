@@ -317,7 +317,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              cases.lse_forward_public, cases.lse_forward_hidden, _TILED_HINTS[:2] + (
                  "exercise 03's loop in torch (transpose(-1, -2), amax, masked_fill), plus, after each query "
                  "block's key loop: lse[..., q0:q1] = m_i + torch.log(l_i)",),
-             outputs=("o", "lse"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=30.0),
+             outputs=("o", "lse"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=30.0, torch_only=True),
         Part("forward_and_backward", "autograd Function: o, dq, dk, dv", 3, cases.grads_reference,
              cases.grads_public, cases.grads_hidden, (
                  "forward runs flash_forward_lse and saves q, k, v, o, lse with ctx.save_for_backward; backward "
@@ -329,7 +329,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v)); o = "
                  "FlashAttention2.apply(q, k, v, causal); o.backward(do); return o.detach(), q.grad, k.grad, v.grad"),
              outputs=("o", "dq", "dk", "dv"), tolerance=dict(GRAD_TOLERANCE), tensors=True, time_limit_s=120.0,
-             gradients_from="FlashAttention2"),
+             gradients_from="FlashAttention2", torch_only=True),
     )),
 )}
 

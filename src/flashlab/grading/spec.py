@@ -74,6 +74,9 @@ class Part:
     # a torch.autograd.Function in the learner's module whose backward must compute the returned
     # gradients (the outputs after the first); autograd may not differentiate anything else
     gradients_from: str = ""
+    # the part computes with torch tensors: Tensor.numpy, __array__, __dlpack__, data_ptr, untyped_storage,
+    # tolist (child.TORCH_BRIDGES) are refused in its calls, so the work stays where the grader counts it
+    torch_only: bool = False
     time_limit_s: float = 10.0  # per case
     # known mistakes, (what the mistake is, fn(case kwargs, launch constexprs) -> the mistaken output)
     mistakes: tuple = ()
