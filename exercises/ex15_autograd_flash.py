@@ -3,7 +3,9 @@
 Grade with ``check("ex15_autograd_flash")`` (hints: ``hint=1``, ``2``, ``3``). torch only: no
 torch.nn.functional attention and no torch softmax (the online softmax is the exercise), no
 flashlab functions, and the backward must be yours (autograd never differentiates through your
-forward: only FlashAttention2.backward runs).
+forward: only FlashAttention2.backward runs). The tiles stay torch tensors: moving them to NumPy or
+another library (.numpy(), np.asarray, DLPack, .tolist(), data_ptr, untyped_storage) is refused
+while grading, in forward and in backward.
 
 forward follows FlashAttention-2's Algorithm 1 (Dao, 2023), lines 1-17, in tiles of Q_TILE query
 rows by K_TILE key rows, and saves for backward the row log-sum-exp L = m + log(l) (line 13),
