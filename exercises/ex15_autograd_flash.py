@@ -4,8 +4,9 @@ Grade with ``check("ex15_autograd_flash")`` (hints: ``hint=1``, ``2``, ``3``). t
 torch.nn.functional attention and no torch softmax (the online softmax is the exercise), no
 flashlab functions, and the backward must be yours (autograd never differentiates through your
 forward: only FlashAttention2.backward runs). The tiles stay torch tensors: moving them to NumPy or
-another library (.numpy(), np.asarray, DLPack, .tolist(), data_ptr, untyped_storage) is refused
-while grading, in forward and in backward.
+another library (.numpy(), np.asarray, DLPack, .tolist(), data_ptr, untyped_storage, ctypes) is
+refused while grading, in forward and in backward, and so is reading more than 4096 numbers into
+Python one at a time (.item(), float(t); a truth value per tile, as in `if mask.any():`, is fine).
 
 forward follows FlashAttention-2's Algorithm 1 (Dao, 2023), lines 1-17, in tiles of Q_TILE query
 rows by K_TILE key rows, and saves for backward the row log-sum-exp L = m + log(l) (line 13),

@@ -151,6 +151,11 @@ BROKEN_CASES = [
      "Tensor.numpy (exercise 15 computes with torch tensors"),
     ("autograd_row_block_in_numpy", "ex15_autograd_flash", "forward_and_backward", "forbidden",
      "Tensor.__array__ (exercise 15 computes with torch tensors"),
+    # ... without a bridge method: values copied one .item() at a time, or memory read through ctypes
+    ("autograd_row_block_via_item", "ex15_autograd_flash", "forward_and_backward", "forbidden",
+     "reading more than 4096 numbers (.item(), float(t)) into Python one at a time"),
+    ("autograd_row_block_via_ctypes", "ex15_autograd_flash", "forward_and_backward", "forbidden",
+     "reading memory through ctypes"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),

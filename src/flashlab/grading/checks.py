@@ -486,7 +486,7 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if record.get("not_implemented") is not None:
         return dict(kind="not_implemented", message=_text(record["not_implemented"], 300),
                     where=_where(record.get("where")))
-    calls = [str(c)[:200] for c in (record.get("forbidden_calls") or [])][:5]
+    calls = [str(c)[:300] for c in (record.get("forbidden_calls") or [])][:5]
     if calls:
         if all("(" in c for c in calls):  # each says why itself (exercise 15's bridges out of torch, threads)
             return dict(kind="forbidden", message=f"called {', '.join(calls)}: not rewarded")

@@ -555,14 +555,43 @@ TORCH_BRIDGES = ("numpy", "__array__", "__array_interface__", "__array_struct__"
                  "apply_", "map_", "map2_")
 
 
+# Values read one at a time into Python (Tensor.item, float(t), int(t), bool(t): aten._local_scalar_dense)
+# would move the work out of sight as the bridges do, element by element. A torch_only call may read at most
+# SCALAR_READ_LIMIT numbers (floating-point or integer tensors: the inputs' values, or their bits viewed as
+# integers) and BOOL_READ_LIMIT truth values (an `if` on a tile's mask); the memory case's inputs hold
+# about 67,000 numbers, its keys alone 32,768.
+SCALAR_READ_LIMIT = 4096
+BOOL_READ_LIMIT = 1 << 18
+SCALAR_READS = {"numbers": 0, "truths": 0}  # in the call in progress
+
+
+def _count_scalar_read(tensor) -> None:
+    """A torch_only call read one value of ``tensor`` into Python: refuse it past the limits."""
+    import torch
+
+    kind = "truths" if getattr(tensor, "dtype", None) is torch.bool else "numbers"
+    SCALAR_READS[kind] += 1
+    limit = BOOL_READ_LIMIT if kind == "truths" else SCALAR_READ_LIMIT
+    if SCALAR_READS[kind] > limit:
+        what = "truth values (bool(t))" if kind == "truths" else "numbers (.item(), float(t))"
+        _bridge_forbidden("Tensor.item", f"reading more than {limit} {what} into Python one at a time")
+
+
+def _audit_ctypes(event: str, args) -> None:
+    """An audit hook (it cannot be removed): in a torch_only call, ctypes reaches memory without torch."""
+    if event.startswith("ctypes.") and _bridge_watched():
+        _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
+
+
 def _bridge_refused(name: str) -> None:
     """In a torch_only part's watched call: refuse ``Tensor.<name>`` as a forbidden call."""
     _bridge_forbidden(f"Tensor.{name}")
 
 
-def _bridge_forbidden(qual: str) -> None:
-    why = (f"exercise 15 computes with torch tensors: {qual} moves the work out of the grader's sight; keep the "
-           "tiles as torch tensors")
+def _bridge_forbidden(qual: str, what: str | None = None) -> None:
+    """Refuse ``qual`` (what the learner called; ``what``: what it did, if not the call itself)."""
+    why = (f"exercise 15 computes with torch tensors: {what or qual} moves the work out of the grader's sight; "
+           "keep the tiles as torch tensors")
     shown = f"{qual} ({why})"  # the report names the call with this
     if shown not in CALLS:
         CALLS.append(shown)
@@ -713,6 +742,8 @@ def _install_torch_mode(policy: str) -> None:
                     raise ForbiddenCall(f"{qual} is not torch.Tensor: the grader cannot see inside its "
                                         "__torch_dispatch__; use plain tensors")
                 name = func.overloadpacket.__name__
+                if name == "_local_scalar_dense" and _bridge_watched():
+                    _count_scalar_read(args[0] if args else None)
                 bad = _torch_op_forbidden(name)
                 if bad:
                     qual = f"torch aten.{name}"
@@ -794,6 +825,7 @@ def _install_torch_mode(policy: str) -> None:
     names.__enter__()
     TORCH_POLICY["names"] = names
     _forbid_dlpack_functions(torch)
+    sys.addaudithook(_audit_ctypes)
 
 
 def _forbid_dlpack_functions(torch) -> None:
@@ -1345,6 +1377,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     ``torch_only``: refuse the bridges from torch tensors to other array libraries (TORCH_BRIDGES)."""
     out = BoundedText()
     CALLS.clear()
+    SCALAR_READS.update(numbers=0, truths=0)
     inputs = [v for v in kwargs.values() if hasattr(v, "untyped_storage")]
     if TRACKER is not None:
         TRACKER.reset(inputs, verify_launch or ())
