@@ -541,6 +541,9 @@ class LaunchTracker:
 TRACKER: LaunchTracker | None = None
 DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
 DERIVED_MAX_BYTES = 32 << 20
+# a derived input larger than twice the largest input (and this many elements more: a copy padded to a
+# whole block) is no preparation of the inputs but a product of them (S, P, dS: Nq x Nk)
+DERIVED_SLACK = 256
 # torch_only: the part computes with torch tensors (exercise 15): the bridges from a tensor to another
 # array library are refused in the learner's calls (TORCH_BRIDGES)
 TORCH_POLICY = ThreadPolicy(mode=None, names=None, active=False, strict=False, torch_only=False)
@@ -602,17 +605,30 @@ def _bridge_watched() -> bool:
     return TORCH_POLICY["active"] and TORCH_POLICY["torch_only"]
 
 
-def _torch_op_forbidden(name: str) -> bool:
-    """Attention and softmax are always forbidden; in a part that must launch a kernel, matmuls too,
-    and once the learner's kernel has been launched in the call, anything but allocation, views
-    and copies (torch may prepare inputs, e.g. D = rowsum(dO * O), never finish the result)."""
+def _torch_op_forbidden(name: str, args: tuple = ()) -> bool:
+    """Attention and softmax are always forbidden; in a part that must launch a kernel, matmuls too
+    (but a batch of dot products, one number per pair of rows: D = rowsum(dO * O) written as
+    einsum("zmd,zmd->zm", do, o) runs as a bmm of (1, d) by (d, 1)), and once the learner's kernel has
+    been launched in the call, anything but allocation, views and copies (torch may prepare inputs,
+    never finish the result)."""
     if any(w in name for w in TORCH_DENIED_WORDS):
         return True
     if not TORCH_POLICY["strict"]:
         return False
     if TRACKER is not None and any(launch["kernel"] in TRACKER.required for launch in TRACKER.launches):
         return name not in TORCH_ALLOWED
-    return name in TORCH_MATMULS
+    return name in TORCH_MATMULS and not _row_dots(name, args)
+
+
+def _row_dots(name: str, args: tuple) -> bool:
+    """A matmul whose every product is one number: (..., 1, d) @ (..., d, 1), or a single dot."""
+    if name in ("dot", "vdot"):
+        return True
+    if name not in ("mm", "bmm", "addmm", "baddbmm"):
+        return False
+    pair = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
+    shapes = [tuple(getattr(a, "shape", ())) for a in pair]
+    return len(shapes) == 2 and all(len(sh) >= 2 for sh in shapes) and shapes[0][-2] == 1 and shapes[1][-1] == 1
 
 
 class LiveBytes:
@@ -744,7 +760,7 @@ def _install_torch_mode(policy: str) -> None:
                 name = func.overloadpacket.__name__
                 if name == "_local_scalar_dense" and _bridge_watched():
                     _count_scalar_read(args[0] if args else None)
-                bad = _torch_op_forbidden(name)
+                bad = _torch_op_forbidden(name, args)
                 if bad:
                     qual = f"torch aten.{name}"
                     if qual not in CALLS:
@@ -1428,7 +1444,14 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         import numpy as np
 
         kept = TRACKER.derived + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
-        if len(kept) > DERIVED_MAX_COUNT or sum(a.nbytes for a in kept) > DERIVED_MAX_BYTES:
+        largest = max([t.numel() for t in inputs if hasattr(t, "numel")] or [0])
+        grown = [a for a in TRACKER.derived if a.size > 2 * largest + DERIVED_SLACK]
+        if grown:
+            record["launch_problem"] = record.get("launch_problem") or (
+                f"your kernels were handed a buffer of shape {tuple(grown[0].shape)} computed outside them, more "
+                f"than twice the size of the largest input ({largest} elements): a product of the inputs such as "
+                "the scores S, P or dS is the kernel's work; compute it on chip, tile by tile")
+        elif len(kept) > DERIVED_MAX_COUNT or sum(a.nbytes for a in kept) > DERIVED_MAX_BYTES:
             record["launch_problem"] = record.get("launch_problem") or (
                 f"your kernels were handed {len(kept)} buffers ({sum(a.nbytes for a in kept) / 2**20:.1f} MiB) "
                 f"computed outside them (at most {DERIVED_MAX_COUNT} and {DERIVED_MAX_BYTES >> 20} MiB): "
