@@ -177,6 +177,13 @@ BROKEN_CASES = [
     # 8. honest mistakes that passed every seed
     ("ignores_scale", "ex03_tiled_forward", "tiled_attention", "value", "max abs error"),
     ("kernel_loop_bound_no_nq", "ex08_kernel_causal", "flash_forward", "nan", "NaN at index"),
+    # honest mistakes named by grading.mistakes (each was 'max abs error' or 'NaN at index' alone)
+    ("bwd_p_tile_softmax", "ex10_tiled_backward", "tiled_attention_backward", "value",
+     "looks like P is recomputed as each key tile's own softmax"),
+    ("bwd_dk_untransposed", "ex10_tiled_backward", "tiled_attention_backward", "value",
+     "looks like dK_j is accumulated as dS Q_i, without the transpose"),
+    ("bwd_d_without_o", "ex10_tiled_backward", "tiled_attention_backward", "value",
+     "looks like D is rowsum(dO) without the factor O"),
     # 9. what the kernel enforces in the child (flashlab.grading.confine) and the parent's reading of claims
     ("forks_to_hide_memory", "ex03_tiled_forward", "tiled_attention", "exception", "may not start processes"),
     ("resets_peak_memory", "ex03_tiled_forward", "tiled_attention", "memory", "never build an Nq x Nk array"),
@@ -1293,6 +1300,11 @@ NAMED_BACKWARD_AND_CAUSAL = [  # (exercise, edits of its solution, words of the 
      "the causal mask hides the diagonal"),
     ("ex10_tiled_backward", [("s = scale * (q_i @ np.swapaxes(k_j, -1, -2))", "s = q_i @ np.swapaxes(k_j, -1, -2)")],
      "P is recomputed from scores without the scale"),
+    # a causal row whose keys in a diagonal tile are all masked is 0/0 there: the NaN it spreads is part of the name
+    ("ex10_tiled_backward", [("p = np.exp(s - lse[..., q0:q1, None])",
+                              "p = np.exp(s - s.max(-1, keepdims=True)); p = p / p.sum(-1, keepdims=True)")],
+     "P is recomputed as each key tile's own softmax"),
+    ("ex10_tiled_backward", [("D = (do * o).sum(axis=-1)", "D = do.sum(axis=-1)")], "D is rowsum(dO) without the factor O"),
 ]
 
 
@@ -1348,19 +1360,19 @@ def test_a_loop_that_skips_the_diagonal_block_gives_nan_in_the_first_query_block
 
 NEW_NAMES = ("stops one block early", "the causal mask is on the wrong side", "the brackets are missing",
              "without the factor P", "dS has the wrong sign", "D is broadcast along the wrong axis",
-             "D must come from the whole row", "P is recomputed from scores without the scale")
+             "D must come from the whole row", "P is recomputed from scores without the scale",
+             "each key tile's own softmax", "without the transpose", "rowsum(dO) without the factor O")
 NOT_NAMED_AS_THESE = [  # (exercise, edits): other mistakes, never given one of the names above
-    ("ex10_tiled_backward", [("p = np.exp(s - lse[..., q0:q1, None])",
-                              "p = np.exp(s - s.max(-1, keepdims=True)); p = p / p.sum(-1, keepdims=True)")]),
-    ("ex10_tiled_backward", [("dk_j += scale * (np.swapaxes(ds, -1, -2) @ q_i)", "dk_j += scale * (ds @ q_i)")]),
-    ("ex10_tiled_backward", [("D = (do * o).sum(axis=-1)", "D = do.sum(axis=-1)")]),
+    ("ex10_tiled_backward", [("p = np.exp(s - lse[..., q0:q1, None])", "p = np.exp(s)")]),
+    ("ex10_tiled_backward", [("dv_j += np.swapaxes(p, -1, -2) @ do_i", "dv_j += np.swapaxes(p, -1, -2) @ do_i / 2")]),
+    ("ex10_tiled_backward", [("D = (do * o).sum(axis=-1)", "D = (o * o).sum(axis=-1)")]),
     ("ex08_kernel_causal", [("qk = tl.where(offs_n[None, :] <= offs_m[:, None]", "qk = tl.where(offs_n[None, :] < "
                              "offs_m[:, None]")]),
     ("ex08_kernel_causal", [("qk = tl.dot(q, kt) * qk_scale", "qk = tl.dot(q, kt)")]),
 ]
 
 
-@pytest.mark.parametrize("exercise, edits", NOT_NAMED_AS_THESE, ids=["tile softmax", "dk untransposed", "D from dO",
+@pytest.mark.parametrize("exercise, edits", NOT_NAMED_AS_THESE, ids=["P without lse", "dV halved", "D from O * O",
                                                                     "strict mask", "no scale"])
 def test_other_backward_and_causal_mistakes_do_not_get_these_names(tmp_path, exercise, edits):
     report = _edited_report(tmp_path, exercise, edits, 3)

@@ -555,11 +555,12 @@ D_PER_TILE = ("D is computed per key tile (rowsum(P * dP) over the tile's keys, 
 
 
 def _tiled_backward(kw, d_per_tile=False, delta=True, scale_dq=True, scale_dk=True, hide_diagonal=False,
-                    dq_last_tile=False, last_q_block=(), scale_s=True, chunk=64):
+                    dq_last_tile=False, last_q_block=(), scale_s=True, d_times_o=True, chunk=64):
     """Exercise 10's (dq, dk, dv) with one mistake, float64 inside, in the input dtype; query rows
     ``chunk`` at a time, so the memory case never holds an Nq x Nk array.
     d_per_tile: D of row r in key tile j is the sum of P * dP over the tile's keys only.
     scale_s=False: P = exp(Q K^T - lse), the scale left out of the recomputed scores.
+    d_times_o=False: D = rowsum(dO), the factor O left out.
     dq_last_tile: dQ_i overwritten (=, not +=), so only the last key tile query block i visits
     counts; last_q_block ("dk", "dv" or both): those accumulators overwritten, so only the last
     query block counts."""
@@ -591,13 +592,73 @@ def _tiled_backward(kw, d_per_tile=False, delta=True, scale_dq=True, scale_dk=Tr
         elif d_per_tile:
             d = np.repeat(np.add.reduceat(p * dp, np.arange(0, nk, bk), axis=-1), bk, axis=-1)[..., :nk]
         else:
-            d = (do_r * o[..., rows, :]).sum(-1)[..., None]
+            d = (do_r * (o[..., rows, :] if d_times_o else 1.0)).sum(-1)[..., None]
         ds = p * (dp - d)  # (..., rows, Nk)
         dq[..., rows, :] = (scale if scale_dq else 1.0) * (np.where(keep_dq, ds, 0.0) if dq_last_tile else ds) @ k
         counts = {n: (rows >= last_q0)[:, None] if n in last_q_block else True for n in ("dk", "dv")}  # (rows, 1)
         dk += (scale if scale_dk else 1.0) * np.swapaxes(np.where(counts["dk"], ds, 0.0), -1, -2) @ q[..., rows, :]
         dv += np.swapaxes(np.where(counts["dv"], p, 0.0), -1, -2) @ do_r
     return tuple(t.astype(kw[n].dtype) for t, n in ((dq, "q"), (dk, "k"), (dv, "v")))
+
+
+P_TILE_SOFTMAX = ("P is recomputed as each key tile's own softmax (a max and a sum over the tile's keys): P is the "
+                  "forward's probabilities over the whole row, P = exp(scale Q_i K_j^T - lse_i) with the lse the "
+                  "forward saved, no max or sum per tile (FlashAttention-2 Algorithm 2, line 11); a causal row "
+                  "whose keys in a tile are all masked then gives 0/0 = NaN")
+DK_UNTRANSPOSED = ("dK_j is accumulated as dS Q_i, without the transpose: dS is (query rows x keys), so dK_j += "
+                   "scale dS^T Q_i (np.swapaxes(ds, -1, -2) @ q_i); on square tiles the shapes fit and only the "
+                   "numbers are wrong (a ragged tile raises)")
+D_WITHOUT_O = ("D is rowsum(dO) without the factor O: D = rowsum(dO * O), with the O the forward returned, "
+               "once, before the loops (FlashAttention-2 Algorithm 2, line 4)")
+
+
+def _tile_loop(kw, tile_softmax=False, dk_untransposed=False):
+    """Exercise 10's loops tile by tile as the solution runs them (key blocks outside, query blocks
+    inside, fully masked tiles skipped), float64, in the input dtype, with one mistake:
+    tile_softmax: P = softmax of the tile's masked scores over the tile's keys (NaN in a row whose keys
+    in the tile are all masked, which spreads to that tile's dK_j, dV_j and the row's dQ, as in the
+    learner's loop); dk_untransposed: dK_j += scale dS Q_i, None unless every visited tile is square
+    (the learner's code raises there). At most 4096 tiles (the memory case has 1024)."""
+    q, k, v, o, do, lse = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do", "lse"))
+    scale, causal = _scale(kw), kw.get("causal", False)
+    nq, nk = q.shape[-2], k.shape[-2]
+    bq, bk = kw.get("block_q", 64), kw.get("block_k", 64)
+    if -(-nq // bq) * -(-nk // bk) > 4096:
+        return None
+    D = (do * o).sum(axis=-1)  # (..., Nq)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for k0 in range(0, nk, bk):
+            k1 = min(k0 + bk, nk)
+            k_j, v_j = k[..., k0:k1, :], v[..., k0:k1, :]  # (..., Bk, d), (..., Bk, dv)
+            for q0 in range(0, nq, bq):
+                q1 = min(q0 + bq, nq)
+                if causal and k0 > q1 - 1:
+                    continue
+                if dk_untransposed and q1 - q0 != k1 - k0:
+                    return None  # ds @ q_i raises on this tile
+                q_i, do_i = q[..., q0:q1, :], do[..., q0:q1, :]
+                s = scale * (q_i @ np.swapaxes(k_j, -1, -2))  # (..., Bq, Bk)
+                if causal:
+                    s = np.where(np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None], -np.inf, s)
+                if tile_softmax:
+                    p = np.exp(s - s.max(axis=-1, keepdims=True))
+                    p = p / p.sum(axis=-1, keepdims=True)
+                else:
+                    p = np.exp(s - lse[..., q0:q1, None])
+                dv[..., k0:k1, :] += np.swapaxes(p, -1, -2) @ do_i
+                ds = p * (do_i @ np.swapaxes(v_j, -1, -2) - D[..., q0:q1, None])  # (..., Bq, Bk)
+                dq[..., q0:q1, :] += scale * (ds @ k_j)
+                dk[..., k0:k1, :] += scale * (ds @ q_i if dk_untransposed else np.swapaxes(ds, -1, -2) @ q_i)
+    return tuple(t.astype(kw[n].dtype) for t, n in ((dq, "q"), (dk, "k"), (dv, "v")))
+
+
+def _tile_softmax(kw, blocks):
+    """None where every visited tile holds the whole row (one key tile, no row fully masked in it):
+    the tile's softmax is then the row's."""
+    if kw["k"].shape[-2] <= kw.get("block_k", 64):
+        return None
+    return _tile_loop(kw, tile_softmax=True)
 
 
 def _tiled_backward_mistake(**options):
@@ -613,7 +674,10 @@ _TILED_BACKWARD = ((D_PER_TILE, _tiled_backward_mistake(d_per_tile=True)),
                      for which in (("dk", "dv"), ("dk",), ("dv",))),
                    (BWD_DIAGONAL_HIDDEN, _causal_only(_tiled_backward_mistake(hide_diagonal=True))),
                    (P_SCORES_UNSCALED, lambda kw, blocks: _tiled_backward(kw, scale_s=False) if _scale(kw) != 1.0
-                    else None))
+                    else None),
+                   (P_TILE_SOFTMAX, _tile_softmax),
+                   (DK_UNTRANSPOSED, lambda kw, blocks: _tile_loop(kw, dk_untransposed=True)),
+                   (D_WITHOUT_O, _tiled_backward_mistake(d_times_o=False)))
 
 AUTOGRAD_NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d) (S = scale Q K^T, in forward and backward)"
 AUTOGRAD_ORDER = ("the gradients come back in the wrong order: backward returns one gradient per input of forward, "
