@@ -204,6 +204,10 @@ def online_hidden(rng):
     x[:, 30:] += 3000.0  # the max jumps in the last chunk: old sums must be rescaled
     cases.append(Case("x(3, 40) float64 large logits, max in the last chunk", dict(x=x, chunk=8),
                       why=LARGE_LOGITS + "; the running max changes late", hint=2))
+    x = x_cases(rng, [(3, 24)], dtype="float64")[0] + np.array([[0.0], [-2000.0], [2000.0]])
+    cases.append(Case("x(3, 24) float64 rows 2000 apart chunk=8", dict(x=x, chunk=8),
+                      why="each row keeps its own running max: with one max shared by the rows, exp() of a row far "
+                      "below it underflows to 0 and 0/0 is NaN", hint=1))
     return cases
 
 
