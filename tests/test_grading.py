@@ -178,6 +178,9 @@ BROKEN_CASES = [
     ("ignores_scale", "ex03_tiled_forward", "tiled_attention", "value", "max abs error"),
     ("kernel_loop_bound_no_nq", "ex08_kernel_causal", "flash_forward", "nan", "NaN at index"),
     # honest mistakes named by grading.mistakes (each was 'max abs error' or 'NaN at index' alone)
+    ("softmax_max_over_rows", "ex02_softmax", "safe_softmax", "value", "looks like the max is taken over the wrong axis"),
+    ("softmax_max_over_rows", "ex02_softmax", "online_softmax", "nan",
+     "looks like the chunk's max is not taken along each row"),
     ("bwd_p_tile_softmax", "ex10_tiled_backward", "tiled_attention_backward", "value",
      "looks like P is recomputed as each key tile's own softmax"),
     ("bwd_dk_untransposed", "ex10_tiled_backward", "tiled_attention_backward", "value",
@@ -902,12 +905,16 @@ def test_public_only_exit_status_says_whether_the_public_checks_pass(tmp_path, c
     ("ex02_softmax", "l = l * np.exp(m - m_new) + ", "l = l + ", "the running sum l_i is not rescaled"),
     ("ex02_softmax", "m = x.max(axis=-1, keepdims=True)", "m = x.max()", "one max is subtracted for the whole array"),
     ("ex01_naive", "m = s.max(axis=-1, keepdims=True)", "m = s.max()", "one max is subtracted for the whole array"),
+    ("ex02_softmax", "m = x.max(axis=-1, keepdims=True)", "m = x.max(axis=0)", "the max is taken over the wrong axis"),
+    ("ex02_softmax", "m_new = np.maximum(m, xc.max(axis=-1))", "m_new = np.maximum(m, xc.max())",
+     "the chunk's max is not taken along each row"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
         "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
         "backward without D", "dK unscaled", "dV overwritten", "acc not divided", "tiled max not carried",
         "kernel max not carried", "causal kernel max not carried", "row max not carried", "split max not carried",
         "backward mask hides the diagonal", "backward P not masked", "ragged query block dropped",
-        "ragged key block dropped", "online softmax sum not rescaled", "softmax global max", "attention global max"])
+        "ragged key block dropped", "online softmax sum not rescaled", "softmax global max", "attention global max",
+        "softmax max over rows", "online max shared by the rows"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"
@@ -1361,11 +1368,13 @@ def test_a_loop_that_skips_the_diagonal_block_gives_nan_in_the_first_query_block
 NEW_NAMES = ("stops one block early", "the causal mask is on the wrong side", "the brackets are missing",
              "without the factor P", "dS has the wrong sign", "D is broadcast along the wrong axis",
              "D must come from the whole row", "P is recomputed from scores without the scale",
-             "each key tile's own softmax", "without the transpose", "rowsum(dO) without the factor O")
+             "each key tile's own softmax", "without the transpose", "rowsum(dO) without the factor O",
+             "the max is taken over the wrong axis", "the chunk's max is not taken along each row")
 NOT_NAMED_AS_THESE = [  # (exercise, edits): other mistakes, never given one of the names above
     ("ex10_tiled_backward", [("p = np.exp(s - lse[..., q0:q1, None])", "p = np.exp(s)")]),
     ("ex10_tiled_backward", [("dv_j += np.swapaxes(p, -1, -2) @ do_i", "dv_j += np.swapaxes(p, -1, -2) @ do_i / 2")]),
     ("ex10_tiled_backward", [("D = (do * o).sum(axis=-1)", "D = (o * o).sum(axis=-1)")]),
+    ("ex02_softmax", [("e = np.exp(x - m)", "e = np.exp(x)"), ("l = l * np.exp(m - m_new) + ", "l = l + ")]),
     ("ex08_kernel_causal", [("qk = tl.where(offs_n[None, :] <= offs_m[:, None]", "qk = tl.where(offs_n[None, :] < "
                              "offs_m[:, None]")]),
     ("ex08_kernel_causal", [("qk = tl.dot(q, kt) * qk_scale", "qk = tl.dot(q, kt)")]),
@@ -1373,7 +1382,8 @@ NOT_NAMED_AS_THESE = [  # (exercise, edits): other mistakes, never given one of 
 
 
 @pytest.mark.parametrize("exercise, edits", NOT_NAMED_AS_THESE, ids=["P without lse", "dV halved", "D from O * O",
-                                                                    "strict mask", "no scale"])
+                                                                    "softmax max never subtracted", "strict mask",
+                                                                    "no scale"])
 def test_other_backward_and_causal_mistakes_do_not_get_these_names(tmp_path, exercise, edits):
     report = _edited_report(tmp_path, exercise, edits, 3)
     assert not report.passed and not any(name in str(report) for name in NEW_NAMES), str(report)

@@ -250,7 +250,54 @@ def _attention_global_max(axes):
     return detector
 
 
-_GLOBAL_MAX = ((GLOBAL_MAX, _global_max(None)), (GLOBAL_MAX, _global_max((-2, -1))))
+WRONG_AXIS_MAX = ("the max is taken over the wrong axis (x.max(axis=0): one max per column, down the rows, not one "
+                  "per row): softmax(x) = softmax(x - c) only when c is the same along a row, so subtracting each "
+                  "column's own max changes the answer; take each row's max over the last axis, m = "
+                  "x.max(axis=-1, keepdims=True)")
+
+
+def _wrong_axis_max(axis: int):
+    """Exercise 02's safe softmax with the max over ``axis`` (not the last), broadcast as keepdims
+    does (x.max(axis=0) without keepdims broadcasts the same way); None where ``axis`` is the last."""
+    def detector(kw, blocks):
+        x = np.asarray(kw["x"])
+        if axis >= x.ndim - 1:
+            return None
+        return _softmax_global_max(x, axis).astype(x.dtype)
+    return detector
+
+
+_GLOBAL_MAX = ((GLOBAL_MAX, _global_max(None)), (GLOBAL_MAX, _global_max((-2, -1))),
+               (WRONG_AXIS_MAX, _wrong_axis_max(0)), (WRONG_AXIS_MAX, _wrong_axis_max(1)))
+
+ONLINE_SHARED_MAX = ("the chunk's max is not taken along each row (xc.max() with no axis, or over the wrong axis, "
+                     "not xc.max(axis=-1)): the rows then share one running max, and in a row far below it every "
+                     "exp() underflows to 0, so 0/0 gives NaN; keep one max per row, m_new = np.maximum(m, "
+                     "xc.max(axis=-1))")
+
+
+def _online_shared_max(axis):
+    """Exercise 02's online softmax as the solution writes it, in the input dtype, with the chunk's max
+    taken over ``axis`` (None: the whole chunk; 0: down the rows, per column) instead of the last axis.
+    NumPy's broadcasting decides what runs, as in the learner's code: xc.max(axis=0) against m of shape
+    (rows,) broadcasts only with one row or chunk, or as many columns in the chunk as rows (otherwise
+    the learner's code raises; here too, and the detector names nothing). Any per-row reference gives
+    the right softmax up to rounding: the mistake shows only where exp() under- or overflows."""
+    def detector(kw, blocks):
+        x, chunk = np.asarray(kw["x"]), kw["chunk"]
+        if x.ndim < 2 or x.shape[-2] < 2:
+            return None  # one row: its own max, the right answer
+        n = x.shape[-1]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
+            m = np.full(x.shape[:-1], -np.inf, dtype=x.dtype)  # (...)
+            l = np.zeros(x.shape[:-1], dtype=x.dtype)  # (...)
+            for start in range(0, n, chunk):
+                xc = x[..., start:start + chunk]  # (..., c)
+                m_new = np.maximum(m, xc.max(axis=axis))
+                l = l * np.exp(m - m_new) + np.exp(xc - m_new[..., None]).sum(axis=-1)
+                m = m_new
+            return (np.exp(x - m[..., None]) / l[..., None]).astype(x.dtype)
+    return detector
 
 
 _ATTENTION = ((DIAGONAL_HIDDEN, diagonal_hidden), (NO_SCALE, no_scale), (SCALE_IGNORED, scale_ignored),
@@ -787,7 +834,8 @@ MISTAKES = {
     ("ex02_softmax", "safe_softmax"): _GLOBAL_MAX,
     ("ex02_softmax", "online_softmax"): tuple(
         (description, lambda kw, blocks, detector=detector: detector(dict(kw, block_n=kw["chunk"]), blocks))
-        for description, detector in _ROW_SOFTMAX if description in (ROW_SUM_NOT_RESCALED, ROW_MAX_NOT_CARRIED)),
+        for description, detector in _ROW_SOFTMAX if description in (ROW_SUM_NOT_RESCALED, ROW_MAX_NOT_CARRIED)
+    ) + ((ONLINE_SHARED_MAX, _online_shared_max(None)), (ONLINE_SHARED_MAX, _online_shared_max(0))),
     ("ex03_tiled_forward", "tiled_attention"): _TILED_LOOP,
     ("ex05_traffic", "fa2_forward_bytes"): _TRAFFIC,
     ("ex07_kernel_inner_loop", "flash_forward"): _KERNEL,
