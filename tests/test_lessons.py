@@ -119,6 +119,25 @@ def test_naive_memory_parses_anchor_line_and_counts_p():
         claims.naive_memory("nothing here")
 
 
+def test_memory_table_shows_the_room_each_measured_peak_leaves():
+    text = "Naive causal fwd peak memory (B=1,H=32,d=128): 32k 130.1GiB 223.6ms; 64k OOM (256 GiB alloc)\n"
+    table = claims.memory_table(text, capacity_gib=139.8).splitlines()
+    assert "(9.7 GiB of 139.8 GiB left)" in table[0], table[0]
+    assert "left" not in table[1] and "left" not in claims.memory_table(text)
+    with pytest.raises(ValueError, match="capacity_gib"):
+        claims.memory_table(text, capacity_gib=0)
+
+
+def test_naive_memory_table_prints_the_gpu_memory_the_results_file_records():
+    memory = {"environment": {"device": "NVIDIA H200", "memory_gib": 139.8},
+              "rows": [{"n": 1024, "causal": False, "results": {"naive": {"peak_extra_bytes": 4456448}}},
+                       {"n": 1024, "causal": True, "results": {"naive": {"peak_extra_bytes": 5505024}}},
+                       {"n": 262144, "causal": False, "results": {"naive": {"status": "oom"}}}]}
+    lines = perf.naive_memory_table(memory).splitlines()
+    assert lines[0].startswith("NVIDIA H200, 139.8 GiB of memory"), lines[0]
+    assert len(lines) == 3 and "4.25 MiB" in lines[1] and "oom" in lines[2]
+
+
 def test_decode_bytes_follow_the_model_sizes():
     model = claims.DecodeModel(params=1e9, layers=2, kv_heads=4, head_dim=8, weight_itemsize=2, kv_itemsize=1)
     b = claims.decode_step_bytes(model, batch=3, context=100)

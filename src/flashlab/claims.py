@@ -184,17 +184,30 @@ def hbm_table(n: int = 8192, ncu: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def memory_table(anchor_text: str, heads: int = 32, layers: int = 32) -> str:
-    """:func:`naive_memory` as text, with P for a ``layers``-layer model."""
+def memory_table(anchor_text: str, heads: int = 32, layers: int = 32, capacity_gib: float | None = None) -> str:
+    """:func:`naive_memory` as text, with P for a ``layers``-layer model. ``capacity_gib``: the GPU's
+    memory in GiB (``bench_memory.json``'s ``environment.memory_gib``); each measured peak then
+    shows the room it leaves."""
     from .viz.style import format_bytes
+
+    if capacity_gib is not None and (isinstance(capacity_gib, bool) or not isinstance(capacity_gib, (int, float))
+                                     or capacity_gib <= 0):
+        raise ValueError(f"capacity_gib={capacity_gib!r} must be a positive number of GiB, or None")
 
     def spaced(measured: str) -> str:  # the anchors write "8.6GiB"; the table, like format_bytes, "8.6 GiB"
         return re.sub(r"(\d)([KMGT]?i?B)\b", r"\1 \2", measured)
 
-    return "\n".join(f"N = {m.n:>6}: one naive forward, peak memory {spaced(m.measured):>10}; P kept per layer for "
-                     f"training {format_bytes(m.p_bytes_per_layer):>10} (x {layers} layers: "
-                     f"{format_bytes(layers * m.p_bytes_per_layer)})"
-                     for m in naive_memory(anchor_text, heads=heads))
+    def room(measured: str) -> str:
+        peak = re.fullmatch(r"([\d.]+)GiB", measured)
+        if capacity_gib is None or peak is None:
+            return ""
+        return f" ({capacity_gib - float(peak.group(1)):.1f} GiB of {capacity_gib} GiB left)"
+
+    lines = [f"N = {m.n:>6}: one naive forward, peak memory {spaced(m.measured):>10}{room(m.measured)}; P kept per "
+             f"layer for training {format_bytes(m.p_bytes_per_layer):>10} (x {layers} layers: "
+             f"{format_bytes(layers * m.p_bytes_per_layer)})"
+             for m in naive_memory(anchor_text, heads=heads)]
+    return "\n".join(lines)
 
 
 def approximation_table(**kwargs) -> str:

@@ -344,6 +344,23 @@ def sdpa_flash_memory_extra(memory: dict) -> str:
     return "\n".join(lines)
 
 
+def naive_memory_table(memory: dict) -> str:
+    """Naive attention's peak extra memory per N of a ``bench_memory.json`` payload (non-causal rows),
+    beside the bytes of S and P (two bf16 N x N matrices), under the device and its memory as the
+    file records them (``environment.memory_gib``: torch's ``total_memory``, in GiB, one decimal)."""
+    from .viz.style import format_bytes
+
+    env = memory.get("environment", {})
+    lines = [f"{env.get('device', 'unknown device')}, {env.get('memory_gib', '?')} GiB of memory "
+             f"(total_memory as bench_memory.json records it)"]
+    for r in sorted((r for r in memory["rows"] if not r["causal"]), key=lambda r: r["n"]):
+        n, naive = r["n"], r["results"].get("naive", {})
+        used = format_bytes(naive["peak_extra_bytes"]) if naive.get("peak_extra_bytes") else naive.get("status", "-")
+        lines.append(f"N = {n:>6}: naive attention peak extra memory {used:>10}; "
+                     f"S and P (bf16) need {format_bytes(2 * n * n * 2):>10}")
+    return "\n".join(lines)
+
+
 def describe_environments(results: dict, names=("bench_attention", "bench_baselines", "bench_memory",
                                                  "ncu_traffic")) -> str:
     """One line per results file: device, torch, triton, cuDNN, date."""
