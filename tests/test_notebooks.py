@@ -293,6 +293,10 @@ def test_course_source_once_solved_shows_the_library_code_only_after_the_exercis
     shown = course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention,
                                       exercises_dir=REPO / "solutions", **marks)
     assert shown == course.source(flashlab.tiled_attention, **marks)
+    both = course.source_once_solved("ex03_tiled_forward", (flashlab.tiled_attention, *marks.values()),
+                                     (flashlab.online_update, "with np.errstate", None),
+                                     exercises_dir=REPO / "solutions")
+    assert both == shown + "\n\n" + course.source(flashlab.online_update, "with np.errstate"), both
     stub = course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention,
                                      exercises_dir=REPO / "exercises", **marks)
     assert "for b in range" not in stub and "ex03_tiled_forward.py passes its public checks" in stub

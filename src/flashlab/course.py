@@ -304,7 +304,8 @@ def source_once_solved(exercise: str, *objs, start: str | None = None, stop: str
     A notebook prints the library's code right below an exercise's check; with this, running the
     whole notebook does not put the answer beside the stub. The public checks are re-run here
     (a few seconds at most), so the code appears as soon as the learner's own work passes, however
-    the learner got there. exercises_dir: as for :func:`flashlab.grading.check`.
+    the learner got there. exercises_dir: as for :func:`flashlab.grading.check`. An entry of
+    ``objs`` may be a tuple ``(obj, start, stop)`` to give that object its own markers.
     """
     from flashlab.grading.checks import grade
 
@@ -313,6 +314,6 @@ def source_once_solved(exercise: str, *objs, start: str | None = None, stop: str
     graded = grade([exercise], exercises_dir, public_only=True)
     statuses = [r["status"] for _, parts in graded for r in parts.values()]
     if statuses and all(s == "public passed" for s in statuses):
-        return "\n\n".join(source(obj, start, stop) for obj in objs)
+        return "\n\n".join(source(*obj) if isinstance(obj, tuple) else source(obj, start, stop) for obj in objs)
     return wrap_prose(f"(The library's version appears here once your {exercise}.py passes its public checks: "
                       f"run the check above until it does, then this cell again.)")
