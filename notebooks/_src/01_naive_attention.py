@@ -13,8 +13,6 @@
 # are written to HBM and read back. This notebook measures what that costs.
 
 # %%
-import time
-
 import numpy as np
 
 import flashlab
@@ -100,7 +98,7 @@ for (tensor, direction), nbytes in sorted(t.by_tensor.items(), key=lambda kv: -k
 sp = sum(b for (tensor, _), b in t.by_tensor.items() if tensor in ("S", "P"))
 print(f"total {format_bytes(t.total)}; S and P are {sp / t.total:.1%} of it")
 print(f"arithmetic intensity: {attention_flops(n, n, d) / t.total:.0f} FLOP/byte "
-      "(the measured H200 ridge point is about 184: notebook 00)")
+      "(the measured H200 ridge point is about 184 FLOP/byte: notebook 00)")
 
 # %% [markdown]
 # Nearly all the bytes are the $N \times N$ matrices. They grow as $N^2$ while Q, K, V and O grow
@@ -114,28 +112,16 @@ print(f"arithmetic intensity: {attention_flops(n, n, d) / t.total:.0f} FLOP/byte
 # %% [markdown]
 # ## Memory grows as N^2: measured
 #
-# The reference allocates S and P in full. `tracemalloc` records NumPy's allocations, so we can
-# measure the peak extra memory of one call as N doubles (float32, one head, d = 64).
+# The reference allocates S and P in full. `flashlab.cpu_cost.naive_cost_table` measures one
+# call on this machine as N doubles (float32, one head, d = 64): the peak extra memory that
+# `tracemalloc` records of NumPy's allocations, and the time of the fastest of several calls made
+# after an untimed warm-up call (the first call of a process also pays for starting BLAS).
+# The times are this CPU's and move with whatever else it runs; the memory does not.
 
 # %%
-import tracemalloc
+from flashlab import cpu_cost
 
-def peak_bytes(fn, *args, **kwargs):
-    tracemalloc.start()
-    fn(*args, **kwargs)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
-
-sizes = env.pick(cpu=[256, 512, 1024, 2048], gpu=[512, 1024, 2048, 4096, 8192])
-for n in sizes:
-    x = rng.standard_normal((n, 64), dtype=np.float32)
-    peak = peak_bytes(flashlab.naive_attention, x, x, x)
-    start = time.perf_counter()
-    flashlab.naive_attention(x, x, x)
-    ms = (time.perf_counter() - start) * 1e3
-    print(f"N = {n:>5}: peak extra memory {format_bytes(peak):>10} "
-          f"({peak / (n * n * 4):.1f} x one N x N float32 matrix), {ms:7.1f} ms on this CPU")
+print(cpu_cost.naive_cost_table(env.pick(cpu=[256, 512, 1024, 2048], gpu=[512, 1024, 2048, 4096, 8192])))
 
 # %% [markdown]
 # Doubling N multiplies the peak by 4: at its peak the reference holds three $N \times N$ float32
@@ -148,27 +134,22 @@ print(f"{format_bytes(n * n * 2)} per head; for 32 heads: {format_bytes(32 * n *
 # %% [markdown]
 # On a GPU the same growth ends in an out-of-memory error. The repository's H200 measurement
 # (`benchmarks/results/bench_memory.json`: one head, d = 128, bf16, peak extra memory of one
-# forward pass) shows where:
+# forward pass; the GPU's memory as torch reports it, 139.8 GiB) shows where:
 
 # %%
+from flashlab import perf
+
 memory = course.load_results("bench_memory.json").get("bench_memory")
 if memory is None:
     print("no benchmarks/results/bench_memory.json yet (run `flashlab bench memory` on a GPU)")
 else:
-    gpu_bytes = memory["environment"]["memory_gib"] * 2**30
-    print(f"{memory['environment']['device']}, {format_bytes(gpu_bytes)} of memory")
-    for row in memory["rows"]:
-        if row["causal"]:
-            continue
-        n, naive = row["n"], row["results"].get("naive", {})
-        used = format_bytes(naive["peak_extra_bytes"]) if naive.get("peak_extra_bytes") else naive.get("status")
-        print(f"N = {n:>6}: naive attention peak extra memory {used:>10}; "
-              f"S and P (bf16) need {format_bytes(2 * n * n * 2):>10}")
+    print(perf.naive_memory_table(memory))
 
 # %% [markdown]
 # The measured peak is S and P, two bf16 N x N matrices (plus O, a rounding error at this size):
-# 4 GiB at N = 32768, where each matrix is the 2 GiB computed above. At the largest N the two
-# matrices need more than the whole GPU holds, and the forward pass fails with `oom`.
+# 4 GiB at N = 32768, where each matrix is the 2 GiB computed above. At the largest N, 262,144,
+# the two matrices need 256 GiB, more than the 139.8 GiB the GPU holds, and the forward pass
+# fails with `oom`.
 
 # %% [markdown]
 # ## Self-test

@@ -61,15 +61,18 @@ from flashlab.grading import check
 check("ex03_tiled_forward")
 
 # %% [markdown]
-# Once your check passes, the next cell shows the library's loop to compare with yours (the
-# tracer calls are the bookkeeping; the arithmetic is four lines). Until then it only says so:
+# Once your check passes, the next cell shows the library's loop to compare with yours, then the
+# `online_update` it calls for every tile. The loop is about 40 lines, most of them `trace` calls:
+# the bookkeeping that the schedule widget below draws. The arithmetic is the one `online_update`
+# call (the update of notebook 02: new maximum, rescale, exponentials, sums) and the epilogue's
+# two lines that form $O_i$ and $\mathrm{lse}_i$. Until then the cell only says so:
 
 # %%
 import flashlab
 from flashlab import course
 
-print(course.source_once_solved("ex03_tiled_forward", flashlab.tiled_attention, start="for b in range",
-                                stop="return _outputs"))
+print(course.source_once_solved("ex03_tiled_forward", (flashlab.tiled_attention, "for b in range", "return _outputs"),
+                                (flashlab.online_update, "with np.errstate", None)))
 
 # %% [markdown]
 # **Predict, then check.** Before the trace below: how many times more HBM bytes does FlashAttention-1

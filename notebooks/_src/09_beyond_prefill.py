@@ -40,7 +40,7 @@ predict("decode_traffic_ratio", None)  # your number
 #
 # One decode step reads the whole cache (K and V: $2 N d$ elements per head) and does
 # $4 N d$ FLOPs: about 1 FLOP per byte in fp16, against the H200's ridge point of about 184
-# (notebook 00). There is no $N \times N$ matrix: S and P are one row. So the naive algorithm
+# FLOP/byte (790 TFLOP/s over 4.3 TB/s, measured: `benchmarks/anchors/README.md`, notebook 00). There is no $N \times N$ matrix: S and P are one row. So the naive algorithm
 # moves almost exactly what FlashAttention moves:
 
 # %%
@@ -375,17 +375,20 @@ print(claims.hbm_table(n=8192, ncu=results.get("ncu_traffic")))
 # claim's number is roughly right for d = 64 on a GPU, for a different reason than the card gives.
 #
 # **3. "16k and beyond is infeasible with naive attention."** The anchors measured naive causal
-# forward attention with 32 heads, d = 128, B = 1 (`benchmarks/anchors/h200_sdpa.txt`); a
-# training step also keeps P ($B H N^2$ bf16 values) per layer for the backward:
+# forward attention with 32 heads, d = 128, B = 1 (`benchmarks/anchors/h200_sdpa.txt`); the room
+# left is out of the H200's 139.8 GiB (torch's total memory, `bench_memory.json`); a training
+# step also keeps P ($B H N^2$ bf16 values) per layer for the backward:
 
 # %%
 anchor_path = course.repo_root() / "benchmarks" / "anchors" / "h200_sdpa.txt" if course.repo_root() else None
 if anchor_path and anchor_path.exists():
-    print(claims.memory_table(anchor_path.read_text(), heads=32, layers=32))
+    capacity = results.get("bench_memory", {}).get("environment", {}).get("memory_gib")
+    print(claims.memory_table(anchor_path.read_text(), heads=32, layers=32, capacity_gib=capacity))
 
 # %% [markdown]
-# Verdict: not as stated. One naive forward at 16k fits an H200 (141 GB, 131 GiB) with room to spare; at
-# 32k it just fits; at 64k it runs out of memory. Training is where 16k fails: a 32-layer model
+# Verdict: not as stated. One naive forward at 16k fits an H200 with 106.9 GiB of its 139.8 GiB to
+# spare; at 32k its 130.1 GiB peak leaves 9.7 GiB, so it fits, but a second such batch or a
+# slightly longer sequence would not; at 64k it runs out of memory (the table above). Training is where 16k fails: a 32-layer model
 # would keep 16 GiB of P per layer, 512 GiB in all, before any activation or weight.
 #
 # **4. "Exact, unlike linear or sparse approximations."** One random head (N = 512, d = 64,
@@ -395,7 +398,7 @@ if anchor_path and anchor_path.exists():
 print(claims.approximation_table(n=512, d=64, score_std=2.0))
 
 # %% [markdown]
-# Verdict: true. The tiled algorithm's error is float32 rounding (about $10^{-7}$, printed); the
+# Verdict: true. The tiled algorithm's error is float32 rounding (below $10^{-6}$, printed); the
 # approximations are off by tens of per cent of the output's norm or more on data like this (on
 # random inputs attention is spread thinly, so a window or a few top scores miss much of its
 # weight, and 256 random features estimate the exponential kernel with a large variance). On trained models, where
