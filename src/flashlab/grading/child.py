@@ -541,8 +541,9 @@ class LaunchTracker:
 TRACKER: LaunchTracker | None = None
 DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
 DERIVED_MAX_BYTES = 32 << 20
-# a derived input larger than twice the largest input (and this many elements more: a copy padded to a
-# whole block) is no preparation of the inputs but a product of them (S, P, dS: Nq x Nk)
+# a derived input larger than twice the largest input (and this many elements more), unless it is an input
+# padded with one fill value (whole blocks instead of masks), is no preparation of the inputs but a product
+# of them (S, P, dS: Nq x Nk)
 DERIVED_SLACK = 256
 # torch_only: the part computes with torch tensors (exercise 15): the bridges from a tensor to another
 # array library are refused in the learner's calls (TORCH_BRIDGES)
@@ -1445,7 +1446,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
 
         kept = TRACKER.derived + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
         largest = max([t.numel() for t in inputs if hasattr(t, "numel")] or [0])
-        grown = [a for a in TRACKER.derived if a.size > 2 * largest + DERIVED_SLACK]
+        grown = [a for a in TRACKER.derived if a.size > 2 * largest + DERIVED_SLACK and not _padded_copy(a, inputs)]
         if grown:
             record["launch_problem"] = record.get("launch_problem") or (
                 f"your kernels were handed a buffer of shape {tuple(grown[0].shape)} computed outside them, more "
@@ -1466,6 +1467,24 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["value"] = dict(t="other", type=f"{type(value).__name__} ({type(exc).__name__} on conversion)")
         buffers = []
     return record, buffers
+
+
+def _padded_copy(array, inputs: list) -> bool:
+    """Whether ``array`` is an input padded with one fill value (x copied into a buffer of whole blocks):
+    without its most common value, every element is one of the input's values."""
+    import numpy as np
+
+    flat = array.reshape(-1)
+    if flat.dtype.kind not in "fiub":
+        return False
+    values, counts = np.unique(flat, return_counts=True)
+    rest = flat[flat != values[np.argmax(counts)]] if values.size else flat
+    for t in inputs:
+        x = t.detach().cpu()
+        x = (x.float() if x.dtype.is_floating_point and x.element_size() < 4 else x).numpy().reshape(-1)
+        if rest.size <= x.size and np.isin(rest.astype(np.float64), x.astype(np.float64)).all():
+            return True
+    return False
 
 
 def _live_record(live: LiveBytes) -> dict:
