@@ -1,8 +1,9 @@
 """Exercise 03: the tiled forward pass, FlashAttention-2 loop order.
 
 Grade with ``check("ex03_tiled_forward")``. NumPy only. Hints: ``check("ex03_tiled_forward", hint=3)``.
-The grader also measures your function's peak memory on a large case: it must never build an
-Nq x Nk array.
+The grader also measures your function's peak memory on large cases: it must never build an
+Nq x Nk array, nor a row of Nk scores for one query (8 query rows against 2^20 keys), nor a copy of
+K or V: keep (block_q x block_k) tiles.
 """
 import numpy as np
 

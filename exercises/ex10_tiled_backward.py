@@ -1,7 +1,8 @@
 """Exercise 10: the tiled backward pass (FlashAttention-2 Algorithm 2).
 
 Grade with ``check("ex10_tiled_backward")``. NumPy only. Hints: ``check("ex10_tiled_backward", hint=3)``.
-Like exercise 03, the grader measures peak memory on a large case: never build an Nq x Nk array.
+Like exercise 03, the grader measures peak memory on large cases: never build an Nq x Nk array, nor
+a row of Nk scores for one query, nor a copy of K, V, dK or dV: fill dk and dv key block by key block.
 """
 import numpy as np
 

@@ -287,7 +287,7 @@ def tiled_hidden(rng):
     kw = dict(qkv(rng, int(rng.integers(9, 40)), int(rng.integers(9, 40)), 8), causal=bool(rng.integers(2)),
               scale=float(rng.uniform(0.05, 0.3)), block_q=8, block_k=8)
     cases.append(Case(attn_label(kw, kw["causal"], f" scale={kw['scale']:.3f} blocks 8x8"), kw, why=SCALE_WHY))
-    cases.append(large_nk_case(rng, dict))
+    cases += [large_nk_case(rng, dict), long_row_case(rng, dict)]
     make = lambda nq, nk, bq, bk: dict(qkv(rng, nq, nk, 8), causal=True, block_q=bq, block_k=bk)  # noqa: E731
     cases += [poisoned_causal_case(rng, make), poisoned_causal_case(rng, make, tail=LONG_TAIL)]
     return cases
@@ -317,6 +317,36 @@ def large_nk_case(rng, extend, backward=False) -> Case:
 
 MEMORY_WHY = ("IO-awareness: a tiled loop keeps (block_q x block_k) tiles; it never builds an Nq x Nk score "
               "matrix, nor a block_q x Nk one (a few query rows against every key)")
+
+
+LONG_ROW_NK = 1 << 20  # keys in the long-row case: one row of Nk float64 scores is 8 MiB
+
+
+def long_row_case(rng, extend, backward=False) -> Case:
+    """IO-awareness for one query row: Nq=8, Nk=2^20, d=4 float64, blocks 8x512, limit 3 MiB.
+
+    The large-Nk case above cannot see a loop that takes one query row at a time against every key
+    with a plain softmax (no key tiles, no online softmax): a 1 x Nk row there is 256 KiB against a
+    10 MiB limit. Here one row of Nk float64 scores is 8 MiB, over the limit by itself, while a
+    block_q x block_k tile is 32 KiB. The backward's limit adds dK and dV (64 MiB), which the
+    learner returns. The solutions add 0 MiB forward and 63.5 MiB backward (a one-query-row loop
+    25 and 127 MiB). A copy of K or V (32 MiB each) is over the limit too: tiles are sliced out of
+    them, never copied whole. Possible since wire.encode stopped copying arrays: the digest of each
+    input after the call added a copy of K to every peak.
+    """
+    nq, nk, bq, bk, limit = 8, LONG_ROW_NK, 8, 512, 3 << 20
+    if backward:  # dK and dV (32 MiB each) are the learner's to hold: the limit adds them
+        case = backward_case(rng, nq, nk, 4, 4, bq, bk, False, "float64", extra=" (memory, one row)",
+                             why=LONG_ROW_WHY)
+        held = case.kwargs["k"].nbytes + case.kwargs["v"].nbytes
+        return dataclasses.replace(case, max_peak_bytes=held + limit, peak_outputs=held)
+    kw = extend(qkv(rng, nq, nk, 4, dtype="float64"), causal=False, block_q=bq, block_k=bk)
+    return Case(attn_label(kw, extra=f" blocks {bq}x{bk} (memory, one row)"), kw, max_peak_bytes=limit,
+                why=LONG_ROW_WHY)
+
+
+LONG_ROW_WHY = ("IO-awareness with few query rows and many keys: a tiled loop walks the keys block_k at a time; it "
+                "never holds a row of Nk scores for a query (one query row against every key)")
 
 
 def poisoned_causal_case(rng, make, tail: int = 0) -> Case:
@@ -622,6 +652,7 @@ def backward_hidden(rng):
         backward_case(rng, int(rng.integers(9, 30)), int(rng.integers(9, 30)), 8, 8, 8, 8, bool(rng.integers(2)),
                        "float64", scale=float(rng.uniform(0.05, 0.3)), why=SCALE_WHY),
         large_nk_case(rng, None, backward=True),
+        long_row_case(rng, None, backward=True),
         poisoned_causal_case(rng, make),
     ]
 

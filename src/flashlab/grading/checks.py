@@ -556,6 +556,15 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
                 f"included); one Nq x Nk array of this case is {full / 2**20:.1f} MiB. A tiled implementation must "
                 "never build an Nq x Nk array, not even in a buffer allocated beforehand"))
     if case.max_peak_bytes is not None and extra is not None and extra > case.max_peak_bytes:
+        row = k.shape[-2] * q.dtype.itemsize  # one query row's scores against every key
+        if row > case.max_peak_bytes - case.peak_outputs:  # a case with few query rows and very many keys
+            tile = case.kwargs.get("block_q", 0) * case.kwargs.get("block_k", 0) * q.dtype.itemsize
+            held = f", {case.peak_outputs / 2**20:.1f} MiB of it for the arrays returned" if case.peak_outputs else ""
+            return dict(kind="memory", message=(
+                f"used {extra / 2**20:.1f} MiB of extra memory at peak (limit {case.max_peak_bytes / 2**20:.1f} MiB"
+                f"{held}); one row of Nk = {k.shape[-2]} scores (one query row against every key) is "
+                f"{row / 2**20:.1f} MiB. Walk the keys block_k at a time in (block_q x block_k) tiles (here "
+                f"{tile / 2**10:.0f} KiB): never a row of Nk scores per query, nor a copy of K or V"))
         return dict(kind="memory", message=(
             f"used {extra / 2**20:.1f} MiB of extra memory at peak; one Nq x Nk array of this case is "
             f"{full / 2**20:.1f} MiB. A tiled implementation must never build an Nq x Nk array (nor a "

@@ -30,6 +30,9 @@ class Case:
     # with max_peak_bytes: also refuse reading or writing half an Nq x Nk array of memory held before the
     # call (a pool allocated at import); needs the array to dwarf the allocator's churn of an honest call
     pool_check: bool = True
+    # bytes of the returned arrays that max_peak_bytes holds (dK and dV, the size of K and V, in the
+    # backward's long-row case), named in its message
+    peak_outputs: int = 0
     # bytes the call may hold at once, counted exactly inside the child (torch storages allocated or
     # written during the call, NumPy arrays and Python objects: child.LiveBytes); the same every run
     max_live_bytes: int | None = None

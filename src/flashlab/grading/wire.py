@@ -28,7 +28,8 @@ class WireError(Exception):
 
 
 # ----------------------------------------------------------------------------- framing
-def send(fd: int, header: dict, buffers: list[bytes] = ()) -> None:
+def send(fd: int, header: dict, buffers: list = ()) -> None:
+    """One frame; ``buffers`` are bytes or byte-cast memoryviews (len is their size in bytes)."""
     head = json.dumps(dict(header, sizes=[len(b) for b in buffers])).encode()
     total = 4 + len(head) + sum(len(b) for b in buffers)
     view = memoryview(struct.pack(">QI", total, len(head)) + head)
@@ -87,13 +88,16 @@ def encode(value, buffers: list, depth: int = 0) -> dict:
         return dict(t="str", v=value[:1000])
     if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
         t = value.detach().cpu()
-        value = t.float().numpy() if str(t.dtype) == "torch.bfloat16" else t.numpy()
+        # a copy taken now: a kernel's output is what the launch check saw, whatever runs before the send
+        value = t.float().numpy() if str(t.dtype) == "torch.bfloat16" else t.numpy().copy()
         return dict(encode(np.asarray(value), buffers, depth), tensor=True)
     if isinstance(value, np.ndarray):
         array = np.ascontiguousarray(value.view(np.ndarray))
         if str(array.dtype) not in DTYPES:
             return dict(t="other", type=f"ndarray of dtype {array.dtype}")
-        buffers.append(array.tobytes())
+        # the array's own bytes, not a copy: a copy (of an input digested after the call, of the
+        # returned value) would add its size to the peak memory the parent reads after the call
+        buffers.append(memoryview(array.reshape(-1)).cast("B"))
         return dict(t="array", dtype=str(array.dtype), shape=[int(n) for n in array.shape], buf=len(buffers) - 1)
     if isinstance(value, (tuple, list)) and depth < MAX_DEPTH:
         return dict(t="tuple", items=[encode(v, buffers, depth + 1) for v in list(value)[:16]], n=len(value))
