@@ -235,6 +235,13 @@ BROKEN_CASES = [
     ("kernel_reads_an_integer_address", "ex07_kernel_inner_loop", "flash_forward", "forbidden",
      "an integer cast to a pointer"),
     ("kernel_answer_in_a_tuple_argument", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
+    # tiles as long as the sequence (or the split), which left each kernel's loop one step (Part.max_launch_block)
+    ("kernel_tiles_span_the_sequence", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "was launched with BLOCK_N=256: tiles here hold at most 128 rows or keys"),
+    ("kernel_tiles_span_the_sequence", "ex13_triton_backward", "flash_backward_dq", "launch",
+     "was launched with BLOCK_N=256: tiles here hold at most 128 rows or keys"),
+    ("kernel_tile_spans_the_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -1461,6 +1468,27 @@ def test_holds_output_finds_the_returned_values_in_any_float_view_of_the_derived
     assert not holds_output(out.ravel()[:-1].copy(), out)  # one value short
     assert not holds_output(np.zeros(64, np.float32), np.zeros((4, 4), np.float32))  # one repeated value
 
+
+
+LAUNCH = "nk, keys_per_split, scale, BLOCK_N=BLOCK_N, HEAD_DIM=d)"
+TILES_AS_TRITON_BINDS_THEM = [  # (edits of the ex14 solution, whether its tile is over the limit of 128)
+    ([(LAUNCH, "nk, keys_per_split, scale, BLOCK_N=tl.constexpr(256), HEAD_DIM=d)")], True),  # wrapped
+    ([(LAUNCH, "nk, keys_per_split, scale, HEAD_DIM=d)"),  # the signature's default
+      ("BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr", "HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr = 256")], True),
+    # runtime ints given by keyword (keys_per_split is 144 in the two-split case) are not tiles
+    ([(LAUNCH, "N_K=nk, keys_per_split=keys_per_split, qk_scale=scale, BLOCK_N=BLOCK_N, HEAD_DIM=d)")], False),
+]
+
+
+@pytest.mark.parametrize("edits, refused", TILES_AS_TRITON_BINDS_THEM, ids=["wrapped", "default", "runtime ints"])
+def test_the_tile_limit_reads_the_constexprs_as_triton_binds_them(tmp_path, edits, refused):
+    report = _edited_report(tmp_path, "ex14_split_kv_decode", edits, 3)
+    result = report.graded[0][1]["split_kv_partials"]
+    if refused:
+        assert result["failure"]["kind"] == "launch", result["failure"]
+        assert "was launched with BLOCK_N=256: tiles here hold at most 128" in result["failure"]["message"]
+    else:
+        assert result["status"] == "passed", result["failure"]
 
 
 HONEST = Path(__file__).resolve().parent / "honest_variants"

@@ -838,7 +838,10 @@ def dkdv_hidden(rng):
             dkdv_case(rng, 1, 24, 40, 16, False, scale=float(rng.uniform(0.05, 0.5)),
                       why="an explicit scale replaces 1/sqrt(d)"),
             Case("several blocks per program (Nq, Nk built from your BLOCK_M, BLOCK_N)", {},
-                 build=multi_block_backward_case)]
+                 build=multi_block_backward_case),
+            dkdv_case(rng, 1, int(rng.integers(129, 161)), int(rng.integers(129, 161)), 16, False,
+                      why="more than 128 query rows and keys: tiles of at most 128 (BLOCK_M, BLOCK_N), so each "
+                          "kernel's loop walks several blocks")]
 
 
 # ----------------------------------------------------------------------------- ex14 split-KV decode

@@ -604,7 +604,8 @@ def _stub_source(exercise: Exercise) -> str | None:
 
 
 def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
-    """Why the launches did not use the tile the case asked for (``Part.launch_blocks``), or ''."""
+    """Why the launches did not use the tile the case asked for (``Part.launch_blocks``) or used one over
+    the part's limit (``Part.max_launch_block``), or ''."""
     launches = [launch for launch in record.get("launches") or []
                 if isinstance(launch, dict) and isinstance(launch.get("constexprs"), dict)]
     for constexpr, argument in part.launch_blocks:
@@ -622,6 +623,14 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
                 return (f"the kernel was launched with {', '.join(wider)} beside {constexpr}={asked}: a tile wider "
                         f"than {argument} holds more than one block of the row; keep one block of {argument} values "
                         "at a time")
+    limit = part.max_launch_block
+    for launch in launches if limit else []:
+        over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items() if type(v) is int and v > limit)
+        if over:
+            return (f"{_text(launch.get('kernel'), 80)} was launched with {', '.join(over)}: tiles here hold at "
+                    f"most {limit} rows or keys (every integer tl.constexpr at most {limit}); a tile as long as the "
+                    f"sequence (or the split) leaves the kernel's loop nothing to walk. Keep each tile at most {limit} "
+                    "and let the loop go block by block")
     return ""
 
 

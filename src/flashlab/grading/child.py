@@ -1025,6 +1025,28 @@ def _constexpr_params(kernel) -> list[tuple[int, str]]:
     return [(i, name) for i, (name, constexpr) in enumerate(_params(kernel)) if constexpr]
 
 
+def _launch_constexprs(kernel, args, kwargs) -> dict:
+    """{name: int} of a launch's integer tl.constexpr parameters as Triton binds them: by position, by
+    keyword or by the signature's default, an int wrapped in tl.constexpr(256) as that int; an int
+    given by keyword to a runtime parameter (N_Q=nq) is not one. Read by Part.launch_blocks and
+    Part.max_launch_block (tile sizes) and by the cases built from the learner's tiles."""
+    import inspect
+
+    from triton.language import constexpr
+
+    try:
+        defaults = {name: p.default for name, p in inspect.signature(kernel.fn).parameters.items()}
+    except (AttributeError, TypeError, ValueError):
+        defaults = {}
+    out = {}
+    for index, param in _constexpr_params(kernel):
+        value = args[index] if index < len(args) else kwargs.get(param, defaults.get(param))
+        value = value.value if type(value) is constexpr else value
+        if type(value) is int:
+            out[param] = value
+    return out
+
+
 def _tracked_run(run):
     def tracked(self, *args, **kwargs):
         fn = getattr(self, "fn", None)
@@ -1061,10 +1083,7 @@ def _tracked_run(run):
                 raise _corrupted(name, exc) from None
             if rerun:
                 result = launch()
-            constexprs = {k: v for k, v in kwargs.items() if type(v) is int}
-            for index, param in _constexpr_params(self):  # given by position
-                if index < len(args) and type(args[index]) is int:
-                    constexprs.setdefault(param, args[index])
+            constexprs = _launch_constexprs(self, args, kwargs)
             try:
                 TRACKER.after(name, tensors, constexprs)
             except Exception as exc:  # noqa: BLE001

@@ -103,6 +103,11 @@ _CAUSAL_KERNEL_HINTS = (
     "hi, BLOCK_N): ... qk = where(offs_n[None, :] < N_K, qk, -inf); if CAUSAL: qk = where(offs_n[None, :] <= "
     "offs_m[:, None], qk, -inf); ... (the rest as in exercise 07)")
 
+# Exercises 13 and 14 leave the tile sizes to the learner: every integer constexpr at most this, and cases
+# longer than it (ex13: more than 128 query rows and keys; ex14: splits of 136-150 keys), so a tile as long
+# as the sequence, which leaves the loop one step, is refused (ex12 asks for its block_n instead).
+MAX_TILE = 128
+
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     Exercise("ex01_naive", "naive attention and its HBM bytes", (
         Part("naive_attention", "naive attention", 2, cases.naive_reference, cases.naive_public, cases.naive_hidden,
@@ -268,7 +273,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None]); dk += tl.dot(tl.trans(ds).to(q.dtype), q) "
                  "* scale; store dk, dv masked; grid = (cdiv(Nk, BLOCK_N), Z)"),
              outputs=("dk", "dv"), tolerance=dict(GRAD_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
-             must_launch=("flash_bwd_dkdv_kernel",), time_limit_s=60.0),
+             must_launch=("flash_bwd_dkdv_kernel",), time_limit_s=60.0,
+             max_launch_block=MAX_TILE),
         Part("flash_backward_dq", "dQ kernel, one query block per program", 2, cases.dq_reference,
              cases.dkdv_public, cases.dkdv_hidden, (
                  "The mirror image of part 1: one program per (query block i, batch element) keeps Q_i, dO_i, "
@@ -284,7 +290,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None]); dq += tl.dot(ds.to(k.dtype), k) * scale; "
                  "store dq masked; grid = (cdiv(Nq, BLOCK_M), Z)"),
              outputs=("dq",), tolerance=dict(GRAD_TOLERANCE), gpu_tolerance=KERNEL_GPU_TOLERANCE, tensors=True,
-             must_launch=("flash_bwd_dq_kernel",), time_limit_s=60.0),
+             must_launch=("flash_bwd_dq_kernel",), time_limit_s=60.0,
+             max_launch_block=MAX_TILE),
     ), needs_triton=True),
     Exercise("ex14_split_kv_decode", "split-KV decoding: partial states and their combine", (
         Part("split_kv_partials", "partial (o, lse) per key split, in Triton", 3, cases.partials_reference,
@@ -301,7 +308,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
                  "m_new = maximum(m_i, max(sc, 0)); p = exp(sc - m_new); alpha = exp(m_i - m_new); l_i = l_i * "
                  "alpha + sum(p, 0); acc = acc * alpha + sum(p[:, None] * v, 0); m_i = m_new; store acc / where(l_i > "
                  "0, l_i, 1) and m_i + log(l_i); grid = (Z, num_splits)"),
-             outputs=("o_part", "lse_part"), tensors=True, must_launch=("decode_partial_kernel",), time_limit_s=60.0),
+             outputs=("o_part", "lse_part"), tensors=True, must_launch=("decode_partial_kernel",), time_limit_s=60.0,
+             max_launch_block=MAX_TILE),
         Part("combine_splits", "combine the partial states", 2, cases.combine_splits_reference,
              cases.combine_splits_public, cases.combine_splits_hidden, (
                  "Each split's o_s is normalised by its own sum exp(lse_s); the whole row's sum is "

@@ -86,6 +86,9 @@ class Part:
     # (kernel constexpr, argument): every launch must use the tile size the case asks for, and no
     # integer constexpr above it (a kernel that widens its tile to the whole row walks no blocks)
     launch_blocks: tuple[tuple[str, str], ...] = ()
+    # tiles the learner chooses (no block argument): every integer constexpr of every launch at most this
+    # (0: no limit), so a case longer than it leaves the kernel's loop several blocks to walk
+    max_launch_block: int = 0
 
 
 @dataclass(frozen=True)
