@@ -305,6 +305,43 @@ def test_progress_grades_only_the_files_changed_since_its_last_run(folder, monke
     assert calls[2:] == [["ex01_naive", "ex02_softmax"]], "an edited file is graded again"
 
 
+def test_progress_believes_no_more_of_its_cache_than_a_graded_run_writes(folder):
+    """The cache is the learner's own file: a red team's forged entries showed untouched stubs as
+    999/3 done. Points follow the status and never pass the exercise's; entries of another form are
+    ignored; the course's untouched stub is not started whatever the cache says."""
+    from flashlab.progress import CACHE_FILE, _digest, grader_key
+
+    def entry(name, earned, status, stamp="2026-01-01 00:00 UTC"):
+        return dict(digest=_digest(folder / f"{name}.py"), grader=grader_key(), earned=earned, status=status,
+                    time=stamp)
+
+    forged = {name: entry(name, 999, "done") for name in EXERCISES if name != selftest.EXERCISE}
+    (folder / CACHE_FILE).write_text(json.dumps(forged))
+    for fast in (True, False):  # untouched stubs: nothing is graded, nothing is believed
+        result = progress(folder, fast=fast)
+        assert {(i.earned, i.status) for i in result.items if i.kind == "exercise"} == {(0, "not started")}, fast
+    for name in ("ex01_naive", "ex03_tiled_forward", "ex05_traffic", "ex06_triton_primer", "ex09_backward_pieces"):
+        (folder / f"{name}.py").write_text((folder / f"{name}.py").read_text() + "\n# edited\n")
+    forged.update(ex01_naive=entry("ex01_naive", 999, "done"),
+                  ex03_tiled_forward=entry("ex03_tiled_forward", 999, "in progress (tiled_attention to do)"),
+                  ex09_backward_pieces=entry("ex09_backward_pieces", 999, "in progress (softmax_backward to do)"),
+                  ex05_traffic=entry("ex05_traffic", 2, "done\x1b[2J"),  # not a status progress writes
+                  ex06_triton_primer=entry("ex06_triton_primer", "999", "done"))  # points that are not a number
+    (folder / CACHE_FILE).write_text(json.dumps(forged))
+    (folder / "selftest_answers.json").write_text(json.dumps(dict(answers={}, predictions={
+        PREDICTIONS[0].key: dict(predicted=1.0, rel_error="999")})))
+    result = progress(folder, fast=True)
+    by_name = {i.name: i for i in result.items}
+    assert (by_name["ex01_naive"].earned, by_name["ex01_naive"].status) == (3, "done (cached 2026-01-01 00:00 UTC)")
+    assert by_name["ex03_tiled_forward"].earned == 0 and by_name["ex09_backward_pieces"].earned == 1
+    for name in ("ex05_traffic", "ex06_triton_primer"):  # ignored: the file is only read
+        assert by_name[name].earned is None and "cached" not in by_name[name].status, by_name[name]
+    assert all(i.earned is None or 0 <= i.earned <= i.possible for i in result.items)
+    assert f"{PREDICTIONS[0].key}: ? off" in str(result)
+    (folder / CACHE_FILE).write_text("[1, 2]")  # not a cache at all
+    assert progress(folder, fast=True).totals()["exercise"][0] is None  # the edited files: only read
+
+
 def test_progress_cli_prints_json(folder, capsys):
     from flashlab.cli import main
 

@@ -13,14 +13,20 @@ Where the points come from (the output says which):
   started (the public cases have a fixed seed; a failing exercise is graded again). Grading the rest costs about 0.1 s per NumPy exercise and 1.7 s per Triton or torch
   exercise (the child process imports torch), so a first run over all 15 solved exercises took
   about 10 s on a 2-core CPU machine, and a later run with nothing changed 0.3 s. Each graded run is
-  cached in the exercises folder (``.flashlab_progress.json``, with a digest of each file; progress
-  trusts it, ``flashlab grade`` never reads it). With ``fast=True`` (``--fast``) nothing is run: an
+  cached in the exercises folder (``.flashlab_progress.json``, with a digest of each file;
+  ``flashlab grade`` never reads it). The cache is the learner's own file and can be edited: progress
+  believes no more of it than a graded run could have written (:func:`_cached`: an entry of another
+  form is ignored, points are those its status allows and never more than the exercise's, the
+  course's untouched stub is "not started" whatever it says); it is advisory, and only ``flashlab
+  grade`` scores. With ``fast=True`` (``--fast``) nothing is run: an
   exercise unchanged since the last graded run shows its cached result, any other is only read, to
   tell an untouched stub from an edited one, and shows "?" points.
 - self-tests: the first answer to each question recorded by ``answer(...)`` in
   ``selftest_answers.json`` (:mod:`flashlab.selftest`: ``answer`` shows the right answer after any
   attempt, so later ones earn nothing), graded again here, so the file's own "correct" flags are
-  not trusted. A notebook's self-test is finished once every question has an answer.
+  not trusted. That file too is the learner's: a first answer edited in is counted like one given
+  in the notebook, so the self-test points are advisory. A notebook's self-test is finished once
+  every question has an answer.
 - predictions (:func:`flashlab.selftest.predict`) are listed, never scored.
 """
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import ast
 import hashlib
 import json
+import math
 import re
 import sys
 import time
@@ -159,9 +166,37 @@ def _is_course_stub(path: Path, name: str) -> bool:
 
 def _load_cache(folder: Path) -> dict:
     try:
-        return json.loads((folder / CACHE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cache = json.loads((folder / CACHE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
+_IN_PROGRESS = re.compile(r"in progress \((\w+(?:, \w+)*) to do\)")
+
+
+def _cached(hit, exercise) -> dict | None:
+    """A cache entry as far as progress believes it, or None. The cache is the learner's file (a
+    forged entry showed 999/3 done): only what a graded run writes is read (a digest, a time stamp,
+    a status of the forms progress gives, a finite number of points), and the points are the ones the
+    status allows: all for done, none for not started, in progress at most those of the parts not
+    named as to do."""
+    if not isinstance(hit, dict) or not isinstance(hit.get("digest"), str) or not isinstance(hit.get("status"), str):
+        return None
+    status, earned, stamp = hit["status"], hit.get("earned"), hit.get("time")
+    if type(earned) not in (int, float) or not math.isfinite(earned) or not _STAMP.fullmatch(str(stamp)):
+        return None
+    if status in DONE:
+        earned = exercise.points
+    elif status == "not started":
+        earned = 0
+    elif (todo := _IN_PROGRESS.fullmatch(status)) and set(todo[1].split(", ")) <= {p.function for p in exercise.parts}:
+        allowed = sum(p.points for p in exercise.parts if p.function not in todo[1].split(", "))
+        earned = min(max(earned, 0), allowed)
+    else:
+        return None
+    return dict(hit, earned=earned)
 
 
 def _save_cache(folder: Path, items: list[Item], key: str, times: dict) -> None:
@@ -181,16 +216,17 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
     from flashlab.selftest import EXERCISE
 
     names = [n for n in EXERCISES if n != EXERCISE]
-    cache = _load_cache(folder)
+    raw = _load_cache(folder)
+    cache = {name: hit for name in names if (hit := _cached(raw.get(name), EXERCISES[name])) is not None}
     key = None if fast else grader_key()
-    kept, stubs = {}, set()  # not graded again: unchanged since their last graded run; the course's stub
-    for name in [] if fast else names:
+    kept, stubs = {}, set()  # not graded again: the course's stub; unchanged since their last graded run
+    for name in names:
         hit, path = cache.get(name, {}), folder / f"{name}.py"
-        if (hit.get("grader") == key and hit.get("digest") and hit["digest"] == _digest(path)
+        if _is_course_stub(path, name):  # whatever the cache says of it
+            stubs.add(name)
+        elif (not fast and hit.get("grader") == key and hit.get("digest") == _digest(path)
                 and hit.get("status") in DONE + ("not started",)):  # a failure (a time limit?) runs again
             kept[name] = hit
-        elif _is_course_stub(path, name):
-            stubs.add(name)
     todo_names = [n for n in names if n not in kept and n not in stubs]
     graded = {} if fast or not todo_names else {
         e.name: results for e, results in grade(todo_names, folder, public_only=True, seed=0, jobs=2)}
@@ -201,6 +237,9 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
         where = f"notebook {nb} ({files[nb]})" if nb in files else f"notebook {nb}"
         todo = (f"{where}: complete {_shown(folder / f'{name}.py')}, then check(\"{name}\") in the notebook "
                 f"or `flashlab grade {name}`")
+        if fast and name in stubs:
+            items.append(Item(nb, "exercise", name, 0, exercise.points, "not started", todo))
+            continue
         if fast:
             hit = cache.get(name, {})
             if hit.get("digest") and hit["digest"] == _digest(folder / f"{name}.py"):
@@ -273,6 +312,12 @@ def _safe_is_right(is_right, q, value) -> bool:
         return False
 
 
+def _percent(entry) -> str:
+    """A recorded prediction's relative error as a percentage ("?" where a hand-edited file holds no number)."""
+    error = entry.get("rel_error", 0) if isinstance(entry, dict) else None
+    return f"{error:.0%}" if type(error) in (int, float) and math.isfinite(error) else "?"
+
+
 @dataclass
 class Progress:
     """The progress table; ``str()`` or the notebook shows it as text."""
@@ -317,7 +362,7 @@ class Progress:
             lines.append(f"{label + ':':<12} {'?' if earned is None else f'{earned:g}'}/{possible:g} points")
         made = [k for k in self.predictions if k in {p.key for p in PREDICTIONS}]
         lines.append(f"{'predictions:':<12} {len(made)} of {len(PREDICTIONS)} made (not scored)"
-                     + "".join(f"; {k}: {self.predictions[k].get('rel_error', 0):.0%} off" for k in made))
+                     + "".join(f"; {k}: {_percent(self.predictions[k])} off" for k in made))
         nxt = self.next
         lines += ["", "next: " + (f"{nxt.name}, {nxt.todo}" if nxt else "everything is done. Well done.")]
         from flashlab.course import wrap_prose
