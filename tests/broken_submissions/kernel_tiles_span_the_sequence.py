@@ -81,7 +81,8 @@ def flash_backward_dkdv(q, k, v, o, lse, do, causal=False, scale=None):
     dv = torch.zeros_like(v)
     flash_bwd_dkdv_kernel[(1, z)](
         q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), k.stride(0), k.stride(1), lse.stride(0),
-        nq, nk, scale, BLOCK_M=max(16, triton.next_power_of_2(nq)), BLOCK_N=max(16, triton.next_power_of_2(nk)), HEAD_DIM=d, CAUSAL=causal)
+        nq, nk, scale, BLOCK_M=max(16, triton.next_power_of_2(nq)), BLOCK_N=max(16, triton.next_power_of_2(nk)),
+        HEAD_DIM=d, CAUSAL=causal)
     return dk, dv
 
 
@@ -126,5 +127,6 @@ def flash_backward_dq(q, k, v, o, lse, do, causal=False, scale=None):
     dq = torch.zeros_like(q)
     flash_bwd_dq_kernel[(1, z)](
         q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), k.stride(0), k.stride(1), lse.stride(0),
-        nq, nk, scale, BLOCK_M=max(16, triton.next_power_of_2(nq)), BLOCK_N=max(16, triton.next_power_of_2(nk)), HEAD_DIM=d, CAUSAL=causal)
+        nq, nk, scale, BLOCK_M=max(16, triton.next_power_of_2(nq)), BLOCK_N=max(16, triton.next_power_of_2(nk)),
+        HEAD_DIM=d, CAUSAL=causal)
     return dq
