@@ -242,6 +242,9 @@ BROKEN_CASES = [
      "was launched with BLOCK_N=256: tiles here hold at most 128 rows or keys"),
     ("kernel_tile_spans_the_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
+    # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
+    ("combine_without_max", "ex14_split_kv_decode", "combine_splits", "nan",
+     "looks like the splits are combined without subtracting the largest lse first"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -1002,6 +1005,48 @@ def test_traffic_names_ragged_blocks_counted_as_full_and_nothing_else(tmp_path, 
     else:
         assert result["failure"]["message"].startswith(words), result["failure"]
         assert ", expected " in result["failure"]["message"], "the numbers still follow the name"
+
+
+def _grade_module(tmp_path, module: str, exercise: str, seed: int):
+    folder = tmp_path / f"seed{seed}"
+    folder.mkdir()
+    shutil.copy(BROKEN / f"{module}.py", folder / f"{exercise}.py")
+    return check(exercise, exercises_dir=folder, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_combine_without_the_max_fails_a_large_lse_check_by_name(tmp_path, seed):
+    """combine_splits with weights exp(lse_s) / sum exp(lse_s) scored 2/2: every combine case had lse near 0.
+    A hidden check with lse near 1000 (and near 100) now makes exp() overflow, and the report names the
+    mistake; a row whose every split is empty must give 0, not NaN."""
+    report = _grade_module(tmp_path, "combine_without_max", "ex14_split_kv_decode", seed)
+    failure = report.graded[0][1]["combine_splits"]["failure"]
+    assert "lse + 1000" in failure["case"] and failure["group"] == "hidden", failure
+    assert failure["message"].startswith("looks like the splits are combined without subtracting the largest lse "
+                                         "first"), failure
+    assert "the largest lse subtracted first" in failure["why"], failure
+
+
+def test_combine_checks_hold_large_lse_and_a_row_with_no_key():
+    from flashlab.grading.cases import combine_splits_hidden, combine_splits_reference
+
+    cases = combine_splits_hidden(np.random.default_rng(0))
+    lse = [c.kwargs["lse_part"] for c in cases]
+    assert any(np.isfinite(x).all() and x.max() > 709 for x in lse), "an lse past float64's exp() overflow"
+    empty = [c for c, x in zip(cases, lse) if np.isneginf(x).all(axis=-1).any()]
+    assert len(empty) == 1
+    o = combine_splits_reference(**empty[0].kwargs)
+    assert not np.isnan(o).any() and (o[np.isneginf(empty[0].kwargs["lse_part"]).all(axis=-1)] == 0).all()
+
+
+def test_a_combine_without_the_empty_row_guard_fails_the_row_with_no_key(tmp_path):
+    source = (REPO / "solutions" / "ex14_split_kv_decode.py").read_text()
+    guard = "    lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)  # that row: every weight 0, o = 0\n"
+    assert guard in source, "the solution changed: update this test"
+    (tmp_path / "ex14_split_kv_decode.py").write_text(source.replace(guard, ""))
+    result = check("ex14_split_kv_decode", exercises_dir=tmp_path, seed=3).graded[0][1]["combine_splits"]
+    assert result["status"] == "failed" and result["failure"]["kind"] == "nan", result["failure"]
+    assert "has no key" in result["failure"]["case"] and "looks like" not in result["failure"]["message"]
 
 
 def test_honest_traffic_counts_are_never_named_as_a_mistake():

@@ -58,6 +58,7 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
 
 def combine_splits(o_part, lse_part):
     """Merge partial states: (Z, S, d), (Z, S) -> o (Z, d), dtype of o_part."""
-    lse = torch.logsumexp(lse_part, dim=-1, keepdim=True)  # (Z, 1); finite: some split holds keys
+    lse = torch.logsumexp(lse_part, dim=-1, keepdim=True)  # (Z, 1); -inf for a row with no key
+    lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)  # that row: every weight 0, o = 0
     weights = torch.exp(lse_part - lse)  # (Z, S); an empty split (lse -inf) weighs 0
     return (weights[..., None] * o_part).sum(dim=1)

@@ -906,6 +906,7 @@ def boosted_partials_case(rng) -> Case:
 
 def combine_splits_reference(o_part, lse_part):
     lse = np.logaddexp.reduce(lse_part.astype(np.float64), axis=-1)  # (Z,)
+    lse = np.where(np.isneginf(lse), 0.0, lse)  # a row with no key: every weight 0, o = 0 (as merge_partials)
     w = np.exp(lse_part.astype(np.float64) - lse[:, None])  # (Z, S)
     return (w[..., None] * o_part).sum(1).astype(o_part.dtype)
 
@@ -920,11 +921,39 @@ def combine_splits_public(rng):
     return [combine_splits_case(rng, 2, 64, 16, 4)]
 
 
+LARGE_LSE_WHY = ("large lse: exp(lse_s) overflows to inf (float32 past 88, float64 past 709), so weigh each split by "
+                 "exp(lse_s - lse) with lse = logsumexp over the splits (the largest lse subtracted first); the "
+                 "result is the same as without the shift")
+
+
+def large_lse_combine_case(rng) -> Case:
+    """Three sequences of 4 splits: sequence 0 as computed, sequence 1 with every key scoring +1000
+    (each lse_s + 1000, o_s unchanged), sequence 2 with splits 0 and 2 scoring +100 and +103 (their
+    lse_s shifted, the other two splits then weigh about exp(-100))."""
+    case = combine_splits_case(rng, 3, int(rng.integers(40, 100)), 8, 4)
+    lse_part = case.kwargs["lse_part"] + np.array([[0.0] * 4, [1000.0] * 4, [100.0, 0.0, 103.0, 0.0]],
+                                                  np.float32)  # (Z, S)
+    return Case(case.label + ", lse + 1000 (sequence 1), + 100 and + 103 (sequence 2's splits 0, 2)",
+                dict(case.kwargs, lse_part=lse_part), why=LARGE_LSE_WHY, hint=2)
+
+
+def empty_row_combine_case(rng) -> Case:
+    """Two sequences of 3 splits; sequence 1 has no key at all (an empty cache): every split empty."""
+    case = combine_splits_case(rng, 2, int(rng.integers(20, 60)), 8, 3)
+    o_part, lse_part = case.kwargs["o_part"].copy(), case.kwargs["lse_part"].copy()
+    o_part[1], lse_part[1] = 0.0, -np.inf
+    return Case(case.label + ", sequence 1 has no key (all 3 splits empty)", dict(o_part=o_part, lse_part=lse_part),
+                why="a sequence with no key (an empty cache): every split is empty (o_s = 0, lse_s = -inf), so "
+                    "logsumexp is -inf and exp(-inf - (-inf)) is NaN; its o must be 0, without NaN (subtract 0 "
+                    "where lse = -inf)", hint=2)
+
+
 def combine_splits_hidden(rng):
     return [combine_splits_case(rng, 3, int(rng.integers(30, 100)), 8, 6, "random split sizes"),
             dataclasses.replace(combine_splits_case(rng, 2, 9, 8, 4, "an empty split (lse = -inf) must weigh 0, "
                                                     "without NaN"), hint=2),
-            combine_splits_case(rng, 2, 40, 8, 1, "a single split: the combine returns it unchanged")]
+            combine_splits_case(rng, 2, 40, 8, 1, "a single split: the combine returns it unchanged"),
+            large_lse_combine_case(rng), empty_row_combine_case(rng)]
 
 
 # ----------------------------------------------------------------------------- ex15 autograd Function

@@ -850,3 +850,33 @@ MISTAKES = {
     ("ex15_autograd_flash", "flash_forward_lse"): ((AUTOGRAD_NO_SCALE, _lse_no_scale),),
     ("ex15_autograd_flash", "forward_and_backward"): _AUTOGRAD,
 }
+
+
+# ----------------------------------------------------------------------------- ex14 combine, ex04 tile count, ex11 quiz
+COMBINE_WITHOUT_MAX = ("the splits are combined without subtracting the largest lse first (weights exp(lse_s) / "
+                       "sum_s exp(lse_s), or log(sum_s exp(lse_s)) as lse): exp() overflows to inf once an lse passes "
+                       "88 (float32) or 709 (float64), and inf / inf is NaN (exp(lse_s - inf) is 0); weight each split "
+                       "by exp(lse_s - lse) with lse = logsumexp over the splits (torch.logsumexp subtracts the max)")
+
+
+def _combine_without_max(work_dtype, log_of_sum: bool):
+    """Exercise 14's combine_splits without the max, worked in ``work_dtype``: w = exp(lse_s) /
+    sum exp(lse_s), or (``log_of_sum``) w = exp(lse_s - log(sum exp(lse_s))). None unless some exp(lse_s)
+    overflows there: otherwise the mistake changes nothing (a row with no key is NaN either way)."""
+    def detector(kw, blocks):
+        o_part = np.asarray(kw["o_part"])  # (Z, S, d)
+        lse_part = np.asarray(kw["lse_part"]).astype(work_dtype)  # (Z, S)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            e = np.exp(lse_part)  # (Z, S)
+            if not np.isinf(e[np.isfinite(lse_part)]).any():
+                return None
+            total = e.sum(-1, keepdims=True)  # (Z, 1)
+            w = np.exp(lse_part - np.log(total)) if log_of_sum else e / total
+            return (w[..., None] * o_part.astype(work_dtype)).sum(1).astype(o_part.dtype)
+    return detector
+
+
+_COMBINE = tuple((COMBINE_WITHOUT_MAX, _combine_without_max(dtype, log_of_sum))
+                 for dtype in (np.float32, np.float64) for log_of_sum in (False, True))
+
+MISTAKES.update({("ex14_split_kv_decode", "combine_splits"): _COMBINE})

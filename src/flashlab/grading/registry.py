@@ -314,10 +314,12 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              cases.combine_splits_public, cases.combine_splits_hidden, (
                  "Each split's o_s is normalised by its own sum exp(lse_s); the whole row's sum is "
                  "sum_s exp(lse_s) = exp(lse).",
-                 "lse = logsumexp over the splits; o = sum_s exp(lse_s - lse) o_s. torch.logsumexp and "
-                 "torch.exp(-inf) = 0 take care of empty splits.",
-                 "lse = torch.logsumexp(lse_part, -1, keepdim=True); w = torch.exp(lse_part - lse); "
-                 "return (w[..., None] * o_part).sum(1)"),
+                 "lse = logsumexp over the splits; o = sum_s exp(lse_s - lse) o_s, never exp(lse_s) alone: lse_s "
+                 "can be large (exp overflows past 88 in float32). torch.logsumexp and torch.exp(-inf) = 0 take "
+                 "care of empty splits; a row whose splits are all empty has lse = -inf: subtract 0 there, since "
+                 "exp(-inf - (-inf)) is NaN.",
+                 "lse = torch.logsumexp(lse_part, -1, keepdim=True); lse = torch.where(torch.isneginf(lse), 0, lse); "
+                 "w = torch.exp(lse_part - lse); return (w[..., None] * o_part).sum(1)"),
              tensors=True),
     ), needs_triton=True),
     Exercise("ex15_autograd_flash", "FlashAttention-2 as a torch.autograd.Function", (
