@@ -245,6 +245,10 @@ BROKEN_CASES = [
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
     ("combine_without_max", "ex14_split_kv_decode", "combine_splits", "nan",
      "looks like the splits are combined without subtracting the largest lse first"),
+    ("count_tiles_unclipped_last_row", "ex04_causal_tiles", "count_computed_tiles", "value",
+     "looks like the skip rule takes a query block's last row as (i + 1) * block_q - 1, not clipped to nq"),
+    ("count_tiles_skip_one_off", "ex04_causal_tiles", "count_computed_tiles", "value",
+     "looks like the skip rule is one off (>= for >)"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -1047,6 +1051,55 @@ def test_a_combine_without_the_empty_row_guard_fails_the_row_with_no_key(tmp_pat
     result = check("ex14_split_kv_decode", exercises_dir=tmp_path, seed=3).graded[0][1]["combine_splits"]
     assert result["status"] == "failed" and result["failure"]["kind"] == "nan", result["failure"]
     assert "has no key" in result["failure"]["case"] and "looks like" not in result["failure"]["message"]
+
+
+@pytest.mark.parametrize("module, words", [
+    ("count_tiles_unclipped_last_row", "not clipped to nq"), ("count_tiles_skip_one_off", "one off (>= for >)")])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_tile_count_on_a_wrong_skip_rule_names_the_rule(tmp_path, module, words, seed):
+    """A count whose last row was not clipped to nq was told only the case's why ('a key block that
+    starts at a query block's last row is computed'), which is about another mistake. The count is now
+    compared with what the typical wrong rules give, the one it matches is named, with the pointer to
+    causal_tile_skipped, and each case's why says what is true of that case."""
+    report = _grade_module(tmp_path, module, "ex04_causal_tiles", seed)
+    results = report.graded[0][1]
+    assert results["causal_tile_skipped"]["status"] == "passed"
+    failure = results["count_computed_tiles"]["failure"]
+    assert failure["message"].startswith("looks like the skip rule") and words in failure["message"], failure
+    assert "builds on causal_tile_skipped" in failure["message"], failure
+    if module == "count_tiles_unclipped_last_row":
+        assert "the last query block is ragged" in failure["why"], failure
+    else:
+        assert "starts at query block" in failure["why"], failure
+
+
+def test_tile_count_mistakes_give_their_rules_count_and_never_the_right_one():
+    from flashlab.grading.cases import count_tiles_reference
+    from flashlab.grading.mistakes import COUNT_BOTH, COUNT_ONE_OFF, COUNT_UNCLIPPED, MISTAKES
+
+    def rule_count(nq, nk, bq, bk, unclipped, inclusive):
+        count = 0
+        for i in range(-(-nq // bq)):
+            last = (i + 1) * bq - 1 if unclipped else min((i + 1) * bq, nq) - 1
+            count += sum((j * bk >= last) if inclusive else (j * bk > last) for j in range(-(-nk // bk)))
+        return -(-nq // bq) * -(-nk // bk) - count
+
+    rules = {COUNT_UNCLIPPED: (True, False), COUNT_ONE_OFF: (False, True), COUNT_BOTH: (True, True)}
+    detectors = dict(MISTAKES[("ex04_causal_tiles", "count_computed_tiles")])
+    assert set(detectors) == set(rules)
+    rng = np.random.default_rng(7)
+    named = set()
+    for _ in range(400):
+        kw = dict(nq=int(rng.integers(1, 120)), nk=int(rng.integers(1, 120)), block_q=int(rng.integers(1, 20)),
+                  block_k=int(rng.integers(1, 20)), causal=bool(rng.integers(4)))
+        right = count_tiles_reference(**kw)
+        hits = {d: f(kw, {}) for d, f in detectors.items() if f(kw, {}) is not None}
+        assert right not in hits.values(), kw
+        assert len(set(hits.values())) == len(hits), ("one count, one name", kw, hits)
+        for description, count in hits.items():
+            assert count == rule_count(kw["nq"], kw["nk"], kw["block_q"], kw["block_k"], *rules[description])
+        named |= set(hits)
+    assert named == set(detectors), "every rule is named somewhere"
 
 
 def test_honest_traffic_counts_are_never_named_as_a_mistake():

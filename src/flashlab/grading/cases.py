@@ -429,23 +429,48 @@ def count_tiles_reference(nq, nk, block_q, block_k, causal):
                for i in range(n_i) for j in range(n_j))
 
 
+def count_tiles_why(nq, nk, bq, bk, causal) -> str:
+    """What a causal count_computed_tiles case probes, from what is true of it: a key block that
+    starts at a query block's last row (a rule with >= for > skips it), and a ragged last query block
+    with a key block starting past nq - 1 but not past (i + 1) * block_q - 1 (a rule that does not
+    clip the last row to nq computes it)."""
+    if not causal:
+        return ""
+    n_i, starts = -(-nq // bq), range(0, nk, bk)
+    at_last = [i for i in range(n_i) if min((i + 1) * bq, nq) - 1 in starts]
+    why = []
+    if at_last:
+        last = min((at_last[0] + 1) * bq, nq) - 1
+        why.append(f"the key block starting at {last} starts at query block {at_last[0]}'s last row, so it is "
+                   "computed (that row sees its first key)")
+    i = n_i - 1
+    past = [c for c in starts if nq - 1 < c <= (i + 1) * bq - 1]
+    if past:
+        why.append(f"the last query block is ragged (rows {i * bq}..{nq - 1}): its last row is nq - 1 = {nq - 1}, "
+                   f"not (i + 1) * block_q - 1 = {(i + 1) * bq - 1}, so the key block starting at {past[0]} is "
+                   "skipped")
+    return "; ".join(why)
+
+
 def count_tiles_cases(rows):
     return [Case(f"nq={a} nk={b} block_q={c} block_k={d} causal={e}",
-                 dict(nq=a, nk=b, block_q=c, block_k=d, causal=e)) for a, b, c, d, e in rows]
+                 dict(nq=a, nk=b, block_q=c, block_k=d, causal=e), why=count_tiles_why(a, b, c, d, e),
+                 hint=2 if count_tiles_why(a, b, c, d, e) else None) for a, b, c, d, e in rows]
 
 
 def count_tiles_hidden(rng):
     """Random shapes with blocks of 16-64, then two where a key block starts exactly at a query
     block's last row (block_k not dividing block_q): a skip rule one off (>= for >) counts them wrong,
-    where blocks that divide each other almost never put the two on one index."""
+    where blocks that divide each other almost never put the two on one index; then a ragged last
+    query block (rows 8-9 of 8-15) with a key block at 12, which a last row not clipped to nq computes.
+    Each causal case's why says which of these it holds (count_tiles_why)."""
     rows = [(int(a), int(b), int(c), int(d), bool(e)) for a, b, c, d, e in zip(
         rng.integers(1, 300, 6), rng.integers(1, 300, 6), rng.choice([16, 32, 64], 6),
         rng.choice([16, 32, 64], 6), (1, 1, 1, 0, 1, 1))]
     bk = int(rng.choice([3, 5, 7]))
-    rows += [(16, 16, 8, 7, True), (int(rng.integers(40, 200)), int(rng.integers(40, 200)), 2 * bk + 1, bk, True)]
-    why = "a key block that starts at a query block's last row is computed (that row sees its first key)"
-    cases = count_tiles_cases(rows)
-    return cases[:-2] + [dataclasses.replace(case, why=why) for case in cases[-2:]]
+    rows += [(16, 16, 8, 7, True), (int(rng.integers(40, 200)), int(rng.integers(40, 200)), 2 * bk + 1, bk, True),
+             (10, 16, 8, 4, True)]
+    return count_tiles_cases(rows)
 
 
 # ----------------------------------------------------------------------------- ex05 traffic

@@ -879,4 +879,52 @@ def _combine_without_max(work_dtype, log_of_sum: bool):
 _COMBINE = tuple((COMBINE_WITHOUT_MAX, _combine_without_max(dtype, log_of_sum))
                  for dtype in (np.float32, np.float64) for log_of_sum in (False, True))
 
-MISTAKES.update({("ex14_split_kv_decode", "combine_splits"): _COMBINE})
+_COUNT_BUILDS_ON = (" (count_computed_tiles builds on causal_tile_skipped: count the tiles (i, j) it says are "
+                    "computed rather than with a rule of its own, and if that part fails too, fix the rule there)")
+COUNT_UNCLIPPED = ("the skip rule takes a query block's last row as (i + 1) * block_q - 1, not clipped to nq: the "
+                   "ragged last block ends at row nq - 1 (min((i + 1) * block_q, nq) - 1), so a key block starting "
+                   "past nq - 1 is skipped, and this count computes it" + _COUNT_BUILDS_ON)
+COUNT_ONE_OFF = ("the skip rule is one off (>= for >): a key block that starts exactly at a query block's last row is "
+                 "computed, since that row sees the block's first key; skip only when j * block_k > the last row"
+                 + _COUNT_BUILDS_ON)
+COUNT_BOTH = ("the skip rule is off twice: the last row is taken as (i + 1) * block_q - 1, not clipped to nq, and "
+              "the comparison is >= for >: skip when j * block_k > min((i + 1) * block_q, nq) - 1" + _COUNT_BUILDS_ON)
+# exercise 04's count with a wrong skip rule: (unclipped last row, >= for >)
+_COUNT_RULES = {COUNT_UNCLIPPED: (True, False), COUNT_ONE_OFF: (False, True), COUNT_BOTH: (True, True)}
+
+
+def _tiles_counted(kw, unclipped: bool, inclusive: bool) -> int:
+    nq, nk, bq, bk = kw["nq"], kw["nk"], kw["block_q"], kw["block_k"]
+    count = 0
+    for i in range(-(-nq // bq)):
+        last = (i + 1) * bq - 1 if unclipped else min((i + 1) * bq, nq) - 1
+        count += sum(not (j * bk >= last if inclusive else j * bk > last) for j in range(-(-nk // bk)))
+    return count
+
+
+def _rule_counts(kw):
+    """(right, unclipped, one off, both) counts; None without causal (every rule counts every tile)."""
+    if not kw.get("causal"):
+        return None
+    return (_tiles_counted(kw, False, False), *(_tiles_counted(kw, *rule) for rule in _COUNT_RULES.values()))
+
+
+def _count_with_rule(description):
+    """The count a wrong skip rule gives, where it is wrong. The unclipped last row only adds tiles and
+    >= only removes them, so the two never give one wrong count; the rule with both is named only where
+    neither alone gives its count (where one change alone does, that one is named)."""
+    def detector(kw, blocks):
+        counts = _rule_counts(kw)
+        if counts is None:
+            return None
+        right, unclipped, one_off, both = counts
+        mine = {COUNT_UNCLIPPED: unclipped, COUNT_ONE_OFF: one_off, COUNT_BOTH: both}[description]
+        return None if mine == right or description == COUNT_BOTH and mine in (unclipped, one_off) else mine
+    return detector
+
+
+_COUNT_TILES = tuple((d, _count_with_rule(d)) for d in _COUNT_RULES)
+
+
+MISTAKES.update({("ex14_split_kv_decode", "combine_splits"): _COMBINE,
+                 ("ex04_causal_tiles", "count_computed_tiles"): _COUNT_TILES})
