@@ -249,6 +249,7 @@ BROKEN_CASES = [
      "looks like the skip rule takes a query block's last row as (i + 1) * block_q - 1, not clipped to nq"),
     ("count_tiles_skip_one_off", "ex04_causal_tiles", "count_computed_tiles", "value",
      "looks like the skip rule is one off (>= for >)"),
+    ("quiz_typical_wrong_answers", "ex11_quiz", "Q5", "value", "looks like K and V were counted as read once"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -1100,6 +1101,65 @@ def test_tile_count_mistakes_give_their_rules_count_and_never_the_right_one():
             assert count == rule_count(kw["nq"], kw["nk"], kw["block_q"], kw["block_k"], *rules[description])
         named |= set(hits)
     assert named == set(detectors), "every rule is named somewhere"
+
+
+QUIZ_WRONG = [  # (question, a typical wrong answer, words of its name, or None: no name, the question's why only)
+    ("Q1", "a", "the FLOPs were taken for the saving"), ("Q1", "(c)", "on-chip SRAM was taken for the saving"),
+    ("Q2", "d", "S is never written to HBM"), ("Q3", "b", "the running max was taken for an estimate"),
+    ("Q4", "a", "decode was taken for compute-bound"),
+    ("Q5", 32.87, "K and V were counted as read once"), ("Q5", 0.5, "the ratio is upside down"),
+    ("Q5", 1.307, "FlashAttention-1's loop order"), ("Q5", 7.0, None),
+    ("Q6", 0.985, "a full query block of 128 rows"), ("Q6", 2.0, "the prefill ratio of Q5"), ("Q6", 3.0, None),
+]
+
+
+def test_a_wrong_quiz_answer_is_told_what_it_counted_never_the_answer(tmp_path):
+    """The quiz said only '32.9 is not within 1% of the answer' and 'compare with the exercise's
+    docstring'. Each question now says what it asks and what a typical wrong answer counted, and a
+    wrong answer that matches a known mistake is named; no feedback holds the right answer."""
+    from flashlab.grading.registry import answer_hash
+
+    by_question: dict = {}
+    for question, answer, words in QUIZ_WRONG:
+        by_question.setdefault(question, []).append((answer, words))
+    quiz = EXERCISES["ex11_quiz"]
+    for r in range(max(len(v) for v in by_question.values())):  # one answer per question in each file
+        folder = tmp_path / f"round{r}"
+        folder.mkdir()
+        asked = {q: v[r] for q, v in by_question.items() if r < len(v)}
+        folder.joinpath("ex11_quiz.py").write_text("".join(f"{q} = {a!r}\n" for q, (a, _) in asked.items()))
+        report = check("ex11_quiz", exercises_dir=folder, seed=1)
+        results = report.graded[0][1]
+        for question, (answer, words) in asked.items():
+            failure = results[question]["failure"]
+            assert results[question]["status"] == "failed", (question, answer)
+            assert failure["why"] and "docstring" not in str(report), failure
+            assert failure["message"].startswith("looks like ") == (words is not None), (question, answer, failure)
+            if words:
+                assert words in failure["message"], failure
+            part = next(p for p in quiz.parts if p.function == question)
+            right = part.reference()
+            if part.kind == "number":  # no feedback or name states the answer
+                assert not any(f"{right:.{n}f}" in failure["message"] + failure["why"] for n in (2, 3)), failure
+            else:
+                letter = next(c for c in "abcd" if answer_hash(question, c) == right)
+                assert f"({letter})" not in failure["message"] + failure["why"], failure
+
+
+def test_quiz_mistakes_never_match_the_right_answer():
+    from flashlab.grading.checks import compare
+    from flashlab.grading.mistakes import MISTAKES
+
+    for part in EXERCISES["ex11_quiz"].parts:
+        detectors = MISTAKES[("ex11_quiz", part.function)]
+        assert detectors, part.function
+        right = part.reference()
+        for description, detector in detectors:
+            wrong = detector({}, {})
+            if part.kind == "number":
+                assert compare(part, wrong, right) is not None, (part.function, description, wrong, right)
+            else:
+                assert wrong != right, (part.function, description)
 
 
 def test_honest_traffic_counts_are_never_named_as_a_mistake():

@@ -793,7 +793,7 @@ def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict,
 
 def _same_as_mistake(part: Part, name: str, got, wrong, on_cuda: bool) -> bool:
     """Whether one output equals what the mistake gives, NaN where it has NaN, within the part's tolerance."""
-    if part.kind == "exact":  # a count: the same number
+    if part.kind in ("exact", "number", "choice"):  # a count, a quiz answer: the same one (a number within 1%)
         return compare(part, got, wrong) is None
     if type(got) is not np.ndarray or got.shape != wrong.shape:
         return False

@@ -926,5 +926,93 @@ def _count_with_rule(description):
 _COUNT_TILES = tuple((d, _count_with_rule(d)) for d in _COUNT_RULES)
 
 
+def _quiz_answer(value):
+    return lambda kw, blocks: value
+
+
+_QUIZ_SIZES = dict(nk=4096, d=128, block_q=128, block_k=128, itemsize=2, stat_itemsize=4)
+
+
+def _naive_bytes(nq):
+    from flashlab.traffic import naive_traffic
+
+    return naive_traffic(nq, 4096, 128, itemsize=2).total
+
+
+def _flash_bytes(nq, fa1=False, causal=False):
+    from flashlab.traffic import fa1_forward_traffic, fa2_forward_traffic
+
+    return (fa1_forward_traffic if fa1 else fa2_forward_traffic)(nq, causal=causal, **_QUIZ_SIZES).total
+
+
+def _quiz_ratio(nq, naive=_naive_bytes, flash=_flash_bytes):
+    """Exercise 11's Q5 (nq = 4096) or Q6 (nq = 1): naive / FlashAttention-2 forward bytes, either
+    counted another way (a function of nq, in bytes)."""
+    return lambda kw, blocks: naive(nq) / flash(nq)
+
+
+def _kv_read_once(nq):  # Q read, K and V read once, O written (fp16); lse written (fp32)
+    return (nq * 128 + 2 * 4096 * 128 + nq * 128) * 2 + nq * 4
+
+
+QUIZ_INVERTED = ("the ratio is upside down: the question asks for naive attention's bytes divided by the "
+                 "FlashAttention-2 forward's")
+QUIZ_KV_ONCE = ("K and V were counted as read once: the FlashAttention-2 forward reads them once per query block "
+                "(every query block loops over all the key blocks), Nq / block_q times")
+QUIZ_SP_ONCE = ("naive attention's S and P were counted once each: Algorithm 0 writes each to HBM and reads it back "
+                "(4 Nq Nk elements in all)")
+QUIZ_NAIVE_SP_ONLY = ("naive attention's bytes were counted for S and P only: it also reads Q, K, V and writes O "
+                      "(exercise 01's naive_hbm_bytes)")
+QUIZ_CAUSAL = "the forward was counted as causal (about half the tiles skipped): the question's attention is not causal"
+QUIZ_FA1 = ("the forward was counted in FlashAttention-1's loop order (O, l, m read and written back for every tile): "
+            "the question is about FlashAttention-2, which keeps each O_i on chip through its key loop")
+QUIZ_DECODE_ROWS = ("the one query row was counted as a full query block of 128 rows (exercise 05's mistake: a ragged "
+                    "last block moves only its real rows), or the ratio is upside down (naive's bytes go on top): "
+                    "both give about 0.985")
+QUIZ_PREFILL_SHAPE = "that is the prefill ratio of Q5: Q6 has one query row (Nq = 1)"
+
+# Exercise 11's wrong letters, stored as answer_hash(question, letter) like the answers themselves (so a
+# glance at the source shows no letter): what a learner who picked it took for the saving or the reason.
+_QUIZ_LETTERS = {
+    "Q1": (("b2c466d224339bc4a5f4", "the FLOPs were taken for the saving: the tiled loop computes every score naive "
+            "attention computes (flashlab.flops.attention_flops gives both the same count; the backward even "
+            "recomputes S)"),
+           ("7bd9460c07a9ed178756", "on-chip SRAM was taken for the saving: FlashAttention sizes its tiles to fill "
+            "SRAM, it uses it rather than saves it"),
+           ("686fb355b2791bd42c56", "the exp() evaluations were taken for the saving: every score still goes through "
+            "one exp(), and the online softmax adds a rescale exp() per tile")),
+    "Q2": (("04aa75db1de5523f1538", "S and P's HBM traffic was taken for something FlashAttention keeps: it removes it, "
+            "since in the tiled loop S and P never leave on-chip memory"),
+           ("0b6c5b9c454d12318c97", "the attention matrix's storage was taken for something FlashAttention keeps: it is "
+            "never stored, so memory grows with N, not N^2"),
+           ("445c5cd5a551d628badd", "reads of S from HBM were taken for something FlashAttention keeps: S is never "
+            "written to HBM, so it is never read back from it")),
+    "Q3": (("6d26525147b7b26993d7", "rounding was taken for the argument: the claim is that the online softmax gives "
+            "the same number as the two-pass one in exact arithmetic, not that its error is small"),
+           ("04583cbd4ac48a3e2c2b", "the running max was taken for an estimate: it is the exact max of the columns seen "
+            "so far, and when a later column raises it the old sum is corrected, not guessed"),
+           ("3b0cc5fceef75298570e", "softmax was taken for linear: chunks normalised separately each sum to 1, and "
+            "adding them does not give the softmax of the whole row")),
+    "Q4": (("f40fc060e57d057700bc", "decode was taken for compute-bound: with one query row it reads all of K and V "
+            "for about 2 FLOPs per element read, the most memory-bound step there is"),
+           ("11e3dbb2b93b5867bc46", "FlashAttention was taken to need several query rows: it runs with one (exercise "
+            "14's split-KV kernel does)"),
+           ("d4a916e424c71d808f5c", "tile sizes were taken for the cause: what FlashAttention saves is S and P's "
+            "traffic, whatever the tiles")),
+}
+
+_QUIZ = {("ex11_quiz", question): tuple((description, _quiz_answer(stored)) for stored, description in letters)
+         for question, letters in _QUIZ_LETTERS.items()}
+_QUIZ[("ex11_quiz", "Q5")] = (
+    (QUIZ_KV_ONCE, _quiz_ratio(4096, flash=_kv_read_once)),
+    (QUIZ_INVERTED, _quiz_ratio(4096, naive=_flash_bytes, flash=_naive_bytes)),
+    (QUIZ_SP_ONCE, _quiz_ratio(4096, naive=lambda nq: (2 * nq * 128 + 2 * 4096 * 128 + 2 * nq * 4096) * 2)),
+    (QUIZ_NAIVE_SP_ONLY, _quiz_ratio(4096, naive=lambda nq: 4 * nq * 4096 * 2)),
+    (QUIZ_CAUSAL, _quiz_ratio(4096, flash=lambda nq: _flash_bytes(nq, causal=True))),
+    (QUIZ_FA1, _quiz_ratio(4096, flash=lambda nq: _flash_bytes(nq, fa1=True))))
+_QUIZ[("ex11_quiz", "Q6")] = (  # a full block's ratio (0.9849) and the inverted one (0.9846): one name for both
+    (QUIZ_DECODE_ROWS, _quiz_ratio(1, flash=lambda nq: _fa2_bytes(dict(_QUIZ_SIZES, nq=nq), full_rows=True))),
+    (QUIZ_PREFILL_SHAPE, _quiz_ratio(4096)))
+
 MISTAKES.update({("ex14_split_kv_decode", "combine_splits"): _COMBINE,
-                 ("ex04_causal_tiles", "count_computed_tiles"): _COUNT_TILES})
+                 ("ex04_causal_tiles", "count_computed_tiles"): _COUNT_TILES, **_QUIZ})

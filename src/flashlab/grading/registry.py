@@ -16,41 +16,59 @@ __all__ = ["DEFAULT_TOLERANCE", "EXERCISES", "Case", "Exercise", "Part", "answer
 
 
 # The quiz answers are stored as hashes (answer_hash); the numbers come from flashlab.traffic.
-def _quiz_part(name, title, stored, kind="choice", hints=()):
+# ``why``: what the question asks and what a typical wrong answer counted, never the answer; a wrong answer
+# that matches a known mistake is named too (mistakes.py).
+def _quiz_part(name, title, stored, kind="choice", hints=(), why=""):
     reference = (lambda: stored) if kind == "choice" else stored
-    return Part(name, title, 1, reference, lambda rng: [Case(name, {})], kind=kind, hints=hints)
+    return Part(name, title, 1, reference, lambda rng: [Case(name, {}, why=why)], kind=kind, hints=hints)
 
 
 _QUIZ = (
     _quiz_part("Q1", "resource FlashAttention saves", "a4b10e3dfbac39c20ccc",
                hints=("Count what moves between HBM and SRAM in naive attention (exercise 01).",
                       "Compare flashlab.flops.attention_flops for naive and tiled: what stays the same?",
-                      "The FLOPs are equal; the S and P round trips through GPU main memory are gone.")),
+                      "The FLOPs are equal; the S and P round trips through GPU main memory are gone."),
+               why="which resource the tiling saves. A wrong letter usually takes arithmetic (FLOPs, exp() calls) or "
+                   "on-chip memory for it: set what exercises 01 and 03 compute beside where each keeps S and P"),
     _quiz_part("Q2", "what it does not save", "d58e973f7d5dbd054f65",
                hints=("Compare flashlab.flops.attention_flops for naive and tiled: same matmuls.",
                       "Three of the four options are about S and P in HBM; the tiled loop never stores them.",
-                      "Q K^T and P V are computed in full, tile by tile: their FLOPs do not shrink.")),
+                      "Q K^T and P V are computed in full, tile by tile: their FLOPs do not shrink."),
+               why="what FlashAttention leaves unchanged. A wrong letter usually takes something the tiled loop "
+                   "removes for something it keeps: check each option against exercise 03's loop (what does it "
+                   "store in HBM, which products does it compute?)"),
     _quiz_part("Q3", "why the online softmax is exact", "2bdaf6029225a400162c",
                hints=("Write l after two chunks with and without the rescale factor exp(m_old - m_new).",
                       "exp(x - m_old) * exp(m_old - m_new) = exp(x - m_new) holds exactly in real arithmetic.",
                       "So after the last chunk, l = sum_j exp(x_j - max): the same number a two-pass softmax "
-                      "computes, whatever the chunking; no estimate is involved.")),
+                      "computes, whatever the chunking; no estimate is involved."),
+               why="why the online softmax gives the two-pass result exactly. A wrong letter usually rests on "
+                   "rounding, a guessed max or linearity: write l after two chunks, with and without the factor "
+                   "exp(m_old - m_new)"),
     _quiz_part("Q4", "why prefill gains more than decode", "96b7f72cd6ad4ee71add",
                hints=("With Nq = 1, how big are S and P next to K and V?",
                       "FlashAttention removes the S and P traffic; K and V must be read by every method.",
-                      "At Nq = 1, S and P are Nk values each, against 2 Nk d for K and V: little left to save.")),
+                      "At Nq = 1, S and P are Nk values each, against 2 Nk d for K and V: little left to save."),
+               why="why decode gains less than prefill. A wrong letter usually blames compute, the kernel or the "
+                   "tiles: count the elements of S and P beside those of K and V when Nq = 1"),
     _quiz_part("Q5", "prefill traffic ratio", lambda: cases.traffic_ratio(4096), kind="number",
                hints=("Use your naive_hbm_bytes and fa2_forward_bytes with the sizes in the question.",
                       "naive_hbm_bytes(4096, 4096, 128, itemsize=2) / fa2_forward_bytes(4096, 4096, 128, "
                       "block_q=128, block_k=128, itemsize=2, stat_itemsize=4).",
                       "By hand: naive moves 4 N^2 + 4 N d elements; FA2 reads Q once, K and V once per query "
-                      "block (N / 128 times), writes O and an fp32 lse.")),
+                      "block (N / 128 times), writes O and an fp32 lse."),
+               why="naive attention's HBM bytes over the FlashAttention-2 forward's at Nq = Nk = 4096. A wrong ratio "
+                   "usually counts K and V as read once (the forward reads them once per query block), S and P once "
+                   "each (naive writes each and reads it back), or divides the other way"),
     _quiz_part("Q6", "decode traffic ratio", lambda: cases.traffic_ratio(1), kind="number",
                hints=("Same as Q5 with nq=1: one query block.",
                       "naive_hbm_bytes(1, 4096, 128, itemsize=2) / fa2_forward_bytes(1, 4096, 128, block_q=128, "
                       "block_k=128, itemsize=2, stat_itemsize=4).",
                       "Both read K and V once (2 * 4096 * 128 elements); naive adds only 4 * 4096 elements of "
-                      "S and P traffic: the ratio is close to 1.")),
+                      "S and P traffic: the ratio is close to 1."),
+               why="the same ratio at Nq = 1. A wrong ratio usually counts the one query row as a full block of 128 "
+                   "rows (a ragged block moves only its real rows, exercise 05), uses Q5's shape, or divides the "
+                   "other way"),
 )
 
 
