@@ -13,7 +13,7 @@ For split s with scores x_j = scale q . k_j (j in the split):
 and the whole row is  o = sum_s exp(lse_s - lse) o_s  with  lse = log sum_s exp(lse_s).
 Within a split the kernel runs FlashAttention-2's Algorithm 1, lines 6-12, for one query row
 (the online softmax over blocks of keys), and writes lse_s as in line 13. BLOCK_N is at most 128
-(every integer tl.constexpr of your launches): splits of more keys are walked block by block.
+(every tl.constexpr of your launches that is a power of two): splits of more keys are walked block by block.
 """
 import torch
 import triton

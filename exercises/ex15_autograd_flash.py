@@ -5,7 +5,7 @@ torch.nn.functional attention and no torch softmax (the online softmax is the ex
 flashlab functions, and the backward must be yours (autograd never differentiates through your
 forward: only FlashAttention2.backward runs). The tiles stay torch tensors: moving them to NumPy or
 another library (.numpy(), np.asarray, DLPack, .tolist(), data_ptr, untyped_storage, ctypes) is
-refused while grading, in forward and in backward, and so is reading more than 4096 numbers into
+refused while grading, in forward and in backward, and so is reading more than 24576 numbers into
 Python one at a time (.item(), float(t); a truth value per tile, as in `if mask.any():`, is fine).
 
 forward follows FlashAttention-2's Algorithm 1 (Dao, 2023), lines 1-17, in tiles of Q_TILE query

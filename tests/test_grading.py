@@ -158,9 +158,12 @@ BROKEN_CASES = [
      "Tensor.__array__ (exercise 15 computes with torch tensors"),
     # ... without a bridge method: values copied one .item() at a time, or memory read through ctypes
     ("autograd_row_block_via_item", "ex15_autograd_flash", "forward_and_backward", "forbidden",
-     "reading more than 4096 numbers (.item(), float(t)) into Python one at a time"),
-    ("autograd_row_block_via_ctypes", "ex15_autograd_flash", "forward_and_backward", "forbidden",
-     "reading memory through ctypes"),
+     "reading more than 24576 numbers (.item(), float(t), int(t)) into Python one at a time"),
+    ("autograd_row_block_via_ctypes", "ex15_autograd_flash", "forward_and_backward", "load",
+     "reading memory through ctypes (ctypes.cdata)"),
+    # ... or through a memoryview made with ctypes at import, where no call is watched: refused at load
+    ("autograd_reads_memory_through_a_memoryview", "ex15_autograd_flash", "flash_forward_lse", "load",
+     "reading memory through ctypes (ctypes.cdata)"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),
@@ -217,6 +220,14 @@ BROKEN_CASES = [
      "more than twice the size of the largest input"),
     ("kernel_handed_p_and_ds_from_numpy", "ex13_triton_backward", "flash_backward_dq", "launch",
      "more than twice the size of the largest input"),
+    # ... or cut into chunks each under that size: the derived inputs are counted together
+    ("kernel_handed_p_and_ds_in_chunks", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "however cut, are the kernel's work"),
+    ("kernel_handed_p_and_ds_in_chunks", "ex13_triton_backward", "flash_backward_dq", "launch",
+     "however cut, are the kernel's work"),
+    # a copy of K and V (astype copies): named as a copy in the long-row case, with the way out
+    ("copies_k_and_v_with_astype", "ex03_tiled_forward", "tiled_attention", "memory",
+     "at least a copy of K or V"),
     ("autograd_differentiates_naive", "ex15_autograd_flash", "forward_and_backward", "exception",
      "does not go through FlashAttention2"),
     ("autograd_inside_backward", "ex15_autograd_flash", "forward_and_backward", "exception",
@@ -278,9 +289,10 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
     result = results[part]
     assert result["status"] == "failed" and result["earned"] == 0, result
     if module.startswith("calls_torch_sdpa_in_a") and has_gpu_driver() and result["failure"]["kind"] == "timeout":
-        # refused all the same: on an H200 with 14 grading workers the first torch call in the
-        # learner's thread ran past exercise 01's 10 s limit (the whole check took 10.0 s there on
-        # an idle machine, 2.8 s on a 2-core CPU machine)
+        # refused all the same: on an H200 with 14 grading workers the first torch call in the learner's
+        # thread ran past exercise 01's 10 s limit. The cause found later: the first operator under the
+        # dispatch mode imported torch._dynamo, compiled from source there (no cached bytecode): over
+        # 10 s; the child now imports it before the call (child._install_torch_mode)
         return
     assert result["failure"]["kind"] == kind, result["failure"]
     assert words in result["failure"]["message"], result["failure"]["message"]
@@ -1647,6 +1659,35 @@ def test_the_tile_limit_reads_the_constexprs_as_triton_binds_them(tmp_path, edit
         assert "was launched with BLOCK_N=256: tiles here hold at most 128" in result["failure"]["message"]
     else:
         assert result["status"] == "passed", result["failure"]
+
+
+def test_a_padded_copy_of_the_inputs_is_told_apart_from_a_product_of_them():
+    """A derived kernel input far larger than the inputs is refused as S, P or dS computed outside the
+    kernel unless it holds the inputs padded with one fill value: zeros, -inf or NaN, K and V side by
+    side, or cast to another dtype. Products of the inputs are not padded copies, however padded."""
+    import torch
+
+    from flashlab.grading.child import _padded_copy
+
+    rng = np.random.default_rng(11)
+    k = torch.from_numpy(rng.standard_normal((1, 37, 16), dtype=np.float32))
+    v = torch.from_numpy(rng.standard_normal((1, 37, 16), dtype=np.float32))
+    inputs = [k, v]
+    for fill in (0.0, -np.inf, np.nan):
+        padded = np.full((1, 256, 16), fill, np.float32)
+        padded[:, :37] = k.numpy()
+        assert _padded_copy(padded, inputs), fill
+    both = np.zeros((2, 128, 16), np.float32)
+    both[0, :37], both[1, :37] = k.numpy()[0], v.numpy()[0]
+    assert _padded_copy(both, inputs)
+    half = np.zeros((1, 128, 16), np.float16)
+    half[:, :37] = k.numpy().astype(np.float16)
+    assert _padded_copy(half, inputs)
+    scores = np.zeros((1, 64, 64), np.float32)
+    scores[:, :37, :37] = k.numpy()[0] @ v.numpy()[0].T
+    assert not _padded_copy(scores, inputs)
+    probabilities = np.exp(scores - scores.max(-1, keepdims=True))
+    assert not _padded_copy(probabilities, inputs)
 
 
 HONEST = Path(__file__).resolve().parent / "honest_variants"

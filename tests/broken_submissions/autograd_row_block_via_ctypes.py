@@ -2,8 +2,9 @@
 from memory with ctypes and works on 8 query rows against every key at once (a block_q x Nk array,
 which the memory case forbids). No torch method hands the memory over: at import, where nothing is
 watched, the module learns where a tensor's data address sits behind its C object (``_cdata``); in the
-call it follows those pointers with ctypes. Refused: in a torch_only call any ctypes operation is a
-forbidden call (an audit hook the learner's code cannot remove)."""
+call it follows those pointers with ctypes. Refused at load: in a torch_only exercise the ctypes
+operations that make memory readable are forbidden from the module's load on, and any ctypes operation
+in its calls (an audit hook the learner's code cannot remove)."""
 import ctypes
 import math
 

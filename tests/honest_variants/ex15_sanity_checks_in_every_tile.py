@@ -1,7 +1,7 @@
 """Honest exercise 15: the solution with a sanity check in every tile pair, forward and backward
 (`assert torch.isfinite(s).all()`: one truth value read into Python per tile pair, 8,192 in the memory
-case's forward) and a check of each query tile's running sum (`float(l_i.min()) > 0`: one number per
-query tile). Reading values into Python one at a time is limited in exercise 15 (a loop of .item()
+case's forward), a number read per tile pair in the forward (`float(s.sum())`: 8,192 numbers) and a
+check of each query tile's running sum (`float(l_i.min()) > 0`: one number per query tile). Reading values into Python one at a time is limited in exercise 15 (a loop of .item()
 calls could copy the inputs out of torch); checks like these stay far under the limits.
 """
 import math
@@ -29,6 +29,7 @@ def flash_forward_lse(q, k, v, causal=False):
             k1 = min(k0 + K_TILE, nk)
             s = scale * q_i @ k[..., k0:k1, :].transpose(-1, -2)  # (..., Bq, Bk)
             assert torch.isfinite(s).all(), "scores must be finite"
+            assert not math.isnan(float(s.sum())), "a score is NaN"
             if causal:
                 cols, rows = torch.arange(k0, k1, device=q.device), torch.arange(q0, q1, device=q.device)
                 s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)

@@ -203,6 +203,7 @@ class Session:
         folder = str(Path(self.path).parent) if self.path else None
         job = dict(op="job", exercise=self.exercise.name, path=self.path, source=self.source, hidden=hidden_paths(),
                    triton=self.exercise.needs_triton, drop_uid=self.drop_uid, exercises_dir=folder,
+                   torch_only=any(part.torch_only for part in self.exercise.parts),
                    preload_torch="torch" in (self.source or "") or any(
                        "torch" in getattr(getattr(f, "__code__", None), "co_names", ()) for f in (self.functions or {}).values()))
         self.child = sandbox.Child(job, self.functions)
@@ -560,10 +561,14 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         if row > case.max_peak_bytes - case.peak_outputs:  # a case with few query rows and very many keys
             tile = case.kwargs.get("block_q", 0) * case.kwargs.get("block_k", 0) * q.dtype.itemsize
             held = f", {case.peak_outputs / 2**20:.1f} MiB of it for the arrays returned" if case.peak_outputs else ""
+            what = f"one row of Nk = {k.shape[-2]} scores (one query row against every key) is {row / 2**20:.1f} MiB"
+            if extra - case.peak_outputs >= k.nbytes:  # as much as K itself: a cast or copy of the inputs?
+                what += (f", and the peak is at least a copy of K or V ({k.nbytes / 2**20:.1f} MiB each): a cast copies "
+                         "the inputs (astype copies, even to the same dtype; keep their dtype, or astype(..., "
+                         "copy=False))")
             return dict(kind="memory", message=(
                 f"used {extra / 2**20:.1f} MiB of extra memory at peak (limit {case.max_peak_bytes / 2**20:.1f} MiB"
-                f"{held}); one row of Nk = {k.shape[-2]} scores (one query row against every key) is "
-                f"{row / 2**20:.1f} MiB. Walk the keys block_k at a time in (block_q x block_k) tiles (here "
+                f"{held}); {what}. Walk the keys block_k at a time in (block_q x block_k) tiles (here "
                 f"{tile / 2**10:.0f} KiB): never a row of Nk scores per query, nor a copy of K or V"))
         return dict(kind="memory", message=(
             f"used {extra / 2**20:.1f} MiB of extra memory at peak; one Nq x Nk array of this case is "
@@ -625,13 +630,19 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
                         "at a time")
     limit = part.max_launch_block
     for launch in launches if limit else []:
-        over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items() if type(v) is int and v > limit)
+        over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items() if _tile_size_over(v, limit))
         if over:
             return (f"{_text(launch.get('kernel'), 80)} was launched with {', '.join(over)}: tiles here hold at "
-                    f"most {limit} rows or keys (every integer tl.constexpr at most {limit}); a tile as long as the "
-                    f"sequence (or the split) leaves the kernel's loop nothing to walk. Keep each tile at most {limit} "
-                    "and let the loop go block by block")
+                    f"most {limit} rows or keys (a tl.constexpr that is a power of two, as tl.arange needs, at most "
+                    f"{limit}); a tile as long as the sequence (or the split) leaves the kernel's loop nothing to "
+                    f"walk. Keep each tile at most {limit} and let the loop go block by block")
     return ""
+
+
+def _tile_size_over(value, limit: int) -> bool:
+    """An integer constexpr that can only be a tile size over ``limit``: a power of two above it (tl.arange
+    takes powers of two; a length or a stride passed as a constexpr, e.g. N_CTX = 152, is not one)."""
+    return type(value) is int and value > limit and value & (value - 1) == 0
 
 
 def _launch_info(records: list) -> dict:

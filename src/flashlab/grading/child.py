@@ -563,8 +563,9 @@ TORCH_BRIDGES = ("numpy", "__array__", "__array_interface__", "__array_struct__"
 # would move the work out of sight as the bridges do, element by element. A torch_only call may read at most
 # SCALAR_READ_LIMIT numbers (floating-point or integer tensors: the inputs' values, or their bits viewed as
 # integers) and BOOL_READ_LIMIT truth values (an `if` on a tile's mask); the memory case's inputs hold
-# about 67,000 numbers, its keys alone 32,768.
-SCALAR_READ_LIMIT = 4096
+# about 67,000 numbers, its keys alone 32,768, and its 16 x 16 tiles are 8,192 pairs in forward and as many
+# in backward (a sanity check reading one number per pair in each passes).
+SCALAR_READ_LIMIT = 24576
 BOOL_READ_LIMIT = 1 << 18
 SCALAR_READS = {"numbers": 0, "truths": 0}  # in the call in progress
 
@@ -577,14 +578,51 @@ def _count_scalar_read(tensor) -> None:
     SCALAR_READS[kind] += 1
     limit = BOOL_READ_LIMIT if kind == "truths" else SCALAR_READ_LIMIT
     if SCALAR_READS[kind] > limit:
-        what = "truth values (bool(t))" if kind == "truths" else "numbers (.item(), float(t))"
-        _bridge_forbidden("Tensor.item", f"reading more than {limit} {what} into Python one at a time")
+        if kind == "truths":
+            what = f"reading more than {limit} truth values (bool(t)) into Python one at a time"
+        else:
+            what = (f"reading more than {limit} numbers (.item(), float(t), int(t)) into Python one at a time "
+                    f"(a truth value per tile, as in `if mask.any():`, is counted apart, up to {BOOL_READ_LIMIT})")
+        _bridge_forbidden("Tensor.item or float(t)", what)
+
+
+# A torch_only exercise, from its module's load on: the ctypes operations that turn an address into memory
+# to read, and the process's memory as a file. Made at import, such an object would read tensors' memory
+# in the call without another ctypes operation (a memoryview over an address range, followed by struct).
+RAW_MEMORY = [False]
+RAW_MEMORY_EVENTS = frozenset(("ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
+                               "ctypes.addressof"))
+LOADING = [False]  # the learner's module is being loaded (its top-level code runs)
+
+
+def _process_memory(args) -> bool:
+    path = args[0] if args else None
+    if isinstance(path, bytes):
+        path = path.decode(errors="replace")
+    return isinstance(path, str) and path.startswith("/proc/") and path.rstrip("/").endswith(("/mem", "/pagemap"))
 
 
 def _audit_ctypes(event: str, args) -> None:
-    """An audit hook (it cannot be removed): in a torch_only call, ctypes reaches memory without torch."""
+    """An audit hook (it cannot be removed): in a torch_only exercise ctypes and /proc/<pid>/mem reach memory
+    without torch. In its calls any ctypes operation is refused; from its module's load on, those that make
+    raw memory readable, and while it loads, calls of foreign functions too."""
+    if not event.startswith(("ctypes.", "open")):
+        return
     if event.startswith("ctypes.") and _bridge_watched():
         _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
+    if RAW_MEMORY[0] and (event in RAW_MEMORY_EVENTS or (event == "ctypes.call_function" and LOADING[0])):
+        _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
+    if RAW_MEMORY[0] and event == "open" and _process_memory(args):
+        _bridge_forbidden("/proc/self/mem", "reading the process's memory as a file")
+
+
+def _install_audit() -> None:
+    if not AUDITING[0]:
+        AUDITING[0] = True
+        _install_audit()
+
+
+AUDITING = [False]
 
 
 def _bridge_refused(name: str) -> None:
@@ -779,6 +817,10 @@ def _install_torch_mode(policy: str) -> None:
     mode = Watch()
     mode.__enter__()
     TORCH_POLICY["mode"] = mode
+    try:  # torch imports torch._dynamo at the first operator a dispatch mode sees: 1 s with its bytecode cached,
+        import torch._dynamo  # noqa: F401  over 10 s without (an H200 machine): here, not in the learner's timed call
+    except Exception:  # noqa: BLE001  an install without dynamo: nothing to move
+        pass
     from torch.overrides import TorchFunctionMode
 
     bridges = {}  # the function torch hands __torch_function__ -> its name in TORCH_BRIDGES
@@ -1465,12 +1507,19 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
 
         kept = TRACKER.derived + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
         largest = max([t.numel() for t in inputs if hasattr(t, "numel")] or [0])
-        grown = [a for a in TRACKER.derived if a.size > 2 * largest + DERIVED_SLACK and not _padded_copy(a, inputs)]
+        total = sum(t.numel() for t in inputs if hasattr(t, "numel"))
+        products = [a for a in TRACKER.derived if a.size > DERIVED_SLACK and not _padded_copy(a, inputs)]
+        grown = [a for a in products if a.size > 2 * largest + DERIVED_SLACK]
         if grown:
             record["launch_problem"] = record.get("launch_problem") or (
                 f"your kernels were handed a buffer of shape {tuple(grown[0].shape)} computed outside them, more "
                 f"than twice the size of the largest input ({largest} elements): a product of the inputs such as "
                 "the scores S, P or dS is the kernel's work; compute it on chip, tile by tile")
+        elif sum(a.size for a in products) > 2 * total + DERIVED_SLACK:
+            record["launch_problem"] = record.get("launch_problem") or (
+                f"your kernels were handed {len(products)} buffers computed outside them, "
+                f"{sum(a.size for a in products)} elements in all, more than twice the inputs' {total}: products of "
+                "the inputs such as the scores S, P or dS, however cut, are the kernel's work; compute them on chip")
         elif len(kept) > DERIVED_MAX_COUNT or sum(a.nbytes for a in kept) > DERIVED_MAX_BYTES:
             record["launch_problem"] = record.get("launch_problem") or (
                 f"your kernels were handed {len(kept)} buffers ({sum(a.nbytes for a in kept) / 2**20:.1f} MiB) "
@@ -1489,21 +1538,26 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
 
 
 def _padded_copy(array, inputs: list) -> bool:
-    """Whether ``array`` is an input padded with one fill value (x copied into a buffer of whole blocks):
-    without its most common value, every element is one of the input's values."""
+    """Whether ``array`` holds inputs padded with one fill value (x copied into a buffer of whole blocks; K
+    and V side by side; in another dtype): without its most common value (NaN too), every element is a value
+    of the inputs, as they are or cast to the array's dtype."""
     import numpy as np
 
     flat = array.reshape(-1)
     if flat.dtype.kind not in "fiub":
         return False
     values, counts = np.unique(flat, return_counts=True)
-    rest = flat[flat != values[np.argmax(counts)]] if values.size else flat
+    fill = values[np.argmax(counts)] if values.size else 0
+    keep = ~np.isnan(flat) if flat.dtype.kind == "f" and np.isnan(fill) else flat != fill
+    rest = flat[keep].astype(np.float64)
+    known = []
     for t in inputs:
         x = t.detach().cpu()
         x = (x.float() if x.dtype.is_floating_point and x.element_size() < 4 else x).numpy().reshape(-1)
-        if rest.size <= x.size and np.isin(rest.astype(np.float64), x.astype(np.float64)).all():
-            return True
-    return False
+        with np.errstate(all="ignore"):  # NaN or inf cast to an integer dtype
+            known += [x.astype(np.float64), x.astype(flat.dtype).astype(np.float64)]
+    known = np.concatenate(known) if known else np.zeros(0)
+    return rest.size <= known.size // 2 and bool(np.isin(rest, known).all())
 
 
 def _live_record(live: LiveBytes) -> dict:
@@ -1577,8 +1631,15 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
         try:
+            if job.get("torch_only"):
+                RAW_MEMORY[0] = True
+                _install_audit()
             if functions is None:
-                namespace = vars(_load_source(job["path"], job["source"], module_name))
+                LOADING[0] = True
+                try:
+                    namespace = vars(_load_source(job["path"], job["source"], module_name))
+                finally:
+                    LOADING[0] = False
             else:
                 namespace = dict(functions)
         finally:
