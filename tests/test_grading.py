@@ -236,9 +236,8 @@ BROKEN_CASES = [
      "an input held other values when your kernel was launched"),
     ("kernel_answer_transposed", "ex12_triton_online_softmax", "online_row_softmax", "launch", "handed the answer"),
     ("kernel_answer_as_scalar_args", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
-    # a buffer far larger than any input is refused as such before its values are compared
-    ("kernel_answer_in_big_buffer", "ex13_triton_backward", "flash_backward_dkdv", "launch",
-     "more than twice the size of the largest input"),
+    # a large buffer that is mostly its fill holds no more than the answer: judged by what it holds
+    ("kernel_answer_in_big_buffer", "ex13_triton_backward", "flash_backward_dkdv", "launch", "handed the answer"),
     ("autograd_from_a_decoy_function", "ex15_autograd_flash", "forward_and_backward", "exception",
      "does not go through FlashAttention2"),
     ("autograd_on_a_second_engine", "ex15_autograd_flash", "forward_and_backward", "exception",

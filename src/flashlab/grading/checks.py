@@ -630,7 +630,8 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
                         "at a time")
     limit = part.max_launch_block
     for launch in launches if limit else []:
-        over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items() if _tile_size_over(v, limit))
+        over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items()
+                      if _tile_size_over(v, limit) and not str(k).lower().startswith("stride"))
         if over:
             return (f"{_text(launch.get('kernel'), 80)} was launched with {', '.join(over)}: tiles here hold at "
                     f"most {limit} rows or keys (a tl.constexpr that is a power of two, as tl.arange needs, at most "
@@ -641,7 +642,8 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
 
 def _tile_size_over(value, limit: int) -> bool:
     """An integer constexpr that can only be a tile size over ``limit``: a power of two above it (tl.arange
-    takes powers of two; a length or a stride passed as a constexpr, e.g. N_CTX = 152, is not one)."""
+    takes powers of two; a length passed as a constexpr, e.g. N_CTX = 152, is not one; strides, which may be
+    powers of two, are left out by name)."""
     return type(value) is int and value > limit and value & (value - 1) == 0
 
 

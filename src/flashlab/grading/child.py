@@ -587,12 +587,28 @@ def _count_scalar_read(tensor) -> None:
 
 
 # A torch_only exercise, from its module's load on: the ctypes operations that turn an address into memory
-# to read, and the process's memory as a file. Made at import, such an object would read tensors' memory
-# in the call without another ctypes operation (a memoryview over an address range, followed by struct).
+# to read, the C library's copy functions looked up, ctypes' own copy and cast primitives called, and the
+# process's memory as a file. Made at import, such an object would read tensors' memory in the call
+# without another ctypes operation (a memoryview over an address range, followed by struct). Other ctypes
+# use is left alone: torch.cuda.device_count() loads NVML and calls it through ctypes.
 RAW_MEMORY = [False]
 RAW_MEMORY_EVENTS = frozenset(("ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
                                "ctypes.addressof"))
-LOADING = [False]  # the learner's module is being loaded (its top-level code runs)
+COPY_SYMBOLS = frozenset(("memcpy", "memmove", "memset", "bcopy", "memccpy", "mempcpy", "wmemcpy", "wmemmove",
+                          "process_vm_readv", "process_vm_writev", "read", "pread", "pread64", "preadv", "write",
+                          "pwrite", "pwrite64", "strcpy", "strncpy", "stpcpy"))
+
+
+def _ctypes_primitives() -> frozenset:
+    """Addresses of ctypes' own memmove, memset, cast, string_at and wstring_at (ctypes.call_function's first
+    argument when one of them is called)."""
+    import ctypes
+
+    return frozenset(getattr(ctypes, name, None) for name in
+                     ("_memmove_addr", "_memset_addr", "_cast_addr", "_string_at_addr", "_wstring_at_addr")) - {None}
+
+
+PRIMITIVES: list = []
 
 
 def _process_memory(args) -> bool:
@@ -603,16 +619,21 @@ def _process_memory(args) -> bool:
 
 
 def _audit_ctypes(event: str, args) -> None:
-    """An audit hook (it cannot be removed): in a torch_only exercise ctypes and /proc/<pid>/mem reach memory
-    without torch. In its calls any ctypes operation is refused; from its module's load on, those that make
-    raw memory readable, and while it loads, calls of foreign functions too."""
-    if not event.startswith(("ctypes.", "open")):
+    """An audit hook (it cannot be removed): in a torch_only exercise, from its module's load on, refuse what
+    reads memory without torch (RAW_MEMORY_EVENTS, COPY_SYMBOLS, ctypes' copy primitives, /proc/<pid>/mem)."""
+    if not RAW_MEMORY[0] or not event.startswith(("ctypes.", "open")):
         return
-    if event.startswith("ctypes.") and _bridge_watched():
+    refused = event in RAW_MEMORY_EVENTS
+    if event.startswith("ctypes.dlsym") and len(args) > 1:
+        name = args[1].decode(errors="replace") if isinstance(args[1], bytes) else str(args[1])
+        refused = name in COPY_SYMBOLS
+    elif event == "ctypes.call_function" and args:
+        if not PRIMITIVES:
+            PRIMITIVES.append(_ctypes_primitives())
+        refused = args[0] in PRIMITIVES[0]
+    if refused:
         _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
-    if RAW_MEMORY[0] and (event in RAW_MEMORY_EVENTS or (event == "ctypes.call_function" and LOADING[0])):
-        _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
-    if RAW_MEMORY[0] and event == "open" and _process_memory(args):
+    if event == "open" and _process_memory(args):
         _bridge_forbidden("/proc/self/mem", "reading the process's memory as a file")
 
 
@@ -1508,17 +1529,17 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         kept = TRACKER.derived + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
         largest = max([t.numel() for t in inputs if hasattr(t, "numel")] or [0])
         total = sum(t.numel() for t in inputs if hasattr(t, "numel"))
-        products = [a for a in TRACKER.derived if a.size > DERIVED_SLACK and not _padded_copy(a, inputs)]
-        grown = [a for a in products if a.size > 2 * largest + DERIVED_SLACK]
+        products = [(a, _payload(a)) for a in TRACKER.derived if a.size > DERIVED_SLACK and not _padded_copy(a, inputs)]
+        grown = [a for a, held in products if held > 2 * largest + DERIVED_SLACK]
         if grown:
             record["launch_problem"] = record.get("launch_problem") or (
                 f"your kernels were handed a buffer of shape {tuple(grown[0].shape)} computed outside them, more "
                 f"than twice the size of the largest input ({largest} elements): a product of the inputs such as "
                 "the scores S, P or dS is the kernel's work; compute it on chip, tile by tile")
-        elif sum(a.size for a in products) > 2 * total + DERIVED_SLACK:
+        elif sum(held for _, held in products) > 2 * total + DERIVED_SLACK:
             record["launch_problem"] = record.get("launch_problem") or (
                 f"your kernels were handed {len(products)} buffers computed outside them, "
-                f"{sum(a.size for a in products)} elements in all, more than twice the inputs' {total}: products of "
+                f"{sum(held for _, held in products)} elements in all, more than twice the inputs' {total}: products of "
                 "the inputs such as the scores S, P or dS, however cut, are the kernel's work; compute them on chip")
         elif len(kept) > DERIVED_MAX_COUNT or sum(a.nbytes for a in kept) > DERIVED_MAX_BYTES:
             record["launch_problem"] = record.get("launch_problem") or (
@@ -1535,6 +1556,18 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["value"] = dict(t="other", type=f"{type(value).__name__} ({type(exc).__name__} on conversion)")
         buffers = []
     return record, buffers
+
+
+def _payload(array) -> int:
+    """Elements of ``array`` other than its most common value (NaN counted as one value): what a buffer
+    padded to whole blocks holds besides its fill (q * scale in a zero-filled buffer: the elements of q)."""
+    import numpy as np
+
+    flat = array.reshape(-1)
+    if flat.size == 0 or flat.dtype.kind not in "fiub":
+        return int(flat.size)
+    _, counts = np.unique(flat, return_counts=True)
+    return int(flat.size - counts.max())
 
 
 def _padded_copy(array, inputs: list) -> bool:
@@ -1635,11 +1668,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
                 RAW_MEMORY[0] = True
                 _install_audit()
             if functions is None:
-                LOADING[0] = True
-                try:
-                    namespace = vars(_load_source(job["path"], job["source"], module_name))
-                finally:
-                    LOADING[0] = False
+                namespace = vars(_load_source(job["path"], job["source"], module_name))
             else:
                 namespace = dict(functions)
         finally:
