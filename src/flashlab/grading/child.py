@@ -587,8 +587,8 @@ def _count_scalar_read(tensor) -> None:
 
 
 # A torch_only exercise, from its module's load on: the ctypes operations that turn an address into memory
-# to read, the C library's copy functions looked up, ctypes' own copy and cast primitives called, and the
-# process's memory as a file. Made at import, such an object would read tensors' memory in the call
+# to read, the C library's copy functions looked up, ctypes' own copy and cast functions (replaced by
+# refusals, _refuse_ctypes_copies), and the process's memory as a file. Made at import, such an object would read tensors' memory in the call
 # without another ctypes operation (a memoryview over an address range, followed by struct). Other ctypes
 # use is left alone: torch.cuda.device_count() loads NVML and calls it through ctypes.
 RAW_MEMORY = [False]
@@ -599,16 +599,18 @@ COPY_SYMBOLS = frozenset(("memcpy", "memmove", "memset", "bcopy", "memccpy", "me
                           "pwrite", "pwrite64", "strcpy", "strncpy", "stpcpy"))
 
 
-def _ctypes_primitives() -> frozenset:
-    """Addresses of ctypes' own memmove, memset, cast, string_at and wstring_at (ctypes.call_function's first
-    argument when one of them is called)."""
+def _refuse_ctypes_copies() -> None:
+    """ctypes' own memmove, memset, cast, string_at and wstring_at take raw addresses, and calling them raises
+    no audit event (Python 3.11): in a torch_only exercise they are replaced by refusals before the module
+    loads. (Rebuilt from their addresses, ctypes._memmove_addr and the like, they still work.)"""
     import ctypes
 
-    return frozenset(getattr(ctypes, name, None) for name in
-                     ("_memmove_addr", "_memset_addr", "_cast_addr", "_string_at_addr", "_wstring_at_addr")) - {None}
+    for name in ("memmove", "memset", "cast", "string_at", "wstring_at"):
+        def refusing(*args, _name=name, **kwargs):
+            _bridge_forbidden("ctypes", f"reading memory through ctypes (ctypes.{_name})")
 
-
-PRIMITIVES: list = []
+        refusing.__name__ = name
+        setattr(ctypes, name, refusing)
 
 
 def _process_memory(args) -> bool:
@@ -620,17 +622,13 @@ def _process_memory(args) -> bool:
 
 def _audit_ctypes(event: str, args) -> None:
     """An audit hook (it cannot be removed): in a torch_only exercise, from its module's load on, refuse what
-    reads memory without torch (RAW_MEMORY_EVENTS, COPY_SYMBOLS, ctypes' copy primitives, /proc/<pid>/mem)."""
+    reads memory without torch (RAW_MEMORY_EVENTS, COPY_SYMBOLS looked up, /proc/<pid>/mem)."""
     if not RAW_MEMORY[0] or not event.startswith(("ctypes.", "open")):
         return
     refused = event in RAW_MEMORY_EVENTS
     if event.startswith("ctypes.dlsym") and len(args) > 1:
         name = args[1].decode(errors="replace") if isinstance(args[1], bytes) else str(args[1])
         refused = name in COPY_SYMBOLS
-    elif event == "ctypes.call_function" and args:
-        if not PRIMITIVES:
-            PRIMITIVES.append(_ctypes_primitives())
-        refused = args[0] in PRIMITIVES[0]
     if refused:
         _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
     if event == "open" and _process_memory(args):
@@ -638,9 +636,10 @@ def _audit_ctypes(event: str, args) -> None:
 
 
 def _install_audit() -> None:
+    """Add _audit_ctypes to the process's audit hooks, once (they cannot be removed)."""
     if not AUDITING[0]:
         AUDITING[0] = True
-        _install_audit()
+        sys.addaudithook(_audit_ctypes)
 
 
 AUDITING = [False]
@@ -905,7 +904,7 @@ def _install_torch_mode(policy: str) -> None:
     names.__enter__()
     TORCH_POLICY["names"] = names
     _forbid_dlpack_functions(torch)
-    sys.addaudithook(_audit_ctypes)
+    _install_audit()
 
 
 def _forbid_dlpack_functions(torch) -> None:
@@ -1667,6 +1666,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
             if job.get("torch_only"):
                 RAW_MEMORY[0] = True
                 _install_audit()
+                _refuse_ctypes_copies()
             if functions is None:
                 namespace = vars(_load_source(job["path"], job["source"], module_name))
             else:
