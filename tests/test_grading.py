@@ -254,6 +254,12 @@ BROKEN_CASES = [
      "was launched with BLOCK_N=256: tiles here hold at most 128 rows or keys"),
     ("kernel_tile_spans_the_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
+    ("kernel_tile_named_as_a_stride", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel was launched with STRIDE_N=256: tiles here hold at most 128"),
+    ("kernel_tile_excused_by_an_unused_tensor", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
+    ("kernel_tile_hidden_behind_repeated_launches", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
     ("combine_without_max", "ex14_split_kv_decode", "combine_splits", "nan",
      "looks like the splits are combined without subtracting the largest lse first"),

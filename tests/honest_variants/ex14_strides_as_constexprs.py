@@ -1,6 +1,6 @@
 """Honest exercise 14: the strides passed as tl.constexpr (stride_kz: tl.constexpr, ...). A stride may be a
-power of two above 128 (1024 in the public case) without being a tile: the tile limit leaves constexprs
-named stride* out."""
+power of two above 128 (1024 in the public case) without being a tile: the tile limit leaves out a
+constexpr equal to a size or a stride of the launch's tensors."""
 import torch
 import triton
 import triton.language as tl

@@ -623,7 +623,8 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
                 return (f"the kernel was launched with {constexpr}={values.get(constexpr)} where {argument}={asked} "
                         f"was asked for: launch it with {constexpr}={argument}, whatever the row length, and walk "
                         "the row block by block")
-            wider = sorted(f"{k}={v}" for k, v in values.items() if k != constexpr and v > asked)
+            wider = sorted(f"{k}={v}" for k, v in values.items()
+                           if k != constexpr and v > asked and v not in _launch_dims(launch))
             if wider:
                 return (f"the kernel was launched with {', '.join(wider)} beside {constexpr}={asked}: a tile wider "
                         f"than {argument} holds more than one block of the row; keep one block of {argument} values "
@@ -631,7 +632,7 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
     limit = part.max_launch_block
     for launch in launches if limit else []:
         over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items()
-                      if _tile_size_over(v, limit) and not str(k).lower().startswith("stride"))
+                      if _tile_size_over(v, limit) and v not in _launch_dims(launch))
         if over:
             return (f"{_text(launch.get('kernel'), 80)} was launched with {', '.join(over)}: tiles here hold at "
                     f"most {limit} rows or keys (a tl.constexpr that is a power of two, as tl.arange needs, at most "
@@ -641,10 +642,16 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
 
 
 def _tile_size_over(value, limit: int) -> bool:
-    """An integer constexpr that can only be a tile size over ``limit``: a power of two above it (tl.arange
-    takes powers of two; a length passed as a constexpr, e.g. N_CTX = 152, is not one; strides, which may be
-    powers of two, are left out by name)."""
+    """An integer constexpr that can be a tile size over ``limit``: a power of two above it (tl.arange
+    takes powers of two; a length passed as a constexpr, e.g. N_CTX = 152, is not one). One equal to a size
+    or a stride of the launch's tensors (:func:`_launch_dims`) is a length or a stride, whatever its name."""
     return type(value) is int and value > limit and value & (value - 1) == 0
+
+
+def _launch_dims(launch: dict) -> set:
+    """The sizes and strides of the launch's tensors, as the child recorded them (``LaunchTracker._dims``)."""
+    dims = launch.get("dims")
+    return {x for x in dims if type(x) is int} if isinstance(dims, list) else set()
 
 
 def _launch_info(records: list) -> dict:

@@ -351,9 +351,9 @@ class LaunchTracker:
     Before each launch, every buffer passed (inside tuple arguments too) that is not a case input,
     nor a copy of one in any layout, is vetted whatever its dtype: one that holds what the last
     launch left in it, or only zeros (a fresh accumulator), is left as it is; any other (data
-    computed outside the kernel) is poisoned with a value of its own (a NaN payload; the top of the
-    range for integers), so a result computed elsewhere and handed to a kernel that does nothing
-    comes back as poison. A poisoned buffer the kernel did not write is an input the learner derived
+    computed outside the kernel) is poisoned (a NaN with a payload of its own; 0 for integers and
+    False for booleans, which address no memory outside a tensor when a kernel indexes with them),
+    so a result computed elsewhere and handed to a kernel that does nothing comes back as poison. A poisoned buffer the kernel did not write is an input the learner derived
     (D = rowsum(dO * O)): it is restored and the launch runs again; the parent refuses derived
     inputs that hold the returned values. An input that differs at a launch from what the call
     received is reported. After every launch the bytes of its tensor arguments are kept; a returned
@@ -374,6 +374,8 @@ class LaunchTracker:
         self.scalars: list = []  # float arguments of the learner's launches
         self.poisons = 0  # buffers poisoned so far: each gets its own poison value
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
+        self.shaped: list = []  # this launch's inputs, input copies and buffers earlier launches wrote
+        self.vetted: list = []  # (tensor, its values before this launch): the other buffers, vetted
         self.elsewhere: list = []  # (kernel, module) launched from a module other than the learner's
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
@@ -389,9 +391,14 @@ class LaunchTracker:
 
     @staticmethod
     def _poison_bits(t, n: int):
-        """(integer view of t, the value its elements get): a NaN whose payload is n for floats, a
-        value from the top of the range for integers, so each poisoned buffer is told apart (a
-        kernel that copies one poisoned buffer into another leaves the copy's value, not its own)."""
+        """(integer view of t, the value its elements get): a NaN whose payload is n for floats, so
+        each poisoned float buffer is told apart (a kernel that copies one poisoned buffer into
+        another leaves the copy's value, not its own). Integers get 0 and booleans False: a kernel
+        may address memory with them (lengths, offsets, a block table, a mask on its loads), and 0
+        and False address nothing outside a tensor, where a value from the top of the range sent
+        the poisoned launch's loads past K's end (OutOfBounds in the interpreter, a dead CUDA
+        context on a GPU). A kernel that copies one poisoned integer buffer into another makes the
+        copy look unwritten: it is then checked as a derived input, which only adds checks."""
         import torch
 
         quiet = {torch.float64: (torch.int64, 0x7FF8000000000000, 51), torch.float32: (torch.int32, 0x7FC00000, 22),
@@ -399,9 +406,9 @@ class LaunchTracker:
         if t.dtype in quiet:
             view, base, bits = quiet[t.dtype]
             return t.view(view), base | (1 + n % ((1 << bits) - 1))
-        if t.dtype == torch.bool or t.is_complex():
-            return t, True if t.dtype == torch.bool else complex(float("nan"), n)
-        return t, torch.iinfo(t.dtype).max - n % 64
+        if t.is_complex():
+            return t, complex(float("nan"), n)
+        return t, False if t.dtype == torch.bool else 0
 
     def _poison(self, t) -> tuple:
         view, value = self._poison_bits(t, self.poisons)
@@ -421,22 +428,28 @@ class LaunchTracker:
         import torch
 
         self.pending = []
+        self.shaped, self.vetted = [], []  # see after()
         self.scalars += [float(x) for x in scalars]
         if not all(self._same_bytes(x, o) for x, o in zip(self.inputs, self.originals)):
             self.changed_inputs = True  # an answer written into an input, to be put back after the launch
         for t in tensors:
             start, nbytes = self._span(t)
-            if not nbytes or self._input_copy(t):
+            if not nbytes:
+                continue
+            if self._input_copy(t):
+                self.shaped.append(t)
                 continue
             if shares_memory(t):  # expand: read-only, never an output
                 continue
             left = next((r[3] for r in self.regions if r[0] == start and r[1] == nbytes), None)
             if left is not None and torch.equal(self._bytes(t, start, nbytes), left):
+                self.shaped.append(t)
                 continue  # as the last launch that had it left it
+            before = t.clone()
+            self.vetted.append((t, before))
             if self._all_zero(t):  # an accumulator: nothing handed in
-                self.pending.append((t, t.clone(), None))
+                self.pending.append((t, before, None))
             else:
-                before = t.clone()
                 self.pending.append((t, before, self._poison(t)))
 
     @staticmethod
@@ -493,13 +506,25 @@ class LaunchTracker:
         self.pending = []
 
     def after(self, name: str, tensors: list, constexprs: dict) -> None:
-        self.launches.append(dict(kernel=name, constexprs=constexprs))
+        # the sizes and strides that excuse a constexpr from the tile limit: of the inputs and their copies,
+        # of buffers an earlier launch wrote, and of those this launch wrote (not of a tensor made only to
+        # carry a size)
+        written = [t for t, before in self.vetted if not self._same_bytes(t, before)]
+        self.launches.append(dict(kernel=name, constexprs=constexprs, dims=self._dims(self.shaped + written)))
+        self.shaped, self.vetted = [], []
         for t in tensors:
             start, nbytes = self._span(t)
             if nbytes:
                 snapshot = self._bytes(t, start, nbytes).clone()
                 self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
                 self.regions.append((start, nbytes, str(t.device), snapshot, t))
+
+    @staticmethod
+    def _dims(tensors: list) -> list:
+        """The sizes and strides (in elements) over 64 of ``tensors``, at most ``LAUNCH_DIMS``: a
+        constexpr equal to one of them is a length or a stride passed as a constexpr, not a tile."""
+        dims = {int(x) for t in tensors for x in (*t.shape, *t.stride()) if int(x) > 64}
+        return sorted(dims)[:LAUNCH_DIMS]
 
     def written_by_launch(self, t) -> str | None:
         """None when tensor ``t`` holds exactly what launches of the learner's kernels left there:
@@ -539,6 +564,22 @@ class LaunchTracker:
 
 
 TRACKER: LaunchTracker | None = None
+LAUNCHES_SENT = 32  # distinct launches (kernel, constexprs, sizes) of a call the parent judges, the latest
+
+
+def _distinct_launches(launches: list, keep: int = LAUNCHES_SENT) -> list:
+    """The latest ``keep`` distinct launches, in launch order: one launch per batch element or split
+    repeats one launch, so an odd one (a whole-sequence tile) is not pushed out by repeats of another."""
+    seen, out = set(), []
+    for launch in reversed(launches):
+        key = (launch["kernel"], tuple(sorted(launch["constexprs"].items())), tuple(launch.get("dims") or ()))
+        if key not in seen:
+            seen.add(key)
+            out.append(launch)
+            if len(out) == keep:
+                break
+    return out[::-1]
+LAUNCH_DIMS = 64  # sizes and strides of a launch's tensors sent to the parent (the tile limit's exemptions)
 DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
 DERIVED_MAX_BYTES = 32 << 20
 # a derived input larger than twice the largest input (and this many elements more), unless it is an input
@@ -1520,7 +1561,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
         record["launch_problem"] = _verify_launch(value, verify_launch)
     record["forbidden_calls"] = list(CALLS)
     record["digests"] = {name: _digest(v) for name, v in kwargs.items()}
-    record["launches"] = TRACKER.launches[-8:] if TRACKER is not None else []
+    record["launches"] = _distinct_launches(TRACKER.launches) if TRACKER is not None else []
     derived_buffers: list = []
     if TRACKER is not None and (TRACKER.derived or TRACKER.scalars):
         import numpy as np
