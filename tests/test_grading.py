@@ -164,6 +164,10 @@ BROKEN_CASES = [
     # ... or through a memoryview made with ctypes at import, where no call is watched: refused at load
     ("autograd_copies_memory_by_memmove", "ex15_autograd_flash", "flash_forward_lse", "load",
      "reading memory through ctypes (ctypes.memmove)"),
+    ("autograd_copies_by_a_rebuilt_memmove", "ex15_autograd_flash", "flash_forward_lse", "load",
+     "reading memory through ctypes (ctypes._memmove_addr)"),
+    ("autograd_copies_by_an_unlisted_copy_function", "ex15_autograd_flash", "flash_forward_lse", "load",
+     "calling the C function '__memcpy_chk' through ctypes"),
     ("autograd_reads_memory_through_a_memoryview", "ex15_autograd_flash", "flash_forward_lse", "load",
      "reading memory through ctypes (ctypes.cdata)"),
     # 4. a result must be written by a launch of the learner's own kernel
@@ -1666,6 +1670,29 @@ def test_the_tile_limit_reads_the_constexprs_as_triton_binds_them(tmp_path, edit
         assert "was launched with BLOCK_N=256: tiles here hold at most 128" in result["failure"]["message"]
     else:
         assert result["status"] == "passed", result["failure"]
+
+
+@pytest.mark.parametrize("name, refused", [
+    ("nvmlInit_v2", False), ("nvmlDeviceGetCount_v2", False), ("cuGetErrorString", False),
+    ("getpid", True), ("memcpy", True), ("__memcpy_chk", True), (b"bcopy", True), (7, True),
+])
+def test_exercise_15_looks_up_only_the_gpu_libraries_c_functions(monkeypatch, name, refused):
+    """In a torch_only exercise, from the module's load on, a C function looked up through ctypes must be one
+    that torch calls so (NVML for the device count, the CUDA driver): any other name, the C library's copy
+    functions under whatever name, or an ordinal, is a forbidden call naming the function."""
+    from flashlab.grading import child
+
+    monkeypatch.setattr(child, "RAW_MEMORY", [True])
+    monkeypatch.setattr(child, "CALLS", [])
+    if not refused:
+        child._audit_ctypes("ctypes.dlsym", (None, name))
+        assert child.CALLS == []
+        return
+    with pytest.raises(child.ForbiddenCall):
+        child._audit_ctypes("ctypes.dlsym", (None, name))
+    assert "calling the C function" in child.CALLS[0]
+    monkeypatch.setattr(child, "RAW_MEMORY", [False])  # before the module's load: nothing is refused
+    child._audit_ctypes("ctypes.dlsym", (None, name))
 
 
 def test_a_padded_copy_of_the_inputs_is_told_apart_from_a_product_of_them():

@@ -628,30 +628,49 @@ def _count_scalar_read(tensor) -> None:
 
 
 # A torch_only exercise, from its module's load on: the ctypes operations that turn an address into memory
-# to read, the C library's copy functions looked up, ctypes' own copy and cast functions (replaced by
-# refusals, _refuse_ctypes_copies), and the process's memory as a file. Made at import, such an object would read tensors' memory in the call
-# without another ctypes operation (a memoryview over an address range, followed by struct). Other ctypes
-# use is left alone: torch.cuda.device_count() loads NVML and calls it through ctypes.
+# to read, C functions looked up other than the GPU libraries' that torch calls, ctypes' own copy and cast
+# functions and their addresses (replaced by refusals, _refuse_ctypes_copies), and the process's memory as
+# a file. Made at import, such an object would read tensors' memory in the call without another ctypes
+# operation (a memoryview over an address range, followed by struct). Other ctypes use is left alone:
+# torch.cuda.device_count() loads NVML and calls it through ctypes.
 RAW_MEMORY = [False]
 RAW_MEMORY_EVENTS = frozenset(("ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
                                "ctypes.addressof"))
-COPY_SYMBOLS = frozenset(("memcpy", "memmove", "memset", "bcopy", "memccpy", "mempcpy", "wmemcpy", "wmemmove",
-                          "process_vm_readv", "process_vm_writev", "read", "pread", "pread64", "preadv", "write",
-                          "pwrite", "pwrite64", "strcpy", "strncpy", "stpcpy"))
+# the C functions a torch_only exercise may look up through ctypes, by prefix: those torch itself calls that
+# way (NVML for the device count, the CUDA driver and NVRTC, ROCm's HIP, NCCL). Any other name (the C
+# library's memcpy, or the same copy under another name: bcopy, __memcpy_chk, ...) is refused.
+ALLOWED_SYMBOL_PREFIXES = ("nvml", "cu", "nvrtc", "hip", "nccl")
+CTYPES_PRIMITIVES = ("memmove", "memset", "cast", "string_at", "wstring_at")
 
 
 def _refuse_ctypes_copies() -> None:
     """ctypes' own memmove, memset, cast, string_at and wstring_at take raw addresses, and calling them raises
     no audit event (Python 3.11): in a torch_only exercise they are replaced by refusals before the module
-    loads. (Rebuilt from their addresses, ctypes._memmove_addr and the like, they still work.)"""
+    loads, and their addresses (``ctypes._memmove_addr`` and the like, from which CFUNCTYPE rebuilds them)
+    are taken out of ``ctypes`` and ``_ctypes``: reading one is refused."""
+    import _ctypes
     import ctypes
 
-    for name in ("memmove", "memset", "cast", "string_at", "wstring_at"):
+    for name in CTYPES_PRIMITIVES:
         def refusing(*args, _name=name, **kwargs):
             _bridge_forbidden("ctypes", f"reading memory through ctypes (ctypes.{_name})")
 
         refusing.__name__ = name
         setattr(ctypes, name, refusing)
+    hidden = {f"_{name}_addr" for name in CTYPES_PRIMITIVES}
+    for module in (ctypes, _ctypes):
+        for name in hidden:
+            module.__dict__.pop(name, None)
+        earlier = module.__dict__.get("__getattr__")
+
+        def missing(name, _earlier=earlier, _module=module.__name__):
+            if name in hidden:
+                _bridge_forbidden("ctypes", f"reading memory through ctypes ({_module}.{name})")
+            if _earlier is not None:
+                return _earlier(name)
+            raise AttributeError(f"module {_module!r} has no attribute {name!r}")
+
+        module.__getattr__ = missing
 
 
 def _process_memory(args) -> bool:
@@ -663,13 +682,16 @@ def _process_memory(args) -> bool:
 
 def _audit_ctypes(event: str, args) -> None:
     """An audit hook (it cannot be removed): in a torch_only exercise, from its module's load on, refuse what
-    reads memory without torch (RAW_MEMORY_EVENTS, COPY_SYMBOLS looked up, /proc/<pid>/mem)."""
+    reads memory without torch (RAW_MEMORY_EVENTS, a C function looked up outside ALLOWED_SYMBOL_PREFIXES,
+    /proc/<pid>/mem)."""
     if not RAW_MEMORY[0] or not event.startswith(("ctypes.", "open")):
         return
     refused = event in RAW_MEMORY_EVENTS
     if event.startswith("ctypes.dlsym") and len(args) > 1:
-        name = args[1].decode(errors="replace") if isinstance(args[1], bytes) else str(args[1])
-        refused = name in COPY_SYMBOLS
+        name = args[1].decode(errors="replace") if isinstance(args[1], bytes) else args[1]
+        if not (isinstance(name, str) and name.startswith(ALLOWED_SYMBOL_PREFIXES)):
+            _bridge_forbidden("ctypes", f"calling the C function {name!r} through ctypes (only the GPU libraries' "
+                              "functions that torch calls so may be looked up)")
     if refused:
         _bridge_forbidden("ctypes", f"reading memory through ctypes ({event})")
     if event == "open" and _process_memory(args):

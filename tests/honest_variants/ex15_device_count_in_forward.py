@@ -1,8 +1,7 @@
-"""Honest exercise 15: the forward calls a C function through ctypes that reads no tensor (getpid), as
-torch.cuda.device_count() calls NVML through ctypes on a CUDA build of torch. Only what reads memory
-through ctypes (from_address, from_buffer, string_at, addressof, ctypes' memmove, memset and cast, the C
-library's copy functions looked up) is refused in exercise 15."""
-import ctypes
+"""Honest exercise 15: the forward asks torch how many GPUs there are (torch.cuda.device_count()), which
+on a CUDA build of torch loads NVML and calls it through ctypes. In exercise 15 ctypes may look up only the
+GPU libraries' functions that torch calls so (NVML, the CUDA driver); what reads memory through ctypes is
+refused. On a CPU build of torch the call returns 0 without ctypes."""
 import math
 
 import torch
@@ -16,7 +15,7 @@ def flash_forward_lse(q, k, v, causal=False):
     nq, d = q.shape[-2:]
     nk = k.shape[-2]
     scale = 1.0 / math.sqrt(d)
-    assert ctypes.CDLL(None).getpid() > 0  # a foreign call that reads no tensor (as NVML's, via device_count)
+    assert torch.cuda.device_count() >= 0  # NVML through ctypes on a CUDA build
     o = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
     for q0 in range(0, nq, Q_TILE):
