@@ -168,6 +168,12 @@ BROKEN_CASES = [
      "reading memory through ctypes (ctypes._memmove_addr)"),
     ("autograd_copies_by_an_unlisted_copy_function", "ex15_autograd_flash", "flash_forward_lse", "load",
      "calling the C function '__memcpy_chk' through ctypes"),
+    ("autograd_reads_memory_through_curl_escape", "ex15_autograd_flash", "flash_forward_lse", "load",
+     "calling the C function 'curl_easy_escape' through ctypes"),
+    ("autograd_reads_memory_through_pyobj_fromptr", "ex15_autograd_flash", "flash_forward_lse", "load",
+     "reading memory through ctypes (ctypes.PyObj_FromPtr)"),
+    ("autograd_reads_memory_through_torch_xpu_cast", "ex15_autograd_flash", "flash_forward_lse", "load",
+     "reading memory through ctypes (ctypes.cast)"),
     ("autograd_reads_memory_through_a_memoryview", "ex15_autograd_flash", "flash_forward_lse", "load",
      "reading memory through ctypes (ctypes.cdata)"),
     # 4. a result must be written by a launch of the learner's own kernel
@@ -253,17 +259,30 @@ BROKEN_CASES = [
     ("kernel_answer_in_a_tuple_argument", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
     # tiles as long as the sequence (or the split), which left each kernel's loop one step (Part.max_launch_block)
     ("kernel_tiles_span_the_sequence", "ex13_triton_backward", "flash_backward_dkdv", "launch",
-     "was launched with BLOCK_N=256: tiles here hold at most 128 rows or keys"),
+     "built a tile of 256 (a tensor dimension"),
     ("kernel_tiles_span_the_sequence", "ex13_triton_backward", "flash_backward_dq", "launch",
-     "was launched with BLOCK_N=256: tiles here hold at most 128 rows or keys"),
+     "built a tile of 256 (a tensor dimension"),
     ("kernel_tile_spans_the_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
+     "decode_partial_kernel built a tile of 256"),
     ("kernel_tile_named_as_a_stride", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "decode_partial_kernel was launched with STRIDE_N=256: tiles here hold at most 128"),
-    ("kernel_tile_excused_by_an_unused_tensor", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
-    ("kernel_tile_hidden_behind_repeated_launches", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "decode_partial_kernel was launched with BLOCK_N=256: tiles here hold at most 128"),
+     "decode_partial_kernel built a tile of 256"),
+    ("kernel_tile_literal", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel built a tile of 256"),
+    ("kernel_tile_global_constexpr", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel built a tile of 256"),
+    ("kernel_tile_int_subclass", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel built a tile of 256"),
+    ("kernel_tile_doubled_in_the_kernel", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel built a tile of 256"),
+    ("kernel_tile_behind_32_distinct_launches", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel built a tile of 256"),
+    ("kernel_row_tile_literal", "ex12_triton_online_softmax", "online_row_softmax", "launch",
+     "online_softmax_kernel built a tile of 512 beside BLOCK_N"),
+    ("kernel_inner_tile_global", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "flash_bwd_dkdv_kernel built a tile of 256"),
+    ("kernel_answer_in_an_expanded_view", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
+    ("kernel_answer_behind_an_out_of_bounds_poison", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "handed the answer"),
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
     ("combine_without_max", "ex14_split_kv_decode", "combine_splits", "nan",
      "looks like the splits are combined without subtracting the largest lse first"),
@@ -304,6 +323,11 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         # thread ran past exercise 01's 10 s limit. The cause found later: the first operator under the
         # dispatch mode imported torch._dynamo, compiled from source there (no cached bytecode): over
         # 10 s; the child now imports it before the call (child._install_torch_mode)
+        return
+    if module == "kernel_answer_behind_an_out_of_bounds_poison" and has_gpu_driver():
+        # a compiled kernel's load before Q raises nothing on a GPU: it reads the guard band's NaN, so the output
+        # is NaN, and the launch is never rerun on the real values
+        assert result["failure"]["kind"] == "nan", result["failure"]
         return
     assert result["failure"]["kind"] == kind, result["failure"]
     assert words in result["failure"]["message"], result["failure"]["message"]
@@ -1662,12 +1686,12 @@ TILES_AS_TRITON_BINDS_THEM = [  # (edits of the ex14 solution, whether its tile 
 
 
 @pytest.mark.parametrize("edits, refused", TILES_AS_TRITON_BINDS_THEM, ids=["wrapped", "default", "runtime ints"])
-def test_the_tile_limit_reads_the_constexprs_as_triton_binds_them(tmp_path, edits, refused):
+def test_the_tile_limit_sees_the_tile_however_the_launch_binds_it(tmp_path, edits, refused):
     report = _edited_report(tmp_path, "ex14_split_kv_decode", edits, 3)
     result = report.graded[0][1]["split_kv_partials"]
     if refused:
         assert result["failure"]["kind"] == "launch", result["failure"]
-        assert "was launched with BLOCK_N=256: tiles here hold at most 128" in result["failure"]["message"]
+        assert "decode_partial_kernel built a tile of 256" in result["failure"]["message"]
     else:
         assert result["status"] == "passed", result["failure"]
 
@@ -1675,6 +1699,7 @@ def test_the_tile_limit_reads_the_constexprs_as_triton_binds_them(tmp_path, edit
 @pytest.mark.parametrize("name, refused", [
     ("nvmlInit_v2", False), ("nvmlDeviceGetCount_v2", False), ("cuGetErrorString", False),
     ("getpid", True), ("memcpy", True), ("__memcpy_chk", True), (b"bcopy", True), (7, True),
+    ("curl_easy_escape", True), ("cuserid", True), ("cuMemcpyDtoH_v2", True), ("hipMemset", True),
 ])
 def test_exercise_15_looks_up_only_the_gpu_libraries_c_functions(monkeypatch, name, refused):
     """In a torch_only exercise, from the module's load on, a C function looked up through ctypes must be one

@@ -1,7 +1,6 @@
 """Cheating ex14_split_kv_decode: the split-long tile of kernel_tile_spans_the_split under the name
-STRIDE_N. The tile limit used to leave constexprs named stride* out (strides passed as constexprs may
-be powers of two); it now leaves out a constexpr only where it equals a size or a stride of the
-launch's tensors, whatever its name."""
+STRIDE_N. The tile limit once left constexprs named stride* out (strides passed as constexprs may be
+powers of two); it now judges the tensors each kernel builds, whatever their constexprs are called."""
 import numpy as np
 import torch
 import triton

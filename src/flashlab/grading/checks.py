@@ -312,8 +312,8 @@ _OPTIONAL_TEXT = (str, type(None))
 _RECORD_TYPES = dict(exception=_OPTIONAL_TEXT, not_implemented=_OPTIONAL_TEXT, launch_problem=_OPTIONAL_TEXT,
                      gradient_problem=_OPTIONAL_TEXT,
                      traceback=(str,), where=(list, type(None)), forbidden_calls=(list,), digests=(dict,),
-                     launches=(list,), derived=(list,), output=(str,), output_chars=(int,), seconds=(int, float),
-                     live=(dict,))
+                     launches=(list,), tiles=(dict,), derived=(list,), output=(str,), output_chars=(int,),
+                     seconds=(int, float), live=(dict,))
 
 
 _RECORD_REQUIRED = ("exception", "not_implemented", "forbidden_calls", "digests", "output", "value")
@@ -609,10 +609,14 @@ def _stub_source(exercise: Exercise) -> str | None:
 
 
 def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
-    """Why the launches did not use the tile the case asked for (``Part.launch_blocks``) or used one over
-    the part's limit (``Part.max_launch_block``), or ''."""
+    """Why the launches did not use the tile the case asked for (``Part.launch_blocks``) or built one over
+    the part's limit (``Part.max_launch_block``), or ''. A kernel's tile is the largest dimension of any
+    tensor it built (``record["tiles"]``, over all of the call's launches: tl.arange's extent, a load's or
+    a block pointer's shape), however the kernel wrote it."""
     launches = [launch for launch in record.get("launches") or []
                 if isinstance(launch, dict) and isinstance(launch.get("constexprs"), dict)]
+    tiles = record.get("tiles") if isinstance(record.get("tiles"), dict) else {}
+    tiles = {str(k): v for k, v in tiles.items() if type(v) is int}
     for constexpr, argument in part.launch_blocks:
         asked = case.kwargs.get(argument)
         if type(asked) is not int:
@@ -623,35 +627,20 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
                 return (f"the kernel was launched with {constexpr}={values.get(constexpr)} where {argument}={asked} "
                         f"was asked for: launch it with {constexpr}={argument}, whatever the row length, and walk "
                         "the row block by block")
-            wider = sorted(f"{k}={v}" for k, v in values.items()
-                           if k != constexpr and v > asked and v not in _launch_dims(launch))
-            if wider:
-                return (f"the kernel was launched with {', '.join(wider)} beside {constexpr}={asked}: a tile wider "
-                        f"than {argument} holds more than one block of the row; keep one block of {argument} values "
-                        "at a time")
+        wider = sorted(f"{_text(kernel, 80)} built a tile of {tile}" for kernel, tile in tiles.items() if tile > asked)
+        if wider:
+            return (f"{', '.join(wider)} beside {constexpr}={asked} (a tensor dimension: tl.arange's extent, a "
+                    f"load's shape): a tile wider than {argument} holds more than one block of the row; keep one "
+                    f"block of {argument} values at a time")
     limit = part.max_launch_block
-    for launch in launches if limit else []:
-        over = sorted(f"{k}={v}" for k, v in launch["constexprs"].items()
-                      if _tile_size_over(v, limit) and v not in _launch_dims(launch))
-        if over:
-            return (f"{_text(launch.get('kernel'), 80)} was launched with {', '.join(over)}: tiles here hold at "
-                    f"most {limit} rows or keys (a tl.constexpr that is a power of two, as tl.arange needs, at most "
-                    f"{limit}); a tile as long as the sequence (or the split) leaves the kernel's loop nothing to "
-                    f"walk. Keep each tile at most {limit} and let the loop go block by block")
+    over = sorted((kernel, tile) for kernel, tile in tiles.items() if limit and tile > limit)
+    if over:
+        kernel, tile = over[0]
+        return (f"{_text(kernel, 80)} built a tile of {tile} (a tensor dimension: tl.arange's extent, a load's "
+                f"shape): tiles here hold at most {limit} rows or keys; a tile as long as the sequence (or the "
+                f"split) leaves the kernel's loop nothing to walk. Keep each tile at most {limit} and let the loop "
+                "go block by block")
     return ""
-
-
-def _tile_size_over(value, limit: int) -> bool:
-    """An integer constexpr that can be a tile size over ``limit``: a power of two above it (tl.arange
-    takes powers of two; a length passed as a constexpr, e.g. N_CTX = 152, is not one). One equal to a size
-    or a stride of the launch's tensors (:func:`_launch_dims`) is a length or a stride, whatever its name."""
-    return type(value) is int and value > limit and value & (value - 1) == 0
-
-
-def _launch_dims(launch: dict) -> set:
-    """The sizes and strides of the launch's tensors, as the child recorded them (``LaunchTracker._dims``)."""
-    dims = launch.get("dims")
-    return {x for x in dims if type(x) is int} if isinstance(dims, list) else set()
 
 
 def _launch_info(records: list) -> dict:

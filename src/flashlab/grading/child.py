@@ -27,6 +27,7 @@ import importlib.abc
 import io
 import linecache
 import os
+import re
 import sys
 import threading
 import time
@@ -368,14 +369,14 @@ class LaunchTracker:
 
     def reset(self, inputs: list, required: tuple = ()) -> None:
         self.inputs, self.regions, self.launches, self.derived = inputs, [], [], []
+        self.prefilled: list = []  # what buffers a kernel wrote held before (see plain()): searched for the answer
         self.originals = [x.detach().clone() for x in inputs]  # the inputs as the call received them
         self.required = set(required)  # the kernels the part must launch
         self.changed_inputs = False  # an input differed from its original at a launch
         self.scalars: list = []  # float arguments of the learner's launches
         self.poisons = 0  # buffers poisoned so far: each gets its own poison value
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
-        self.shaped: list = []  # this launch's inputs, input copies and buffers earlier launches wrote
-        self.vetted: list = []  # (tensor, its values before this launch): the other buffers, vetted
+        self.tiles: dict = {}  # kernel name: the largest tensor dimension any of its launches built
         self.elsewhere: list = []  # (kernel, module) launched from a module other than the learner's
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
@@ -428,29 +429,38 @@ class LaunchTracker:
         import torch
 
         self.pending = []
-        self.shaped, self.vetted = [], []  # see after()
         self.scalars += [float(x) for x in scalars]
         if not all(self._same_bytes(x, o) for x, o in zip(self.inputs, self.originals)):
             self.changed_inputs = True  # an answer written into an input, to be put back after the launch
-        for t in tensors:
+        vetted: list = []  # (first, last byte + 1) of the buffers vetted for this launch
+        # largest first: a view inside a buffer vetted already (the same buffer passed twice, kv and kv[1])
+        # is covered by that buffer's vetting; vetted again, its clone would hold the other's poison
+        for t in sorted(tensors, key=lambda x: -self._span(x)[1]):
             start, nbytes = self._span(t)
-            if not nbytes:
+            if not nbytes or self._input_copy(t):
                 continue
-            if self._input_copy(t):
-                self.shaped.append(t)
+            if any(lo < start + nbytes and start < hi for lo, hi in vetted):
                 continue
-            if shares_memory(t):  # expand: read-only, never an output
+            if shares_memory(t):  # expand: read-only, never an output; what it holds is a derived input
+                self._keep_derived(t[tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())])
                 continue
             left = next((r[3] for r in self.regions if r[0] == start and r[1] == nbytes), None)
             if left is not None and torch.equal(self._bytes(t, start, nbytes), left):
-                self.shaped.append(t)
                 continue  # as the last launch that had it left it
+            vetted.append((start, start + nbytes))
             before = t.clone()
-            self.vetted.append((t, before))
             if self._all_zero(t):  # an accumulator: nothing handed in
                 self.pending.append((t, before, None))
             else:
-                self.pending.append((t, before, self._poison(t)))
+                with torch.no_grad():  # a leaf that requires grad (an nn.Parameter) is filled too
+                    self.pending.append((t, before, self._poison(t)))
+
+    def _keep_derived(self, t) -> None:
+        """Send what ``t`` holds to the parent as an input the learner derived (checked there)."""
+        import torch
+
+        kept = t.detach().cpu()
+        self.derived.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
 
     @staticmethod
     def _same_bytes(a, b) -> bool:
@@ -469,10 +479,13 @@ class LaunchTracker:
                 return True  # the input itself (checked against its original above)
             if t.numel() != original.numel() or t.device != original.device or t.is_complex():
                 continue
-            same = t.to(original.dtype)
-            if t.shape == original.shape and torch.equal(same, original):
+            # both ways: the same values as the input's dtype, and no more than them in t's own (a float64
+            # "copy" of float32 K whose low mantissa bits carry something else is no copy)
+            same, back = t.to(original.dtype), original.to(t.dtype)
+            if t.shape == original.shape and torch.equal(same, original) and torch.equal(t, back):
                 return True
-            if torch.equal(same.reshape(-1).sort().values, original.reshape(-1).sort().values):
+            if torch.equal(same.reshape(-1).sort().values, original.reshape(-1).sort().values) and \
+                    torch.equal(t.reshape(-1).sort().values, back.reshape(-1).sort().values):
                 return True  # the same values in another layout (K transposed, made contiguous)
         return False
 
@@ -486,45 +499,56 @@ class LaunchTracker:
         derived = [t for t, _, poison in self.pending if poison is not None and self._still_poisoned(*poison)]
         if not derived:
             return False
-        for t, before, poison in self.pending:
-            if any(t is d for d in derived):
-                t.copy_(before)
-                kept = t.detach().cpu()
-                self.derived.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
-            elif poison is not None:
-                poison[0].fill_(poison[1])
-            else:
-                t.copy_(before)
+        with torch.no_grad():
+            for t, before, poison in self.pending:
+                if any(t is d for d in derived):
+                    t.copy_(before)
+                    self._keep_derived(t)
+                elif poison is not None:
+                    poison[0].fill_(poison[1])
+                else:
+                    t.copy_(before)
         self.pending = []
         return True
+
+    def poisoned(self) -> list:
+        """(buffer, what it held) of the buffers poisoned for the coming launch."""
+        return [(t, before) for t, before, poison in self.pending if poison is not None]
+
+    def plain(self, poisoned: list) -> None:
+        """The launch on poisoned buffers went out of bounds (an integer the kernel addresses memory with,
+        as a length it seeds a max from, is 0 there) and ran again on what they held: a buffer that run did
+        not write is a derived input, as after a poisoned run; what a buffer it wrote held before is searched
+        for the answer too (a kernel that writes one element of a buffer carrying the answer gets no pass)."""
+        import torch
+
+        for t, before in poisoned:
+            if self._same_bytes(t, before):
+                self._keep_derived(t)
+            else:
+                kept = before.detach().cpu()
+                self.prefilled.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
 
     def abandon(self) -> None:
         """A launch raised (an autotuner's config out of resources, whose next config is tried):
         every buffer vetted for it goes back to what it held, poison undone."""
-        for t, before, _ in self.pending:
-            t.copy_(before)
+        import torch
+
+        with torch.no_grad():
+            for t, before, _ in self.pending:
+                t.copy_(before)
         self.pending = []
 
-    def after(self, name: str, tensors: list, constexprs: dict) -> None:
-        # the sizes and strides that excuse a constexpr from the tile limit: of the inputs and their copies,
-        # of buffers an earlier launch wrote, and of those this launch wrote (not of a tensor made only to
-        # carry a size)
-        written = [t for t, before in self.vetted if not self._same_bytes(t, before)]
-        self.launches.append(dict(kernel=name, constexprs=constexprs, dims=self._dims(self.shaped + written)))
-        self.shaped, self.vetted = [], []
+    def after(self, name: str, tensors: list, constexprs: dict, tile: int = 0) -> None:
+        """``tile``: the largest tensor dimension the launch's kernel built (:func:`_tile_of`)."""
+        self.launches.append(dict(kernel=name, constexprs=constexprs, tile=tile))
+        self.tiles[name] = max(self.tiles.get(name, 0), tile)
         for t in tensors:
             start, nbytes = self._span(t)
             if nbytes:
                 snapshot = self._bytes(t, start, nbytes).clone()
                 self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
                 self.regions.append((start, nbytes, str(t.device), snapshot, t))
-
-    @staticmethod
-    def _dims(tensors: list) -> list:
-        """The sizes and strides (in elements) over 64 of ``tensors``, at most ``LAUNCH_DIMS``: a
-        constexpr equal to one of them is a length or a stride passed as a constexpr, not a tile."""
-        dims = {int(x) for t in tensors for x in (*t.shape, *t.stride()) if int(x) > 64}
-        return sorted(dims)[:LAUNCH_DIMS]
 
     def written_by_launch(self, t) -> str | None:
         """None when tensor ``t`` holds exactly what launches of the learner's kernels left there:
@@ -569,17 +593,16 @@ LAUNCHES_SENT = 32  # distinct launches (kernel, constexprs, sizes) of a call th
 
 def _distinct_launches(launches: list, keep: int = LAUNCHES_SENT) -> list:
     """The latest ``keep`` distinct launches, in launch order: one launch per batch element or split
-    repeats one launch, so an odd one (a whole-sequence tile) is not pushed out by repeats of another."""
+    repeats one launch, so an odd one is not pushed out by repeats of another."""
     seen, out = set(), []
     for launch in reversed(launches):
-        key = (launch["kernel"], tuple(sorted(launch["constexprs"].items())), tuple(launch.get("dims") or ()))
+        key = (launch["kernel"], tuple(sorted(launch["constexprs"].items())), launch.get("tile", 0))
         if key not in seen:
             seen.add(key)
             out.append(launch)
             if len(out) == keep:
                 break
     return out[::-1]
-LAUNCH_DIMS = 64  # sizes and strides of a launch's tensors sent to the parent (the tile limit's exemptions)
 DERIVED_MAX_COUNT = 64  # inputs the learner computed outside the kernel, sent to the parent to check
 DERIVED_MAX_BYTES = 32 << 20
 # a derived input larger than twice the largest input (and this many elements more), unless it is an input
@@ -635,11 +658,14 @@ def _count_scalar_read(tensor) -> None:
 # torch.cuda.device_count() loads NVML and calls it through ctypes.
 RAW_MEMORY = [False]
 RAW_MEMORY_EVENTS = frozenset(("ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
-                               "ctypes.addressof"))
-# the C functions a torch_only exercise may look up through ctypes, by prefix: those torch itself calls that
-# way (NVML for the device count, the CUDA driver and NVRTC, ROCm's HIP, NCCL). Any other name (the C
-# library's memcpy, or the same copy under another name: bcopy, __memcpy_chk, ...) is refused.
-ALLOWED_SYMBOL_PREFIXES = ("nvml", "cu", "nvrtc", "hip", "nccl")
+                               "ctypes.addressof", "ctypes.PyObj_FromPtr"))
+# the C functions a torch_only exercise may look up through ctypes: those of the GPU libraries torch itself
+# calls that way (NVML for the device count, the CUDA driver and NVRTC, ROCm's HIP, NCCL: their API names
+# are the prefix and a capital, nvmlInit, cuGetErrorString), none of their copies (cuMemcpy, hipMemset, which
+# also reach host memory). Any other name (the C library's memcpy under any name, __memcpy_chk; libcurl's
+# curl_easy_escape, which returns any bytes escaped) is refused.
+ALLOWED_SYMBOL = re.compile(r"(nvml|cu|nvrtc|hip|nccl)[A-Z]")
+REFUSED_GPU_SYMBOL = re.compile(r"(?i)mem(cpy|set|move)|copy")
 CTYPES_PRIMITIVES = ("memmove", "memset", "cast", "string_at", "wstring_at")
 
 
@@ -651,12 +677,25 @@ def _refuse_ctypes_copies() -> None:
     import _ctypes
     import ctypes
 
+    originals = {}
     for name in CTYPES_PRIMITIVES:
         def refusing(*args, _name=name, **kwargs):
             _bridge_forbidden("ctypes", f"reading memory through ctypes (ctypes.{_name})")
 
         refusing.__name__ = name
+        original = getattr(ctypes, name)
+        if not getattr(original, "flashlab_refusal", False):
+            originals[id(original)] = (original, refusing)
+        refusing.flashlab_refusal = True
         setattr(ctypes, name, refusing)
+    # modules that imported them before (torch.xpu: from ctypes import cast) hold the originals: replaced there too
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if not isinstance(space, dict):
+            continue
+        for key, value in list(space.items()):
+            if id(value) in originals and originals[id(value)][0] is value:
+                space[key] = originals[id(value)][1]
     hidden = {f"_{name}_addr" for name in CTYPES_PRIMITIVES}
     for module in (ctypes, _ctypes):
         for name in hidden:
@@ -682,14 +721,14 @@ def _process_memory(args) -> bool:
 
 def _audit_ctypes(event: str, args) -> None:
     """An audit hook (it cannot be removed): in a torch_only exercise, from its module's load on, refuse what
-    reads memory without torch (RAW_MEMORY_EVENTS, a C function looked up outside ALLOWED_SYMBOL_PREFIXES,
+    reads memory without torch (RAW_MEMORY_EVENTS, a C function looked up other than ALLOWED_SYMBOL's,
     /proc/<pid>/mem)."""
     if not RAW_MEMORY[0] or not event.startswith(("ctypes.", "open")):
         return
     refused = event in RAW_MEMORY_EVENTS
     if event.startswith("ctypes.dlsym") and len(args) > 1:
         name = args[1].decode(errors="replace") if isinstance(args[1], bytes) else args[1]
-        if not (isinstance(name, str) and name.startswith(ALLOWED_SYMBOL_PREFIXES)):
+        if not (isinstance(name, str) and ALLOWED_SYMBOL.match(name) and not REFUSED_GPU_SYMBOL.search(name)):
             _bridge_forbidden("ctypes", f"calling the C function {name!r} through ctypes (only the GPU libraries' "
                               "functions that torch calls so may be looked up)")
     if refused:
@@ -1050,6 +1089,8 @@ def prepare_triton(learner_modules: set) -> str:
         pass
     for cls in classes:
         cls.run = _tracked_run(cls.run)
+    if device == "cpu":
+        _watch_interpreter_tiles()
     if device != "cpu":
         GUARDS = StoreGuards()
     else:
@@ -1166,10 +1207,52 @@ def _launch_constexprs(kernel, args, kwargs) -> dict:
     out = {}
     for index, param in _constexpr_params(kernel):
         value = args[index] if index < len(args) else kwargs.get(param, defaults.get(param))
-        value = value.value if type(value) is constexpr else value
-        if type(value) is int:
-            out[param] = value
+        value = value.value if isinstance(value, constexpr) else value
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[param] = int(value)
     return out
+
+
+# The largest tensor dimension a kernel builds is its tile, however it is written (tl.arange over a constexpr,
+# a literal or a global; a block pointer's shape; an int subclass as a constexpr): Part.max_launch_block and
+# Part.launch_blocks judge it. The interpreter's tensors are counted as they are made (_watch_interpreter_tiles);
+# a compiled kernel's are read from its Triton IR once.
+TILE_BUILT = [0]  # in the interpreter: the largest dimension of a tensor made since the launch began
+_IR_TILES: dict = {}  # id of a compiled kernel: (the kernel, its largest tensor dimension)
+_IR_TENSOR = re.compile(r"tensor<((?:\d+x)+)")
+
+
+def _watch_interpreter_tiles() -> None:
+    """Count the dimensions of every tensor the interpreter makes (its TensorHandle), into TILE_BUILT."""
+    try:
+        from triton.runtime.interpreter import TensorHandle
+    except ImportError:
+        return
+    init = TensorHandle.__init__
+    if getattr(init, "flashlab_watch", False):
+        return
+
+    def watched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        shape = getattr(getattr(self, "data", None), "shape", ())
+        if shape and max(shape) > TILE_BUILT[0]:
+            TILE_BUILT[0] = int(max(shape))
+
+    watched.flashlab_watch = True
+    TensorHandle.__init__ = watched
+
+
+def _tile_of(result) -> int:
+    """The largest tensor dimension of the launch that returned ``result``: a compiled kernel's from its
+    Triton IR, else what the interpreter counted."""
+    asm = getattr(result, "asm", None)
+    if isinstance(asm, dict) and isinstance(asm.get("ttir"), str):
+        key = id(result)
+        if key not in _IR_TILES:
+            dims = [int(d) for m in _IR_TENSOR.finditer(asm["ttir"]) for d in m.group(1).split("x") if d]
+            _IR_TILES[key] = (result, max(dims, default=0))
+        return _IR_TILES[key][1]
+    return TILE_BUILT[0]
 
 
 def _tracked_run(run):
@@ -1201,16 +1284,29 @@ def _tracked_run(run):
 
         try:
             TRACKER.before(tensors, scalars)
-            result = launch()
+            TILE_BUILT[0] = 0
+            poisoned, out_of_bounds = TRACKER.poisoned(), False
             try:
-                rerun = TRACKER.unwritten()
-            except Exception as exc:  # noqa: BLE001  the launch broke the process's memory
-                raise _corrupted(name, exc) from None
+                result = launch()
+            except Exception as exc:  # noqa: BLE001
+                if not poisoned or not isinstance(_shown(exc), OutOfBounds):
+                    raise
+                out_of_bounds = True  # on the grader's poison, maybe not on the learner's values: run as given
+            if out_of_bounds:
+                TILE_BUILT[0] = 0
+                result = launch()
+                TRACKER.plain(poisoned)
+                rerun = False
+            else:
+                try:
+                    rerun = TRACKER.unwritten()
+                except Exception as exc:  # noqa: BLE001  the launch broke the process's memory
+                    raise _corrupted(name, exc) from None
             if rerun:
                 result = launch()
             constexprs = _launch_constexprs(self, args, kwargs)
             try:
-                TRACKER.after(name, tensors, constexprs)
+                TRACKER.after(name, tensors, constexprs, _tile_of(result))
             except Exception as exc:  # noqa: BLE001
                 raise _corrupted(name, exc) from None
         finally:
@@ -1584,11 +1680,12 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     record["forbidden_calls"] = list(CALLS)
     record["digests"] = {name: _digest(v) for name, v in kwargs.items()}
     record["launches"] = _distinct_launches(TRACKER.launches) if TRACKER is not None else []
+    record["tiles"] = dict(TRACKER.tiles) if TRACKER is not None else {}
     derived_buffers: list = []
-    if TRACKER is not None and (TRACKER.derived or TRACKER.scalars):
+    if TRACKER is not None and (TRACKER.derived or TRACKER.prefilled or TRACKER.scalars):
         import numpy as np
 
-        kept = TRACKER.derived + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
+        kept = TRACKER.derived + TRACKER.prefilled + ([np.array(TRACKER.scalars)] if TRACKER.scalars else [])
         largest = max([t.numel() for t in inputs if hasattr(t, "numel")] or [0])
         total = sum(t.numel() for t in inputs if hasattr(t, "numel"))
         products = [(a, _payload(a)) for a in TRACKER.derived if a.size > DERIVED_SLACK and not _padded_copy(a, inputs)]
