@@ -14,7 +14,7 @@ as ``do_bench``) and ``clean`` (a 256 MB read: L2 holds clean lines, dropped for
 rounds, variants rotated in each, ``CALLS`` calls per variant per round, median; every output is
 checked against SDPA's first.
 
-    python benchmarks/decode_flush_probe.py [--variants smem|deeper]   # -> $OUT/decode_flush_probe_<variants>.json
+    python benchmarks/decode_flush_probe.py [--variants smem|deeper|stagger]   # -> $OUT/decode_flush_probe_<variants>.json
 """
 from __future__ import annotations
 
@@ -54,7 +54,10 @@ def variants(q, k, v, kind: str = "smem") -> dict:
     """{name: call}: SDPA's default, the rule, and configs of the kind asked for. ``smem`` (less shared
     memory in flight), where the rule runs one wide program per (sequence, kv head) unsplit: the
     default config unsplit and the wide config with 2 stages. ``deeper``, at the rule's splits: the
-    wide config with 4 stages (three K/V buffers, 200 KB), with 4 and with 8 warps."""
+    wide config with 4 stages (three K/V buffers, 200 KB), with 4 and with 8 warps. ``stagger``, the
+    rule's choice with each program starting at another block of its chunk (``DecodeConfig.stagger``
+    2, 4, 8, 16: program p at (p mod s) / s of the chunk), so that the programs streaming at once read
+    different offsets of their caches."""
     import torch
 
     import flashlab
@@ -76,6 +79,9 @@ def variants(q, k, v, kind: str = "smem") -> dict:
         deeper = dataclasses.replace(wide, num_stages=4, fused_combine=choice.fused)
         configs = [(f"wide_4stages@{choice.splits}", deeper),
                    (f"wide_4stages_8warps@{choice.splits}", dataclasses.replace(deeper, num_warps=8))]
+    elif kind == "stagger":
+        chosen = kernels.config_for(D, torch.bfloat16, choice.wide, choice.fused)
+        configs = [(f"stagger_{s}@{choice.splits}", dataclasses.replace(chosen, stagger=s)) for s in (2, 4, 8, 16)]
     for name, config in configs:
         fns[name] = (lambda c=config: plans.forward(q, k, v, None, scale, False, choice.splits, c)[0])
     return fns
@@ -119,8 +125,8 @@ if __name__ == "__main__":
     import sys
 
     kind = sys.argv[sys.argv.index("--variants") + 1] if "--variants" in sys.argv else "smem"
-    if kind not in ("smem", "deeper"):
-        sys.exit(f"--variants {kind!r}: expected smem or deeper")
+    if kind not in ("smem", "deeper", "stagger"):
+        sys.exit(f"--variants {kind!r}: expected smem, deeper or stagger")
     result = probe(kind=kind)
     folder = os.environ.get("OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     with open(os.path.join(folder, f"decode_flush_probe_{kind}.json"), "w") as f:

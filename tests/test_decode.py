@@ -489,6 +489,33 @@ def test_evict_first_loads_give_the_same_answer(splits, poison):
         assert (hinted[0].double().cpu() - ref_o).abs().max().item() < 2e-2, "evict_first output off the reference"
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [1, 3])
+def test_staggered_walk_gives_the_reference(splits, poison):
+    """Starting each program part-way through its chunk reorders the online softmax's blocks only:
+    ragged lengths, NaN past them, bottom-right causal and splits give the reference's answer, and a
+    paged cache (always walked from the start) the unpaged one's."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    d = 128 if DEVICE == "cuda" else 16
+    n_max = 5000 if DEVICE == "cuda" else 70
+    lengths = [5000, 77, 4096, 1000] if DEVICE == "cuda" else [70, 7, 33, 50]
+    q, k, v, seqlens = _inputs(4, 8, 2, 3, n_max, d, dtype, lengths, seed=53)
+    ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
+    base = kernels.config_for(d, dtype, DEVICE == "cuda")
+    for stagger in (0, 2, 3):
+        o, lse = decode_plan.forward(q, k, v, seqlens, d ** -0.5, True, splits, dataclasses.replace(base, stagger=stagger))
+        assert (o.double().cpu() - ref_o).abs().max().item() < 2e-2, f"stagger={stagger}, splits={splits}: o off"
+        assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3, f"stagger={stagger}, splits={splits}: lse off"
+    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=59)
+    small = kernels.default_config(32, torch.float32)
+    walked, plain = (decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, splits, dataclasses.replace(small, stagger=s),
+                                         block_table=table) for s in (2, 0))
+    assert torch.equal(walked[0], plain[0]) and torch.equal(walked[1], plain[1]), "a paged cache was not walked from the start"
+
+
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's

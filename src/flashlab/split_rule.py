@@ -54,7 +54,8 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     the default config's programs each (``kernels.flash_decode.programs_per_sm``): ``slots``.
     ``has_wide``: whether the *wide* config exists for this head dim and dtype (128-key tiles,
     3 stages, 192 KB of shared memory: one program per SM with as many bytes in flight as two
-    default ones; 16-bit, d = 128, ``kernels.flash_decode.has_wide_config``).
+    default ones, odd programs starting halfway through their chunks; 16-bit, d = 128,
+    ``kernels.flash_decode.has_wide_config``).
     Decode is memory-bound and every program streams the same number of keys; what costs time is
     an idle tail (a partly filled last wave, late programs finishing alone) and, per split, the
     merge of the partial states. Measured on an H200 (benchmarks/NOTES.md, decode, calls 1-7):

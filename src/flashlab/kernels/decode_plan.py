@@ -79,7 +79,7 @@ class DecodePlan:
                       NUM_BLOCKS=k.shape[0] if paged else 1,
                       HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=config.block_n,
                       PAGED=paged, PAGE_SIZE=k.shape[2] if paged else 1, PAGE_PREFETCH=config.page_prefetch,
-                      EVICT_FIRST=config.evict_first,
+                      EVICT_FIRST=config.evict_first, STAGGER=0 if paged else config.stagger,
                       HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
                       COMBINE_STEP=combine_step_for(config, block_m, head_dim_padded(d)),
                       DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))

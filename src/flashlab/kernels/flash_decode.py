@@ -26,6 +26,12 @@ poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment
 query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key keeps
 ``m_i = -inf, l_i = 0`` and writes ``lse_s = -inf, o_s = 0``, which the combine weighs by 0.
 
+Walk order (``DecodeConfig.stagger``): the online softmax does not care in which order a chunk's
+blocks come, so with ``stagger = s`` program p starts at block ``(p mod s) * blocks // s`` of its
+chunk and wraps round to the blocks before it. Programs that stream at the same time then read
+different offsets of their caches instead of the same offset of caches laid out one after another;
+the wide config walks so with s = 2 (benchmarks/NOTES.md, decode, "walk order").
+
 Paged cache (``PAGED``, as vLLM's PagedAttention): K and V are (num_blocks, Hkv, PAGE_SIZE, d)
 and a block table (B, max_blocks) maps sequence b's logical block i to a physical block. Where
 BLOCK_N divides PAGE_SIZE each K/V tile lies in one page: one table look-up per tile; smaller
@@ -73,6 +79,9 @@ class DecodeConfig:
     combine_step: int = 8  # fused combine: splits whose partials it loads per step (a power of two)
     page_prefetch: bool = True  # paged cache: read the next tile's block-table entries a step ahead
     evict_first: bool = False  # K/V loads marked first to leave L2 (read once: keep L2's other lines)
+    stagger: int = 0  # s > 1: program p starts its chunk at block (p mod s) * blocks // s and walks round
+    # to it, so that programs streaming at once read different offsets of their caches; 0 or 1: every
+    # program from its chunk's start. A paged cache is always walked from the start
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -102,10 +111,12 @@ def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_comb
     """The config the split rule asks for (``flashlab.split_rule.split_rule``): the default, or with
     ``wide`` twice its K/V tile where :func:`has_wide_config`: BLOCK_N = 128 with 3 stages, 192 KB
     of shared memory, one program per SM with as many bytes in flight as two default ones
-    (measured on an H200, benchmarks/NOTES.md, calls 5-7)."""
+    (measured on an H200, benchmarks/NOTES.md, calls 5-7), odd programs starting halfway through
+    their chunks (``stagger=2``: at most 0.5 % faster than all starting at the first block, faster at
+    49 of 54 timings in three runs, ``benchmarks/decode_flush_probe.py --variants stagger``)."""
     config = default_config(head_dim, dtype)
     if wide and has_wide_config(head_dim, dtype):
-        config = dataclasses.replace(config, block_n=2 * config.block_n)
+        config = dataclasses.replace(config, block_n=2 * config.block_n, stagger=2)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
 
 
@@ -156,7 +167,7 @@ def _decode_split_kv(
     stride_bz, stride_bb,
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, STAGGER: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
     COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
@@ -205,15 +216,24 @@ def _decode_split_kv(
         #    that tile's K/V loads (a program alone on its SM has nothing else to hide it behind)
         table_row = BlockTable + off_z * stride_bz
         page_next = _table_entries(table_row, lo, hi, stride_bb, PAGE_SIZE, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):  # line 6
+    # -- walk order: from block (program mod STAGGER) * blocks // STAGGER of the chunk, round to it
+    span = tl.cdiv(hi - lo, BLOCK_N) * BLOCK_N  # the chunk's keys, in whole blocks
+    if STAGGER > 1:
+        rot = (off_zh % STAGGER) * (span // BLOCK_N // STAGGER) * BLOCK_N
+    else:
+        rot = 0
+    for step_n in range(lo, hi, BLOCK_N):  # line 6
+        start_n = step_n + rot
+        if STAGGER > 1:
+            start_n = tl.where(start_n >= lo + span, start_n - span, start_n)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi  # never load at or past L_b
         if PAGED:
             if PAGE_PREFETCH:
                 page = page_next
-                page_next = _table_entries(table_row, start_n + BLOCK_N, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+                page_next = _table_entries(table_row, step_n + BLOCK_N, hi, stride_bb, PAGE_SIZE, BLOCK_N)
             else:
-                page = _table_entries(table_row, start_n, hi, stride_bb, PAGE_SIZE, BLOCK_N)
+                page = _table_entries(table_row, step_n, hi, stride_bb, PAGE_SIZE, BLOCK_N)
             page = page.to(tl.int64)
         if PAGED and PAGE_SIZE >= BLOCK_N:
             # -- paged cache, the tile within one page (BLOCK_N divides PAGE_SIZE): one entry
