@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashlab.grading import EXERCISES, check, confine
+from flashlab.grading import EXERCISES, check, checks, confine
 from flashlab.grading.checks import choice_letter, compare
 from flashlab.grading.cli import main
 from flashlab.grading.registry import Part
@@ -334,6 +334,9 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
     text = str(report)
     assert words in text and "FAIL" in text
     assert report.score <= report.total and all(r["earned"] <= r["points"] for r in report.results)
+    if kind in checks.RULE_KINDS:  # a broken rule is not the failing case's topic: neither its purpose nor its hint
+        assert result["failure"]["why"] == checks.RULE_WHY and "hint" not in result["failure"], result["failure"]
+        assert f"this check: {checks.RULE_WHY}" in text or f"this check (public, the same on every run): {checks.RULE_WHY}" in text
     if module in ("no_causal_skip", "kernel_no_causal_skip", "kernel_loop_bound_no_nq"):
         assert "skips fully masked tiles" in result["failure"]["why"]
     if module in ("never_returns", "crashes_process"):  # the other parts are still graded after it

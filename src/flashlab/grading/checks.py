@@ -28,6 +28,11 @@ from flashlab.grading.registry import DEFAULT_TOLERANCE, Case, Exercise, Part, a
 
 PUBLIC_SEED = 20240601  # public cases are the same on every run
 STOP_KINDS = ("timeout", "crash", "memory_limit", "forbidden", "not_implemented", "protocol")
+# failures of a rule that every call must keep (how the kernel is launched, inputs left unchanged, no
+# forbidden call, autograd's graph): the case that met it first says nothing about why, so the report
+# names the rule instead of the case's purpose and its hint
+RULE_KINDS = ("launch", "mutation", "forbidden", "gradients")
+RULE_WHY = "a rule every call must keep, whatever the inputs (not what this case's inputs test)"
 
 
 def _describe(value) -> str:
@@ -748,6 +753,8 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 failure = _name_mistake(part, mistakes, case, record, failure, on_cuda, records)
             output = str(record.get("output") or "")[:500] if record else ""
             if result["failure"] is None:
+                if failure["kind"] in RULE_KINDS:
+                    where = {**{k: v for k, v in where.items() if k != "hint"}, "why": RULE_WHY}
                 result["failure"] = dict(failure, output=output, **where)
             else:
                 first = result["failure"]
