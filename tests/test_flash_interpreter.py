@@ -298,3 +298,20 @@ def test_causal_key_blocks_past_the_last_query_row_are_never_loaded(rung):
         assert err <= allowed, f"{name} error {err:.3g} > allowed {allowed:.3g} {where}"
     assert (grads[1][:, :, unseen:] == 0).all() and (grads[2][:, :, unseen:] == 0).all(), \
         f"dK, dV of keys no query sees must be exactly 0 {where}"
+
+
+def test_error_table_lists_every_entry_and_flags_one_off_the_reference(monkeypatch):
+    """Notebook 06's table: each rung and the minimal kernel within the flash-attention rule, and a
+    forward 1 % off the reference is called out."""
+    q, k, v = _inputs(1, 2, 2, 20, 28, 16, torch.float32, 5)
+    text = ladder.error_table(q, k, v)
+    rows = text.splitlines()[1:]
+    assert len(rows) == 2 * (1 + len(ladder.RUNGS)) and all(r.endswith("ok") for r in rows), text
+    assert {r.split()[1] for r in rows} == {"minimal", *ladder.RUNGS}, text
+
+    def off(q, k, v, causal=False, scale=None):
+        o, lse = ladder.minimal(q, k, v, causal, scale)
+        return o * 1.01, lse
+
+    monkeypatch.setitem(ladder.RUNGS, "v0_grid_bh", off)
+    assert [r.split()[-1] for r in ladder.error_table(q, k, v, (True,)).splitlines()[1:]].count("LARGE") == 1

@@ -177,7 +177,7 @@ BROKEN_CASES = [
     ("autograd_reads_memory_through_a_memoryview", "ex15_autograd_flash", "flash_forward_lse", "load",
      "reading memory through ctypes (ctypes.cdata)"),
     # 4. a result must be written by a launch of the learner's own kernel
-    ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "forbidden", "called torch aten.add"),
+    ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "launch", "ran torch's aten.add at line"),
     ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),
     ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "launch", "handed the answer"),
     ("launches_library_kernel", "ex06_triton_primer", "vector_add", "forbidden", "(a flashlab kernel)"),
@@ -283,6 +283,11 @@ BROKEN_CASES = [
     ("kernel_answer_in_an_expanded_view", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
     ("kernel_answer_behind_an_out_of_bounds_poison", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "handed the answer"),
+    # correct arithmetic whose last step (O = acc / l, lse = m + log l) runs in torch after the last launch
+    ("kernel_normalised_in_the_wrapper", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "ran torch's aten.div at line"),
+    ("kernel_lse_formed_in_the_wrapper", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "ran torch's aten.log at line"),
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
     ("combine_without_max", "ex14_split_kv_decode", "combine_splits", "nan",
      "looks like the splits are combined without subtracting the largest lse first"),
@@ -334,7 +339,7 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
     text = str(report)
     assert words in text and "FAIL" in text
     assert report.score <= report.total and all(r["earned"] <= r["points"] for r in report.results)
-    if kind in checks.RULE_KINDS:  # a broken rule is not the failing case's topic: neither its purpose nor its hint
+    if kind in checks.RULE_KINDS and result["failure"]["case"]:  # a broken rule is not the failing case's topic
         assert result["failure"]["why"] == checks.RULE_WHY and "hint" not in result["failure"], result["failure"]
         assert f"this check: {checks.RULE_WHY}" in text or f"this check (public, the same on every run): {checks.RULE_WHY}" in text
     if module in ("no_causal_skip", "kernel_no_causal_skip", "kernel_loop_bound_no_nq"):

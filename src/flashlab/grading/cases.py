@@ -33,7 +33,8 @@ def qkv(rng, nq, nk, d, dv=None, batch=(), dtype="float64", q_scale=1.0):
 def attn_label(kw, causal=False, extra="") -> str:
     q, k, v = kw["q"], kw["k"], kw["v"]
     batch = f"batch={q.shape[:-2]} " if q.ndim > 2 else ""
-    return (f"{batch}Nq={q.shape[-2]} Nk={k.shape[-2]} d={q.shape[-1]} dv={v.shape[-1]} "
+    dv = f"dv={v.shape[-1]} " if v.shape[-1] != q.shape[-1] else ""  # a value width of its own, when it has one
+    return (f"{batch}Nq={q.shape[-2]} Nk={k.shape[-2]} d={q.shape[-1]} {dv}"
             f"{q.dtype}{' causal' if causal else ''}{extra}")
 
 

@@ -32,7 +32,7 @@ STOP_KINDS = ("timeout", "crash", "memory_limit", "forbidden", "not_implemented"
 # forbidden call, autograd's graph): the case that met it first says nothing about why, so the report
 # names the rule instead of the case's purpose and its hint
 RULE_KINDS = ("launch", "mutation", "forbidden", "gradients")
-RULE_WHY = "a rule every call must keep, whatever the inputs (not what this case's inputs test)"
+RULE_WHY = "a rule every call must keep (not what this case's inputs test)"
 
 
 def _describe(value) -> str:
@@ -82,7 +82,8 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
     if nan.any():
         index = tuple(int(i) for i in np.argwhere(nan)[0])
         return dict(kind="nan", index=index, message=f"{name}: NaN at index {index} ({int(nan.sum())} of "
-                    f"{nan.size} elements), expected {r[index]:.6g} there" + (_unwritten_rows(part, nan, got) or (
+                    f"{nan.size} elements), expected {r[index]:.6g} there" + _batch_confined(part, nan) + (
+                        _unwritten_rows(part, nan, got) or (
                         "; the grader surrounds every input of a kernel with NaN, so on a GPU a load past either end "
                         "of an input (a missing mask, a wrong stride or offset) reads NaN (the CPU interpreter stops "
                         "it with OutOfBounds); so does 0/0, inf / inf after an exp() overflows, or exp(-inf - (-inf))"
@@ -96,8 +97,21 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
         return dict(kind="value", index=index, max_error=float(err.max()), message=(
             f"{name}: max abs error {err.max():.3g} (allowed {atol:g} + {rtol:g}*|expected|, dtype {ref.dtype}); "
             f"worst at index {index}: got {g[index]:.6g}, expected {r[index]:.6g}; "
-            f"{int((excess > 0).sum())} of {excess.size} elements out of tolerance"))
+            f"{int((excess > 0).sum())} of {excess.size} elements out of tolerance" + _batch_confined(part, excess > 0)))
     return None
+
+
+def _batch_confined(part: Part, bad: np.ndarray) -> str:
+    """For a kernel's output (batch elements, rows, columns): when batch element 0 is right and every later
+    one is wrong, the arithmetic is right and the batch offset is not (a public check with one batch
+    element passes)."""
+    if not part.must_launch or bad.ndim < 3:
+        return ""
+    per_element = bad.reshape(-1, bad.shape[-2] * bad.shape[-1]).any(axis=1)  # (batch elements,)
+    if per_element.size < 2 or per_element[0] or not per_element[1:].all():
+        return ""
+    return ("; batch element 0 is right and every later one is wrong: check each pointer's batch offset (the "
+            "batch index times that tensor's batch stride, for the inputs and the outputs alike)")
 
 
 _LETTER = re.compile(r"^\(?\s*([a-z])\s*\)?(?:[\s.):,;-].*)?$", re.S)

@@ -42,13 +42,15 @@ OUTPUT_LIMIT = 2000  # characters of printing kept per call
 EXEMPT = ("flashlab", "flashlab._lazy", "flashlab.grading", "flashlab.grading.child", "flashlab.grading.wire",
           "flashlab.grading.confine", "flashlab.grading.bounds",
           "flashlab.kernels._mode")  # _mode: how Triton runs here (its repairs run inside Triton's interpreter)
-# aten operators a Triton exercise's Python wrapper may run: allocation, views, copies.
+# aten operators a Triton exercise's Python wrapper may run after its kernel's last launch: allocation, views,
+# copies and joins (stack, cat), and read-only checks (isnan, any). Before a launch it may run any but matmuls.
 TORCH_ALLOWED = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
 full full_like new_full fill_ zero_ copy_ _to_copy clone contiguous view _unsafe_view reshape _reshape_alias
 as_strided expand t transpose permute unsqueeze squeeze select slice detach alias lift_fresh unbind split
 narrow resize_ set_ is_same_size _local_scalar_dense item arange size stride sym_size sym_stride numel dim
 is_contiguous to view_as expand_as _has_compatible_shallow_copy_type record_stream isnan equal eq ne
+stack cat concat concatenate any all isfinite isinf isneginf isposinf
 """.split())
 TORCH_DENIED_WORDS = ("softmax", "scaled_dot_product", "flash_attention", "efficient_attention",
                       "cudnn_attention")
@@ -378,6 +380,9 @@ class LaunchTracker:
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
         self.tiles: dict = {}  # kernel name: the largest tensor dimension any of its launches built
         self.elsewhere: list = []  # (kernel, module) launched from a module other than the learner's
+        # torch operators outside TORCH_ALLOWED run since the latest launch of a required kernel, with the
+        # learner's line: preparation when another launch follows, finishing the result in torch when none does
+        self.after_launch: list = []
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
 
@@ -543,6 +548,8 @@ class LaunchTracker:
         """``tile``: the largest tensor dimension the launch's kernel built (:func:`_tile_of`)."""
         self.launches.append(dict(kernel=name, constexprs=constexprs, tile=tile))
         self.tiles[name] = max(self.tiles.get(name, 0), tile)
+        if name in self.required:
+            self.after_launch = []  # what ran since the previous launch prepared this one
         for t in tensors:
             start, nbytes = self._span(t)
             if nbytes:
@@ -570,9 +577,32 @@ class LaunchTracker:
             covered[lo - start:hi - start] = True
         if nbytes and bool(covered.all()):
             return None
-        if self._cast_of_written(t):
+        if self._cast_of_written(t) or self._join_of_written(t):
             return None
         return "the returned tensor was not written by a launch of your kernel"
+
+    def _join_of_written(self, t) -> bool:
+        """``t`` (contiguous) holds, end to end, the bytes of whole launch arguments as their launches left
+        them and nothing changed since: ``torch.stack`` / ``torch.cat`` along the first dimension of one
+        output per launch (one launch per batch element, each writing its own tensor)."""
+        import torch
+
+        if not t.is_contiguous() or not t.numel():
+            return False
+        pieces = []  # the byte contents of whole arguments of t's dtype, unchanged since their launch
+        for r_start, r_bytes, device, snapshot, arg in reversed(self.regions):
+            if device == str(t.device) and arg.dtype == t.dtype and arg.is_contiguous() and r_bytes \
+                    and self._span(arg) == (r_start, r_bytes) and torch.equal(self._bytes(arg, r_start, r_bytes), snapshot):
+                pieces.append(snapshot)
+        start, nbytes = self._span(t)
+        now, offset = self._bytes(t, start, nbytes), 0
+        while offset < nbytes:
+            piece = next((p for p in pieces if offset + p.numel() <= nbytes
+                          and torch.equal(now[offset:offset + p.numel()], p)), None)
+            if piece is None:
+                return False
+            offset += piece.numel()
+        return True
 
     def _cast_of_written(self, t) -> bool:
         import torch
@@ -769,16 +799,30 @@ def _bridge_watched() -> bool:
 def _torch_op_forbidden(name: str, args: tuple = ()) -> bool:
     """Attention and softmax are always forbidden; in a part that must launch a kernel, matmuls too
     (but a batch of dot products, one number per pair of rows: D = rowsum(dO * O) written as
-    einsum("zmd,zmd->zm", do, o) runs as a bmm of (1, d) by (d, 1)), and once the learner's kernel has
-    been launched in the call, anything but allocation, views and copies (torch may prepare inputs,
-    never finish the result)."""
+    einsum("zmd,zmd->zm", do, o) runs as a bmm of (1, d) by (d, 1)). Any other operator outside
+    TORCH_ALLOWED run after a launch of the part's kernel is noted (``LaunchTracker.after_launch``): it
+    prepared the next launch if one follows (D for one batch element, a scaled q), and finished the result
+    in torch if none does, which :func:`_verify_launch` refuses."""
     if any(w in name for w in TORCH_DENIED_WORDS):
         return True
     if not TORCH_POLICY["strict"]:
         return False
-    if TRACKER is not None and any(launch["kernel"] in TRACKER.required for launch in TRACKER.launches):
-        return name not in TORCH_ALLOWED
-    return name in TORCH_MATMULS and not _row_dots(name, args)
+    if name in TORCH_MATMULS and not _row_dots(name, args):
+        return True
+    if name not in TORCH_ALLOWED and TRACKER is not None and any(
+            launch["kernel"] in TRACKER.required for launch in TRACKER.launches):
+        TRACKER.after_launch.append((name, _learner_line()))
+    return False
+
+
+def _learner_line() -> int | None:
+    """The line of the learner's module that is running now (the innermost such frame), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if TRACKER is not None and frame.f_globals.get("__name__") in TRACKER.learner_modules:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
 
 
 def _row_dots(name: str, args: tuple) -> bool:
@@ -1768,6 +1812,13 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
     if TRACKER.changed_inputs:
         return ("an input held other values when your kernel was launched (an input is read, never written: "
                 "the kernel must compute from the inputs it was given)")
+    if TRACKER.after_launch:
+        name, line = TRACKER.after_launch[0]
+        last = next(launch["kernel"] for launch in reversed(TRACKER.launches) if launch["kernel"] in TRACKER.required)
+        return (f"your wrapper ran torch's aten.{name}{f' at line {line}' if line else ''} after the last launch of "
+                f"{last}: the kernel must finish the result itself (normalise by l, take the log, scale). After the "
+                "last launch the wrapper may only allocate, view, copy, join (stack, cat) or check (isnan, any); "
+                "torch may prepare a launch's inputs before it")
     tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
     for t in tensors:
         problem = TRACKER.written_by_launch(t)

@@ -53,7 +53,8 @@ def counts_line(r: dict) -> str:
     not_run = r.get("not_run", 0)
     if not_run:
         detail.append(f"{not_run} not yet run")
-    return f"{text} ({'; '.join(detail)})"
+    need = "; the points need every check" if r["status"] == "failed" and pp + hp else ""
+    return f"{text} ({'; '.join(detail)}){need}"
 
 
 class Report:
@@ -160,7 +161,8 @@ class Report:
             more = missing[0]
             how = (f"flashlab grade {r['exercise']} --hint {more}" if self.shell
                    else f"check(\"{r['exercise']}\", hint={more})")
-            lines.append(f"(hint {more} of {count}: {how})")
+            other = "another hint" if pointed and more < pointed else "hint"  # not a step past the one shown
+            lines.append(f"({other} {more} of {count}: {how})")
         return lines
 
     @staticmethod
@@ -187,8 +189,14 @@ class Report:
             lines.append("traceback (last lines):\n" + "\n".join(trace))
         if f.get("output"):
             lines.append("printed: " + f["output"][:300].rstrip())
-        for other in r.get("failures", [])[:3]:
+        others = r.get("failures", [])
+        repeats = [t for t in others if t.split(": ", 1)[-1].startswith(("the same error", "looks like the same"))]
+        others = [t for t in others if t not in repeats] + repeats  # another cause first
+        for other in others[:3]:
             lines.append("also failed: " + other)
+        if len(others) > 3:
+            lines.append(f"... and {len(others) - 3} more failed checks (each in the JSON report: "
+                         f"flashlab grade {r.get('exercise', '')} --json)")
         return lines
 
     def __str__(self) -> str:

@@ -161,6 +161,27 @@ def minimal(q, k, v, causal=False, scale: float | None = None, **options):
         return flash_fwd.forward_minimal(q, k, v, spec, spec.scale)
 
 
+def error_table(q, k, v, causal_values=(False, True)) -> str:
+    """Each rung and :func:`minimal` against the float64 reference, as text: per causal value and entry,
+    what the entry ran (:func:`resolve`; "itself" where that is the entry), its max abs error and the
+    error allowed (``attention.allowed_error``, the flash-attention test rule), and whether it is within."""
+    from . import attention
+
+    lines = [f"{'causal':<7} {'entry':<15} {'ran':<15} {'max abs error':>13} {'allowed':>8}  verdict"]
+    for causal in causal_values:
+        ref = attention.attention_reference(q, k, v, causal)  # float64, then cast back
+        same = attention.attention_reference(q, k, v, causal, upcast=False)  # PyTorch in q's dtype
+        bound = attention.allowed_error(attention.attention_reference(q, k, v, causal).double(), same)
+        for name, forward in {"minimal": minimal, **RUNGS}.items():
+            o, _ = forward(q, k, v, causal)
+            err = attention.max_error(o, ref)
+            ran = name if name == "minimal" else resolve(name, q, k, v, causal)
+            ran = "itself" if ran == name else ran
+            lines.append(f"{causal!s:<7} {name:<15} {ran:<15} {err:>13.1e} {bound:>8.1e}  "
+                         f"{'ok' if err <= bound else 'TOO LARGE'}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- the backward rungs
 # ``backward(q, k, v, o, lse, do, spec) -> (dq, dk, dv)``, inputs already checked (the autograd
 # Function calls :func:`run_backward` with the forward's AttnSpec).
