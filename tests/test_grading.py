@@ -178,7 +178,8 @@ BROKEN_CASES = [
      "reading memory through ctypes (ctypes.cdata)"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "launch", "ran torch's aten.add at line"),
-    ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "changed after your kernel wrote it"),
+    # the kernel wrote nothing: the output it was handed is a derived input, no output of the launch
+    ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "not written by a launch of your kernel"),
     ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "launch", "handed the answer"),
     ("launches_library_kernel", "ex06_triton_primer", "vector_add", "forbidden", "(a flashlab kernel)"),
     ("kernel_of_another_module_stores_past_the_end", "ex06_triton_primer", "vector_add", "exception",
@@ -281,13 +282,19 @@ BROKEN_CASES = [
     ("kernel_inner_tile_global", "ex13_triton_backward", "flash_backward_dkdv", "launch",
      "flash_bwd_dkdv_kernel built a tile of 256"),
     ("kernel_answer_in_an_expanded_view", "ex14_split_kv_decode", "split_kv_partials", "launch", "handed the answer"),
+    # the rerun on real values did not write the buffer holding the answer: a derived input, so no output
     ("kernel_answer_behind_an_out_of_bounds_poison", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "handed the answer"),
+     "not written by a launch of your kernel"),
     # correct arithmetic whose last step (O = acc / l, lse = m + log l) runs in torch after the last launch
     ("kernel_normalised_in_the_wrapper", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "ran torch's aten.div at line"),
     ("kernel_lse_formed_in_the_wrapper", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "ran torch's aten.log at line"),
+    # an argument a launch only reads (an expanded view, a derived input) is no output of it
+    ("kernel_answer_under_a_misaligned_expanded_view", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "not written by a launch of your kernel"),
+    ("kernel_finished_in_torch_then_a_dummy_launch", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "not written by a launch of your kernel"),
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
     ("combine_without_max", "ex14_split_kv_decode", "combine_splits", "nan",
      "looks like the splits are combined without subtracting the largest lse first"),
@@ -1758,6 +1765,25 @@ def test_a_padded_copy_of_the_inputs_is_told_apart_from_a_product_of_them():
 
 
 HONEST = Path(__file__).resolve().parent / "honest_variants"
+
+
+def test_a_wrong_batch_offset_is_named_when_only_later_batch_elements_are_wrong():
+    """A kernel whose batch offset is wrong passes the one-element public check and gets every later
+    element wrong: the report says so, and says nothing of it when element 0 is wrong too."""
+    part = next(p for p in EXERCISES["ex07_kernel_inner_loop"].parts if p.function == "flash_forward")
+    expected = np.random.default_rng(11).standard_normal((3, 5, 4)).astype(np.float32)  # (Z, Nq, d)
+    later = expected.copy()
+    later[1:] += 1.0
+    assert "batch element 0 is right" in compare(part, later, expected)["message"]
+    nan_later = expected.copy()
+    nan_later[1:, 2:] = np.nan
+    nan_later[1:, :2] += 1.0
+    assert "batch element 0 is right" in compare(part, nan_later, expected)["message"]
+    everywhere = expected + 1.0
+    assert "batch element" not in compare(part, everywhere, expected)["message"]
+    one_row = expected.copy()
+    one_row[2, 0] += 1.0
+    assert "batch element 0 is right" not in compare(part, one_row, expected)["message"]
 
 
 @pytest.mark.parametrize("path", sorted(HONEST.glob("ex*.py")), ids=lambda p: p.stem)

@@ -79,19 +79,19 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
     atol, rtol = _tolerance(part, str(ref.dtype), on_cuda)
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     nan = np.isnan(g) & ~np.isnan(r)
+    with np.errstate(invalid="ignore"):
+        err = np.where((g == r) | (np.isnan(g) & np.isnan(r)), 0.0, np.abs(g - r))
+    err = np.nan_to_num(err, nan=np.inf)
+    excess = err - (atol + rtol * np.abs(np.nan_to_num(r)))
     if nan.any():
         index = tuple(int(i) for i in np.argwhere(nan)[0])
         return dict(kind="nan", index=index, message=f"{name}: NaN at index {index} ({int(nan.sum())} of "
-                    f"{nan.size} elements), expected {r[index]:.6g} there" + _batch_confined(part, nan) + (
+                    f"{nan.size} elements), expected {r[index]:.6g} there" + _batch_confined(part, excess > 0) + (
                         _unwritten_rows(part, nan, got) or (
                         "; the grader surrounds every input of a kernel with NaN, so on a GPU a load past either end "
                         "of an input (a missing mask, a wrong stride or offset) reads NaN (the CPU interpreter stops "
                         "it with OutOfBounds); so does 0/0, inf / inf after an exp() overflows, or exp(-inf - (-inf))"
                         if part.must_launch else "")))
-    with np.errstate(invalid="ignore"):
-        err = np.where((g == r) | (np.isnan(g) & np.isnan(r)), 0.0, np.abs(g - r))
-    err = np.nan_to_num(err, nan=np.inf)
-    excess = err - (atol + rtol * np.abs(np.nan_to_num(r)))
     if (excess > 0).any():
         index = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), excess.shape))
         return dict(kind="value", index=index, max_error=float(err.max()), message=(

@@ -380,9 +380,13 @@ class LaunchTracker:
         self.pending: list = []  # (tensor, its values before the launch, was poisoned)
         self.tiles: dict = {}  # kernel name: the largest tensor dimension any of its launches built
         self.elsewhere: list = []  # (kernel, module) launched from a module other than the learner's
-        # torch operators outside TORCH_ALLOWED run since the latest launch of a required kernel, with the
-        # learner's line: preparation when another launch follows, finishing the result in torch when none does
+        # torch operators outside TORCH_ALLOWED run after a launch of a required kernel, with the learner's
+        # line: preparation when a later launch of one takes what they made (flow), else finishing the result
+        # in torch (open, refused at the end of the call)
         self.after_launch: list = []
+        self.open_notes: set = set()  # indices into after_launch that no later launch consumed
+        self.flow: dict = {}  # storage address -> indices of the noted operators whose results reached it
+        self.read_only: list = []
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
 
@@ -434,6 +438,7 @@ class LaunchTracker:
         import torch
 
         self.pending = []
+        self.read_only = []  # (start, bytes) of this launch's arguments that are no output: expanded views, derived inputs
         self.scalars += [float(x) for x in scalars]
         if not all(self._same_bytes(x, o) for x, o in zip(self.inputs, self.originals)):
             self.changed_inputs = True  # an answer written into an input, to be put back after the launch
@@ -448,6 +453,7 @@ class LaunchTracker:
                 continue
             if shares_memory(t):  # expand: read-only, never an output; what it holds is a derived input
                 self._keep_derived(t[tuple(slice(0, 1) if st == 0 else slice(None) for st in t.stride())])
+                self.read_only.append((start, nbytes))
                 continue
             left = next((r[3] for r in self.regions if r[0] == start and r[1] == nbytes), None)
             if left is not None and torch.equal(self._bytes(t, start, nbytes), left):
@@ -509,6 +515,7 @@ class LaunchTracker:
                 if any(t is d for d in derived):
                     t.copy_(before)
                     self._keep_derived(t)
+                    self.read_only.append(self._span(t))
                 elif poison is not None:
                     poison[0].fill_(poison[1])
                 else:
@@ -530,6 +537,7 @@ class LaunchTracker:
         for t, before in poisoned:
             if self._same_bytes(t, before):
                 self._keep_derived(t)
+                self.read_only.append(self._span(t))
             else:
                 kept = before.detach().cpu()
                 self.prefilled.append((kept.float() if kept.dtype == torch.bfloat16 else kept).numpy().copy())
@@ -548,10 +556,13 @@ class LaunchTracker:
         """``tile``: the largest tensor dimension the launch's kernel built (:func:`_tile_of`)."""
         self.launches.append(dict(kernel=name, constexprs=constexprs, tile=tile))
         self.tiles[name] = max(self.tiles.get(name, 0), tile)
-        if name in self.required:
-            self.after_launch = []  # what ran since the previous launch prepared this one
+        if name in self.required:  # what torch made for this launch's arguments prepared it
+            for t in tensors:
+                self.open_notes -= self.flow.get(t.untyped_storage().data_ptr(), set())
         for t in tensors:
             start, nbytes = self._span(t)
+            if any(lo <= start and start + nbytes <= lo + size for lo, size in self.read_only):
+                continue  # an expanded view or a derived input (or a view inside one): read, never written
             if nbytes:
                 snapshot = self._bytes(t, start, nbytes).clone()
                 self.regions = [r for r in self.regions if not (r[0] == start and r[1] == nbytes)]
@@ -579,21 +590,26 @@ class LaunchTracker:
             return None
         if self._cast_of_written(t) or self._join_of_written(t):
             return None
-        return "the returned tensor was not written by a launch of your kernel"
+        return ("the returned tensor was not written by a launch of your kernel (what counts: a launch's output, "
+                "its dtype cast, outputs of several launches joined along the first dimension)")
 
     def _join_of_written(self, t) -> bool:
-        """``t`` (contiguous) holds, end to end, the bytes of whole launch arguments as their launches left
-        them and nothing changed since: ``torch.stack`` / ``torch.cat`` along the first dimension of one
-        output per launch (one launch per batch element, each writing its own tensor)."""
+        """``t`` (contiguous) holds, end to end, whole launch arguments as their launches left them (nothing
+        changed since), each cast to ``t``'s dtype: ``torch.stack`` / ``torch.cat`` along the first dimension
+        of one output per launch (one launch per batch element, each writing its own tensor), before or
+        after a cast (computed in float32, returned in float16)."""
         import torch
 
         if not t.is_contiguous() or not t.numel():
             return False
-        pieces = []  # the byte contents of whole arguments of t's dtype, unchanged since their launch
+        pieces = []  # the bytes of whole arguments, unchanged since their launch, as t's dtype
         for r_start, r_bytes, device, snapshot, arg in reversed(self.regions):
-            if device == str(t.device) and arg.dtype == t.dtype and arg.is_contiguous() and r_bytes \
-                    and self._span(arg) == (r_start, r_bytes) and torch.equal(self._bytes(arg, r_start, r_bytes), snapshot):
-                pieces.append(snapshot)
+            if device != str(t.device) or not arg.is_contiguous() or not r_bytes or arg.is_complex() \
+                    or self._span(arg) != (r_start, r_bytes) or r_bytes % arg.element_size() \
+                    or arg.is_floating_point() != t.is_floating_point():
+                continue
+            if torch.equal(self._bytes(arg, r_start, r_bytes), snapshot):
+                pieces.append(snapshot.view(arg.dtype).to(t.dtype).view(torch.uint8))
         start, nbytes = self._span(t)
         now, offset = self._bytes(t, start, nbytes), 0
         while offset < nbytes:
@@ -807,12 +823,30 @@ def _torch_op_forbidden(name: str, args: tuple = ()) -> bool:
         return True
     if not TORCH_POLICY["strict"]:
         return False
-    if name in TORCH_MATMULS and not _row_dots(name, args):
-        return True
-    if name not in TORCH_ALLOWED and TRACKER is not None and any(
+    return name in TORCH_MATMULS and not _row_dots(name, args)
+
+
+def _note_after_launch(name: str, args: tuple, kwargs: dict, out) -> None:
+    """After a launch of the part's required kernel: an operator outside TORCH_ALLOWED is noted, and what
+    any operator makes inherits the notes of what it was made from (a copy of a noted result carries its
+    note). A later required launch given a tensor that carries notes consumes them (it was prepared for
+    that launch); a note no launch consumed is refused at the end of the call (:func:`_verify_launch`)."""
+    if TRACKER is None or not TORCH_POLICY["strict"] or not any(
             launch["kernel"] in TRACKER.required for launch in TRACKER.launches):
+        return
+    feeds: set = set()
+    for t in _flatten(list(args) + list(kwargs.values())):
+        if hasattr(t, "untyped_storage"):
+            feeds |= TRACKER.flow.get(t.untyped_storage().data_ptr(), set())
+    if name not in TORCH_ALLOWED:
+        feeds = feeds | {len(TRACKER.after_launch)}
+        TRACKER.open_notes.add(len(TRACKER.after_launch))
         TRACKER.after_launch.append((name, _learner_line()))
-    return False
+    for t in _flatten(list(out) if isinstance(out, (tuple, list)) else [out]):
+        if hasattr(t, "untyped_storage"):
+            ptr = t.untyped_storage().data_ptr()
+            if feeds or ptr in TRACKER.flow:  # in place, the target's own notes are among the inputs' (replaced:
+                TRACKER.flow[ptr] = feeds  # a fresh tensor at a freed one's address carries nothing of it)
 
 
 def _learner_line() -> int | None:
@@ -972,6 +1006,12 @@ def _install_torch_mode(policy: str) -> None:
                         CALLS.append(qual)
                     raise ForbiddenCall(f"{qual} does the computation in torch, not in your code")
             out = func(*args, **(kwargs or {}))
+            if TORCH_POLICY["active"] and TRACKER is not None and TRACKER.launches:
+                TORCH_POLICY["active"] = False  # the grader's own look-ups below
+                try:
+                    _note_after_launch(func.overloadpacket.__name__, args, kwargs or {}, out)
+                finally:
+                    TORCH_POLICY["active"] = True
             if LIVE[0] is not None and TORCH_POLICY["active"]:
                 TORCH_POLICY["active"] = False  # the grader's own untyped_storage() calls, not the learner's
                 try:
@@ -1812,13 +1852,14 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
     if TRACKER.changed_inputs:
         return ("an input held other values when your kernel was launched (an input is read, never written: "
                 "the kernel must compute from the inputs it was given)")
-    if TRACKER.after_launch:
-        name, line = TRACKER.after_launch[0]
-        last = next(launch["kernel"] for launch in reversed(TRACKER.launches) if launch["kernel"] in TRACKER.required)
-        return (f"your wrapper ran torch's aten.{name}{f' at line {line}' if line else ''} after the last launch of "
-                f"{last}: the kernel must finish the result itself (normalise by l, take the log, scale). After the "
-                "last launch the wrapper may only allocate, view, copy, join (stack, cat) or check (isnan, any); "
-                "torch may prepare a launch's inputs before it")
+    if TRACKER.open_notes:
+        name, line = TRACKER.after_launch[min(TRACKER.open_notes)]
+        first = next(launch["kernel"] for launch in TRACKER.launches if launch["kernel"] in TRACKER.required)
+        return (f"your wrapper ran torch's aten.{name}{f' at line {line}' if line else ''} after launching "
+                f"{first}, and no later launch of it was given what that made: the kernel must finish the result "
+                "itself (normalise by l, take the log, scale). Torch may prepare the inputs of a launch before it; "
+                "after the launches the wrapper may only allocate, view, copy, join (stack, cat along the first "
+                "dimension) or check (isnan, any)")
     tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
     for t in tensors:
         problem = TRACKER.written_by_launch(t)
