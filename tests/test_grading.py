@@ -178,8 +178,10 @@ BROKEN_CASES = [
      "reading memory through ctypes (ctypes.cdata)"),
     # 4. a result must be written by a launch of the learner's own kernel
     ("kernel_noop_torch_computes", "ex06_triton_primer", "vector_add", "launch", "ran torch's aten.add at line"),
-    # the kernel wrote nothing: the output it was handed is a derived input, no output of the launch
-    ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch", "not written by a launch of your kernel"),
+    # the kernel wrote nothing: the output it was handed is a derived input, no output of the launch (on a
+    # GPU a fresh buffer may hold zeros, an accumulator's start, so NumPy's write changes what it left)
+    ("kernel_noop_numpy_writes", "ex06_triton_primer", "vector_add", "launch",
+     ("not written by a launch of your kernel", "changed after your kernel wrote it")),
     ("kernel_copies_precomputed", "ex06_triton_primer", "vector_add", "launch", "handed the answer"),
     ("launches_library_kernel", "ex06_triton_primer", "vector_add", "forbidden", "(a flashlab kernel)"),
     ("kernel_of_another_module_stores_past_the_end", "ex06_triton_primer", "vector_add", "exception",
@@ -342,6 +344,8 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         assert result["failure"]["kind"] == "nan", result["failure"]
         return
     assert result["failure"]["kind"] == kind, result["failure"]
+    choices = (words,) if isinstance(words, str) else words  # one of several phrasings, where the device decides
+    words = next((w for w in choices if w in result["failure"]["message"]), choices[0])
     assert words in result["failure"]["message"], result["failure"]["message"]
     text = str(report)
     assert words in text and "FAIL" in text

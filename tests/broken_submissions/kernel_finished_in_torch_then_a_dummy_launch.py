@@ -74,7 +74,7 @@ def launder(answer, q, k, v, d):
     overlay = out_buf.view(half)[1:]
     overlay = overlay[None].expand(2, overlay.numel())
     dummy_out = torch.zeros(1, 1, d, dtype=answer.dtype, device=answer.device)
-    flash_fwd_kernel[(1, 1)](q, k, overlay, dummy_out, *q.stride(), *k.stride(), 0, 0, 0, *dummy_out.stride(),
+    flash_fwd_kernel[(1, 1)](q, k, k, overlay, *q.stride(), *k.stride(), 0, 0, 0, 0, 0, 0,
                              0, 0, 1.0, dummy_out, dummy_out, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d,
                              MODE=0)
     return out_buf[1:].view(answer.shape)
