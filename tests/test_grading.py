@@ -1771,6 +1771,18 @@ def test_a_padded_copy_of_the_inputs_is_told_apart_from_a_product_of_them():
 HONEST = Path(__file__).resolve().parent / "honest_variants"
 
 
+def test_the_report_shows_other_causes_first_counts_the_rest_and_groups_repeats():
+    """A learner must see every distinct cause, not three repeats of the first with the rest dropped."""
+    failure = dict(kind="value", case="public", group="public", why="", message="out: max abs error 1")
+    repeats = [f"hidden check c{i}: the same problem" for i in range(4)]
+    causes = [f"hidden check n{i}: out: NaN at index (0,)" for i in range(5)]
+    lines = Report._failure_lines(dict(exercise="ex07_kernel_inner_loop", failure=failure,
+                                       failures=repeats[:2] + causes + repeats[2:]))
+    assert [line for line in lines if line.startswith("also failed: ")] == [f"also failed: {c}" for c in causes[:3]]
+    assert any("2 more failed checks with other causes" in line and "--json" in line for line in lines), lines
+    assert "also failed the same way: 4 more checks (hidden check c0; hidden check c1; hidden check c2; ...)" in lines
+
+
 def test_a_wrong_batch_offset_is_named_when_only_later_batch_elements_are_wrong():
     """A kernel whose batch offset is wrong passes the one-element public check and gets every later
     element wrong: the report says so, and says nothing of it when element 0 is wrong too."""

@@ -777,7 +777,8 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 same_mistake = failure.get("mistake") is not None and failure.get("mistake") == first.get("mistake")
                 result["failures"].append(f"{group} check {case.label}: " + (
                     "the same error at the same line" if same else
-                    "looks like the same mistake" if same_mistake else clip_message(failure["message"])))
+                    "looks like the same mistake" if same_mistake else
+                    "the same problem" if failure["message"] == first["message"] else clip_message(failure["message"])))
             if failure["kind"] in STOP_KINDS:
                 stopped = True
     result["checks"] = [result["public"][0] + result["hidden"][0], len(public) + len(hidden)]

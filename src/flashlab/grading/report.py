@@ -190,13 +190,17 @@ class Report:
         if f.get("output"):
             lines.append("printed: " + f["output"][:300].rstrip())
         others = r.get("failures", [])
-        repeats = [t for t in others if t.split(": ", 1)[-1].startswith(("the same error", "looks like the same"))]
-        others = [t for t in others if t not in repeats] + repeats  # another cause first
+        repeats = [t for t in others if t.split(": ", 1)[-1].startswith(("the same ", "looks like the same"))]
+        others = [t for t in others if t not in repeats]  # another cause: each shown, up to three
         for other in others[:3]:
             lines.append("also failed: " + other)
         if len(others) > 3:
-            lines.append(f"... and {len(others) - 3} more failed checks (each in the JSON report: "
-                         f"flashlab grade {r.get('exercise', '')} --json)")
+            lines.append(f"... and {len(others) - 3} more failed checks with other causes (each in the JSON "
+                         f"report: flashlab grade {r.get('exercise', '')} --json)")
+        if repeats:
+            names = [t.split(": ", 1)[0] for t in repeats]
+            lines.append(f"also failed the same way: {_plural(len(repeats), 'more check')} ("
+                         + "; ".join(names[:3]) + ("; ..." if len(names) > 3 else "") + ")")
         return lines
 
     def __str__(self) -> str:
