@@ -3,6 +3,7 @@
 In the CPU interpreter where there is no GPU (tests/conftest.py), compiled on CUDA otherwise.
 """
 import random
+import re
 
 import pytest
 
@@ -71,3 +72,17 @@ def test_vector_add_rejects_a_block_size_triton_cannot_arange(block_size):
     x = torch.randn(10, device=DEVICE)
     with pytest.raises(ValueError, match="block_size="):
         primer.add(x, x, block_size=block_size)
+
+
+def test_to_tf32_keeps_ten_mantissa_bits_and_the_comparison_reports_both_errors():
+    """1 + 2^-10 survives the cut, 1 + 2^-11 becomes 1; the comparison's tf32 error is the larger one."""
+    x = torch.tensor([1 + 2**-10, 1 + 2**-11, -3.0], dtype=torch.float32)
+    assert primer.to_tf32(x).tolist() == [1 + 2**-10, 1.0, -3.0]
+    with pytest.raises(TypeError, match="t must be a float32"):
+        primer.to_tf32(x.double())
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(40, 72, generator=g).to(DEVICE), torch.randn(72, 24, generator=g).to(DEVICE)
+    c = primer.matmul(a, b)
+    text = primer.tf32_comparison(a, b, c)
+    ours, tf32 = (float(x) for x in re.findall(r"\d\.\de[-+]\d+", text))
+    assert ours < 1e-4 < tf32, text

@@ -94,19 +94,11 @@ print(f"grid {grid} = {grid[0] * grid[1]} programs; max |triton - torch| = {(c -
 # | `tl.dot` tiles < 16 | accepted | rejected at compile time |
 # | time | CPU time of NumPy; says nothing about GPU speed | what you measure |
 #
-# The fp32 row, measured: round the inputs to tf32's 10-bit mantissa, as a GPU's tensor cores do
-# by default for fp32, and compare both with the product in float64.
+# The fp32 row, measured: cut the inputs to tf32's 10-bit mantissa, as a GPU's tensor cores do by
+# default for fp32 (`primer.to_tf32`), and compare both products with the one in float64.
 
 # %%
-def to_tf32(t):
-    """Round fp32 to tf32 precision (zero the low 13 mantissa bits)."""
-    return (t.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
-
-exact = (a.double() @ b.double())
-print(f"fp32 matmul max error: {(c.double() - exact).abs().max().item():.1e}  "
-      f"(interpreter: {env.triton_mode == 'interpreter'})")
-print(f"tf32-rounded inputs:   {((to_tf32(a) @ to_tf32(b)).double() - exact).abs().max().item():.1e}  "
-      "(what a GPU's default fp32 tl.dot sees)")
+print(primer.tf32_comparison(a, b, c))
 
 # %% [markdown]
 # Tests of a kernel therefore use tolerances that hold on a GPU, not the interpreter's close

@@ -131,3 +131,22 @@ def matmul(a, b, block_m: int = 32, block_n: int = 32, block_k: int = 32):
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         DOT_F32=_mode.dot_upcast(a.dtype), DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32")
     return c
+
+
+def to_tf32(t):
+    """fp32 cut to tf32's 10-bit mantissa (its low 13 mantissa bits cleared): what a GPU's tensor cores
+    keep of an fp32 operand when ``tl.dot`` runs in its default precision, tf32."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        raise TypeError(f"t must be a float32 torch.Tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    return (t.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def tf32_comparison(a, b, c) -> str:
+    """Two lines: the max error of ``c`` (a kernel's fp32 ``a @ b``) against the float64 product, and that
+    of the product of ``a`` and ``b`` cut to tf32 (:func:`to_tf32`), the inputs a GPU's default fp32
+    ``tl.dot`` works from."""
+    exact = a.double() @ b.double()
+    ours = (c.double() - exact).abs().max().item()
+    tf32 = ((to_tf32(a) @ to_tf32(b)).double() - exact).abs().max().item()
+    return (f"fp32 matmul max error: {ours:.1e}  (interpreter: {_mode.is_interpreter()})\n"
+            f"tf32-cut inputs:       {tf32:.1e}  (what a GPU's default fp32 tl.dot sees)")
