@@ -3,7 +3,10 @@
 Grade with ``check("ex07_kernel_inner_loop")`` (hints: ``hint=1``, ``2``, ``3``). The grader runs
 flash_forward (in Triton's CPU interpreter when there is no GPU) on small tensors and compares it
 with naive attention in float64. You write everything: the program ids, the pointers, the masks,
-the loop, the store, and in flash_forward the output, the grid and the launch.
+the loop, the store, and in flash_forward the output, the grid and the launch. After a check
+passes, the grader launches flash_fwd_kernel once more itself, with your grid, tiles and scalars, on
+random Q, K, V of its own: keep the signature's parameters (you may add more); the kernel alone
+computes the result.
 
 The algorithm is FlashAttention-2's Algorithm 1 (Dao, 2023): one program per (query block i,
 batch element) (line 3) loads Q_i once (line 4), loops over the key/value blocks (lines 6-10)

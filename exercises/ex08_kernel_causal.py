@@ -2,7 +2,8 @@
 
 Grade with ``check("ex08_kernel_causal")`` (hints: ``hint=1``, ``2``, ``3``). Start from your exercise 07: copy its
 kernel body and flash_forward here, then make ``causal=True`` work. The kernel takes one more
-argument, CAUSAL (a tl.constexpr).
+argument, CAUSAL (a tl.constexpr). As in exercise 07, the grader also launches it once more on inputs of
+its own.
 
 Causal, top-left aligned: query row r sees key columns c <= r. Two requirements:
 1. A key block that starts past the program's last real query row is fully masked: never load it

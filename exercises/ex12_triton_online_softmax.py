@@ -5,6 +5,8 @@ Exercise 06's row softmax held a whole row in one block. Here a row has N column
 block_n of them, N up to a few hundred: the kernel must walk the row block by block. This is the
 online softmax of exercise 02 (m, l over chunks) written as a Triton kernel, and the softmax half
 of the FlashAttention forward kernel (FlashAttention-2 Algorithm 1, lines 9-10, for one row).
+After a check passes, the grader launches online_softmax_kernel once more itself, with your grid
+and BLOCK_N on rows of its own: keep its parameters.
 """
 import torch
 import triton

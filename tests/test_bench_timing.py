@@ -67,3 +67,18 @@ def test_compare_rounds_reports_the_ratio_of_medians_and_the_spread():
     assert far["ratio"] == pytest.approx(110.5 / 102.0) and not far["within_spread"]
     entry = bench_decode.rounds_entry([3.0, 1.0, 2.0])
     assert entry == {"us": 2.0, "us_min": 1.0, "us_runs": [3.0, 1.0, 2.0], "spread": 1.0}
+
+
+def test_the_repeated_rounds_count_wins_and_give_the_sign_test():
+    """benchmarks/decode_repeat.py: per row, the rounds flash_decode won and the two-sided sign test
+    of that count (exact binomial, p = 1/2)."""
+    decode_repeat = pytest.importorskip("decode_repeat")
+    assert decode_repeat.sign_test_p(6, 12) == pytest.approx(1.0)
+    assert decode_repeat.sign_test_p(0, 10) == pytest.approx(2 / 1024)
+    assert decode_repeat.sign_test_p(10, 10) == pytest.approx(2 / 1024)
+    assert decode_repeat.sign_test_p(2, 10) == pytest.approx(2 * (1 + 10 + 45) / 1024)
+    entry = decode_repeat.row_entry([99.0, 101.0, 98.0, 100.0], [100.0, 100.0, 100.0, 100.0])
+    assert entry["rounds_flash_decode_faster"] == 2 and entry["rounds_decided"] == 3  # a tie decides nothing
+    assert entry["round_ratios"] == [0.99, 1.01, 0.98, 1.0]
+    assert entry["ratio_of_medians"] == pytest.approx(99.5 / 100.0)
+    assert entry["min_round_ratio"] == 0.98 and entry["max_round_ratio"] == 1.01

@@ -624,6 +624,21 @@ def test_results_summary_counts_rows_at_or_under_sdpa_and_bandwidth_at_long_cach
     assert "flash_decode 20.0 us, SDPA default 16.0 us" in text, text
 
 
+def test_repeat_summary_sorts_rows_by_the_sign_test_of_their_rounds():
+    """decode_results.repeat_summary: rows flash_decode won or lost significantly more rounds of, named
+    with their ratio, and the rows with no winner."""
+    def row(B, wins, decided, p, ratio):
+        return {"B": B, "H": 32, "Hkv": 8, "Nk": 4096, "rounds_flash_decode_faster": wins, "rounds_decided": decided,
+                "sign_test_p": p, "ratio_of_medians": ratio}
+
+    text = _unwrapped(decode_results.repeat_summary({"rounds": 12, "environment": {"device": "H200"}, "rows": [
+        row(1, 12, 12, 0.0005, 0.96), row(4, 0, 12, 0.0005, 1.0046), row(16, 6, 12, 1.0, 1.0006),
+        row(64, 1, 12, 0.006, 1.0013)]}))
+    assert "faster in most rounds at 1 of 4 rows, slower at 2: (4, 32, 8, 4k) 1.0046x, (64, 32, 8, 4k) 1.0013x" in text
+    assert "no winner (sign test p >= 0.05) at 1: (16, 32, 8, 4k) 1.0006x" in text, text
+    assert "no benchmarks/results" in decode_results.repeat_summary({"rows": []})
+
+
 def test_results_summary_names_rows_over_the_spread_and_the_read_roofline():
     def row(B, ours, sdpa, spread, read_us):
         return {"B": B, "H": 32, "Hkv": 8, "Nk": 4096, "kv_bytes": B * 2**29, "read_ceiling": {"us": read_us},

@@ -295,6 +295,13 @@ BROKEN_CASES = [
     # an argument a launch only reads (an expanded view, a derived input) is no output of it
     ("kernel_answer_under_a_misaligned_expanded_view", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "not written by a launch of your kernel"),
+    # the kernel launched again by the grader on inputs of its own (grading.contracts): the answer in disguise,
+    # averaged back by a kernel that computes no attention; an output written by a thread while the kernel idles
+    ("kernel_averages_an_answer_in_disguise", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "launched again by the grader with your grid, tiles and scalars on random inputs of its own, did not compute "
+     "softmax(qk_scale Q K^T) V"),
+    ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
+     ("add_kernel, launched again by the grader", "changed after your kernel wrote it")),
     ("kernel_finished_in_torch_then_a_dummy_launch", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "not written by a launch of your kernel"),
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
@@ -1800,6 +1807,51 @@ def test_a_wrong_batch_offset_is_named_when_only_later_batch_elements_are_wrong(
     one_row = expected.copy()
     one_row[2, 0] += 1.0
     assert "batch element 0 is right" not in compare(part, one_row, expected)["message"]
+
+
+def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wrong():
+    """grading.contracts judges what a kernel launched again on the grader's inputs wrote: attention
+    with qk_scale read as a natural-log scale or as one times log2(e) (exp2 kernels) passes; a mean of
+    V's rows (what a kernel that decodes an answer in disguise computes), an unwritten output or the
+    causal mask left out fail, named; a missing or refused relaunch fails."""
+    from flashlab.grading import contracts
+
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, n, 16)) for n in (7, 11, 11))
+    scale = 0.25
+
+    def attention(s, causal=False):
+        scores = s * np.einsum("zmd,znd->zmn", q, k)
+        if causal:
+            scores = np.where(np.arange(11)[None, :] <= np.arange(7)[:, None], scores, -np.inf)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        return np.einsum("zmn,znd->zmd", p / p.sum(-1, keepdims=True), v)
+
+    def record(out, causal=False, **scalars):
+        return dict(kernel="flash_fwd_kernel", inputs=dict(Q=q, K=k, V=v), outputs=dict(Out=out),
+                    scalars=dict(causal=causal, **scalars))
+
+    judge = contracts.judge_replay
+    assert judge(("flash_fwd_kernel",), record(attention(scale), qk_scale=scale)) is None
+    assert judge(("flash_fwd_kernel",), record(attention(scale), qk_scale=scale / np.log(2.0))) is None
+    assert judge(("flash_fwd_kernel",), record(attention(scale, True), True, qk_scale=scale)) is None
+    assert judge(("flash_fwd_kernel",), record(attention(0.3)), case_scale=0.3) is None  # no qk_scale: the case's
+    assert judge(("flash_fwd_kernel",), record(attention(1.0)), case_scale=0.3) is None  # or 1 (folded into q)
+    mean = np.broadcast_to(v.mean(1, keepdims=True), q.shape).copy()
+    message = judge(("flash_fwd_kernel",), record(mean, qk_scale=scale))
+    assert "did not compute softmax(qk_scale Q K^T) V" in message and "elements wrong" in message, message
+    assert "did not compute" in judge(("flash_fwd_kernel",), record(attention(scale), True, qk_scale=scale))
+    unwritten = attention(scale)
+    unwritten[1, 3] = np.nan
+    assert "NaN (never written)" in judge(("flash_fwd_kernel",), record(unwritten, qk_scale=scale))
+    assert "could not launch flash_fwd_kernel again" in judge(("flash_fwd_kernel",), None)
+    refused = judge(("flash_fwd_kernel",), dict(kernel="flash_fwd_kernel", error="it has no parameter Q"))
+    assert "and could not: it has no parameter Q" in refused
+    assert judge(("decode_partial_kernel",), None) is None  # a kernel without a contract is not launched again
+    x, y = rng.standard_normal(9), rng.standard_normal(9)
+    add = dict(kernel="add_kernel", inputs=dict(X=x, Y=y), scalars={})
+    assert judge(("add_kernel",), dict(add, outputs=dict(Out=x + y))) is None
+    assert "did not compute X + Y" in judge(("add_kernel",), dict(add, outputs=dict(Out=x)))
 
 
 @pytest.mark.parametrize("path", sorted(HONEST.glob("ex*.py")), ids=lambda p: p.stem)

@@ -202,6 +202,14 @@ print(decode_results.results_table())
 print(decode_results.results_summary())
 
 # %% [markdown]
+# Three rounds per row cannot tell a gap of a few tenths of a percent from chance. Twelve
+# interleaved rounds per row on one H200 (`benchmarks/decode_repeat.py`, committed results) can:
+# a sign test of how many rounds each kernel won says which rows differ at all.
+
+# %%
+print(decode_results.repeat_summary())
+
+# %% [markdown]
 # With a GPU, time the same three on this machine:
 
 # %%

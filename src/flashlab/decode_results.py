@@ -135,6 +135,38 @@ def results_summary(payload: dict | None = None, target_tb_s: float = 3.5) -> st
     return wrap_prose("\n".join(lines))
 
 
+def repeat_summary(payload: dict | None = None, p_level: float = 0.05) -> str:
+    """``benchmarks/results/decode_repeat.json`` (many interleaved rounds per row of flash_decode against
+    SDPA's default) as sentences: the rows where flash_decode won or lost significantly more rounds
+    (two-sided sign test below ``p_level``), with their ratio of medians, and the rows with no winner.
+    ``payload``: the parsed file (default: load it)."""
+    if payload is None:
+        from . import course
+
+        payload = course.load_results("decode_repeat.json").get("decode_repeat")
+    rows = (payload or {}).get("rows") or []
+    if not rows:
+        return "no benchmarks/results/decode_repeat.json yet (run `python benchmarks/decode_repeat.py` on a GPU)"
+
+    def name(r):
+        return f"({r['B']}, {r['H']}, {r['Hkv']}, {r['Nk'] // 1024}k) {r['ratio_of_medians']:.4f}x"
+
+    won = [r for r in rows if r["sign_test_p"] < p_level and 2 * r["rounds_flash_decode_faster"] > r["rounds_decided"]]
+    lost = [r for r in rows if r["sign_test_p"] < p_level and r not in won]
+    even = [r for r in rows if r not in won and r not in lost]
+    env = payload.get("environment", {})
+    lines = [f"{payload.get('rounds', '?')} interleaved rounds per row on one {env.get('device', 'GPU')} "
+             f"({env.get('date_utc', '?')[:10]}; rows as (B, H, Hkv, Nk), time over SDPA default's): flash_decode "
+             f"faster in most rounds at {len(won)} of {len(rows)} rows, slower at {len(lost)}"
+             + (": " + ", ".join(name(r) for r in sorted(lost, key=lambda r: -r["ratio_of_medians"])) if lost else "")]
+    if even:
+        lines.append(f"no winner (sign test p >= {p_level}) at {len(even)}: "
+                     + ", ".join(name(r) for r in even))
+    from .course import wrap_prose
+
+    return wrap_prose("\n".join(lines))
+
+
 def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = "bfloat16") -> str:
     """Time, on this machine's GPU, one decode step (Nq = 1, d = 128) of naive attention, the
     course's unsplit rung and flash_decode at each (B, H, Hkv, Nk); a text table (us, TB/s)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flashlab.grading import wire
+from flashlab.grading import contracts, wire
 from flashlab.grading.cases import PUBLIC_WHY
 from flashlab.grading.mistakes import MISTAKES
 from flashlab.grading.registry import DEFAULT_TOLERANCE, Case, Exercise, Part, answer_hash, get_exercise
@@ -268,9 +268,12 @@ class Session:
         self.child, self.loaded = None, None
 
     def call(self, part: Part, case: Case, limit: float, measure: bool,
-             expected_bytes: int = 0) -> tuple[dict | None, dict]:
+             expected_bytes: int = 0, replay_seed: int = 0) -> tuple[dict | None, dict]:
         """(failure that ended the child or None, the call's record with peak/cpu added). A result
-        message larger than the answer's bytes, twice, plus 64 MiB is refused unread."""
+        message larger than the answer's bytes, twice, plus 64 MiB is refused unread. After a call that
+        raised nothing and kept the launch rules, a kernel with a contract is launched again on inputs made
+        from ``replay_seed`` (record["replay"], judged by :func:`contracts.judge_replay`), outside the
+        call's measured time and memory."""
         records, buffers = wire.encode_kwargs(case.kwargs)
         header = dict(op="case", function=part.function, kwargs=records, tensors=part.tensors,
                       must_launch=list(part.must_launch), quiz=part.kind in ("choice", "number"),
@@ -316,7 +319,52 @@ class Session:
         record["written_bytes"] = None if written1 is None else max(0, written1 - written0 - sum(map(len, out_buffers)))
         record["unmeasurable"] = False
         record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+        if contracts.replayed(part.must_launch) and part.tensors and not case.raises and record.get("exception") is None \
+                and record.get("not_implemented") is None and not record.get("launch_problem") \
+                and not record.get("forbidden_calls"):
+            try:
+                child.send(dict(op="replay", seed=int(replay_seed)))
+                answer, replay_buffers = child.receive(limit, max_bytes=8 * expected_bytes + (64 << 20))
+                if answer.get("op") != "replayed":
+                    raise wire.WireError("expected 'replayed'")
+                record["replay"] = _decode_replay(answer.get("replay"), replay_buffers)
+            except TimeoutError:
+                return self._lost(dict(kind="timeout", message=f"your kernel, launched again by the grader on inputs "
+                                       f"of its own, did not finish within {limit:.0f} s; stopped")), {}
+            except (EOFError, MemoryError, OSError, wire.WireError, ValueError) as exc:
+                return self._lost(self._death(f"the relaunch of your kernel after {case.label!r}", exc)), {}
         return None, record
+
+
+def _case_scale(case: Case) -> float:
+    """The softmax scale of a kernel case's call: its ``scale`` argument, else 1 / sqrt(d) of its q."""
+    scale = case.kwargs.get("scale")
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        return float(scale)
+    q = case.kwargs.get("q")
+    return float(q.shape[-1]) ** -0.5 if isinstance(q, np.ndarray) and q.ndim else 1.0
+
+
+def _decode_replay(replay, buffers: list):
+    """The child's record of a kernel launched again (``child.replay``), its arrays decoded; a malformed
+    one as a record whose error says so."""
+    if replay is None:
+        return None
+    if not isinstance(replay, dict):
+        raise wire.WireError("a replay record that is not a dict")
+    out = dict(kernel=str(replay.get("kernel"))[:80])
+    if replay.get("error") is not None:
+        return dict(out, error=str(replay["error"])[:800])
+    for role in ("inputs", "outputs"):
+        group = replay.get(role)
+        if not isinstance(group, dict) or len(group) > 8:
+            raise wire.WireError(f"replay {role} malformed")
+        out[role] = {str(k)[:40]: wire.decode(v, buffers) for k, v in group.items()}
+    scalars = replay.get("scalars")
+    if not isinstance(scalars, dict) or not all(type(v) in (int, float, bool) for v in scalars.values()):
+        raise wire.WireError("replay scalars malformed")
+    out["scalars"] = dict(scalars)
+    return out
 
 
 def _where(where) -> str | None:
@@ -556,6 +604,10 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     blocks = _launch_blocks_problem(part, case, record)
     if blocks:
         return dict(kind="launch", message=blocks)
+    if contracts.replayed(part.must_launch) and part.tensors:
+        relaunched = contracts.judge_replay(part.must_launch, record.get("replay"), _case_scale(case))
+        if relaunched:
+            return dict(kind="launch", message=_text(relaunched, 900), relaunch=True)
     if case.max_live_bytes is not None:
         failure = _live_problem(case, record.get("live"))
         if failure is not None:
@@ -730,8 +782,10 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     continue
             expected = None if case.raises else part.reference(**(case.reference_kwargs or case.kwargs))
             answers = expected if isinstance(expected, tuple) else (expected,)
+            replay_seed = int(np.random.default_rng([seed, index, len(result["cases"]), 7]).integers(2**31))
             lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None,
-                                        expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers))
+                                        expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers),
+                                        replay_seed=replay_seed)
             if lost is not None:
                 failure = lost
                 if failure.get("kind") == "crash" and part.must_launch:
@@ -775,8 +829,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 same = (failure["kind"] == "exception" == first["kind"] and failure.get("where") == first.get("where")
                         and failure["message"].split(":", 1)[0] == first["message"].split(":", 1)[0])
                 same_mistake = failure.get("mistake") is not None and failure.get("mistake") == first.get("mistake")
+                same = same or bool(failure.get("relaunch") and first.get("relaunch"))  # the kernel launched again
                 result["failures"].append(f"{group} check {case.label}: " + (
-                    "the same error at the same line" if same else
+                    ("the same problem" if failure.get("relaunch") else "the same error at the same line") if same else
                     "looks like the same mistake" if same_mistake else
                     "the same problem" if failure["message"] == first["message"] else clip_message(failure["message"])))
             if failure["kind"] in STOP_KINDS:

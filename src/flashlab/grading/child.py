@@ -387,6 +387,7 @@ class LaunchTracker:
         self.open_notes: set = set()  # indices into after_launch that no later launch consumed
         self.flow: dict = {}  # storage address -> indices of the noted operators whose results reached it
         self.read_only: list = []
+        self.last_of: dict = {}  # required kernel name: (kernel, args, kwargs) of its latest launch, for replay()
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
 
@@ -552,9 +553,12 @@ class LaunchTracker:
                 t.copy_(before)
         self.pending = []
 
-    def after(self, name: str, tensors: list, constexprs: dict, tile: int = 0) -> None:
-        """``tile``: the largest tensor dimension the launch's kernel built (:func:`_tile_of`)."""
+    def after(self, name: str, tensors: list, constexprs: dict, tile: int = 0, launch: tuple = ()) -> None:
+        """``tile``: the largest tensor dimension the launch's kernel built (:func:`_tile_of`); ``launch``:
+        (kernel, args, kwargs) as the learner launched it, kept for a required kernel (:func:`replay`)."""
         self.launches.append(dict(kernel=name, constexprs=constexprs, tile=tile))
+        if name in self.required and launch:
+            self.last_of[name] = launch
         self.tiles[name] = max(self.tiles.get(name, 0), tile)
         if name in self.required:  # what torch made for this launch's arguments prepared it
             for t in tensors:
@@ -1340,6 +1344,8 @@ def _tile_of(result) -> int:
 
 
 def _tracked_run(run):
+    REPLAY_RUN[0] = run
+
     def tracked(self, *args, **kwargs):
         fn = getattr(self, "fn", None)
         module, name = getattr(fn, "__module__", "") or "", getattr(fn, "__name__", "?")
@@ -1390,7 +1396,7 @@ def _tracked_run(run):
                 result = launch()
             constexprs = _launch_constexprs(self, args, kwargs)
             try:
-                TRACKER.after(name, tensors, constexprs, _tile_of(result))
+                TRACKER.after(name, tensors, constexprs, _tile_of(result), (self, args, kwargs))
             except Exception as exc:  # noqa: BLE001
                 raise _corrupted(name, exc) from None
         finally:
@@ -1868,6 +1874,171 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
     return None
 
 
+# ----------------------------------------------------------------------------- the kernel launched again
+# A kernel whose signature the exercise gives is launched once more by the grader after a call that passed its
+# launch checks: with the learner's own grid, tiles and scalars, on fresh random inputs of the grader's own in
+# place of its input tensors and a NaN-filled output. The parent checks what it wrote against the kernel's
+# contract (grading.contracts). A wrapper that hands its kernel inputs prepared to make the result come out right
+# (the answer in disguise, averaged by a kernel with Q = K = 0), or writes the output itself while the kernel
+# runs, is caught there: the kernel alone must compute what its docstring says.
+REPLAY_RUN: list = [None]  # JITFunction.run before the launch tracker wrapped it
+
+
+class ReplayRefused(Exception):
+    """Why the grader cannot launch the learner's kernel itself (shown to the learner)."""
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _whole(args: dict, name: str) -> int:
+    value = args[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ReplayRefused(f"its argument {name} is {type(value).__name__}, not an int")
+    return int(value)
+
+
+def _layout_add(args: dict, programs: int) -> dict:
+    n = _whole(args, "n_elements")
+    return dict(inputs={"X": ((n,), (1,)), "Y": ((n,), (1,))}, outputs={"Out": ((n,), (1,))}, scalars={})
+
+
+def _layout_rows(args: dict, programs: int) -> dict:
+    n = _whole(args, "n_cols")
+    return dict(inputs={"X": ((programs, n), (_whole(args, "stride_xm"), 1))},
+                outputs={"Out": ((programs, n), (_whole(args, "stride_om"), 1))}, scalars={})
+
+
+def _layout_flash_fwd(args: dict, programs: int) -> dict:
+    n_q, n_k, d, block_m = (_whole(args, n) for n in ("N_Q", "N_K", "HEAD_DIM", "BLOCK_M"))
+    if min(n_q, n_k, d, block_m) < 1:
+        raise ReplayRefused(f"N_Q={n_q}, N_K={n_k}, HEAD_DIM={d}, BLOCK_M={block_m}: each must be >= 1")
+    z = programs // _cdiv(n_q, block_m)  # one program per (query block, batch element), in any grid order
+    if z < 1:
+        raise ReplayRefused(f"its grid has {programs} programs, fewer than the {_cdiv(n_q, block_m)} blocks of "
+                            f"BLOCK_M={block_m} query rows")
+
+    def view(rows: int, who: str, row: str) -> tuple:
+        return (z, rows, d), tuple(_whole(args, f"stride_{who}{axis}") for axis in ("z", row, "k"))
+
+    scale = args.get("qk_scale")  # absent: the kernel takes its scale some other way (a tensor of its own)
+    if scale is not None and (not isinstance(scale, (int, float)) or isinstance(scale, bool)):
+        raise ReplayRefused(f"its argument qk_scale is {type(scale).__name__}, not a number")
+    scalars = dict(causal=bool(args.get("CAUSAL", False)))
+    if scale is not None:
+        scalars["qk_scale"] = float(scale)
+    return dict(inputs={"Q": view(n_q, "q", "m"), "K": view(n_k, "k", "n"), "V": view(n_k, "v", "n")},
+                outputs={"Out": view(n_q, "o", "m")}, scalars=scalars)
+
+
+# kernel name: (the parameters it must keep, which tensors they address)
+REPLAY_LAYOUTS = {
+    "add_kernel": (("X", "Y", "Out", "n_elements"), _layout_add),
+    "online_softmax_kernel": (("X", "Out", "stride_xm", "stride_om", "n_cols"), _layout_rows),
+    "flash_fwd_kernel": (("Q", "K", "V", "Out", "stride_qz", "stride_qm", "stride_qk", "stride_kz", "stride_kn",
+                          "stride_kk", "stride_vz", "stride_vn", "stride_vk", "stride_oz", "stride_om", "stride_ok",
+                          "N_Q", "N_K", "BLOCK_M", "HEAD_DIM"), _layout_flash_fwd),
+}
+
+
+def _bound_args(kernel, args: tuple, kwargs: dict) -> dict:
+    """{parameter name: value} of a launch, by position, keyword or the signature's default; a
+    tl.constexpr-wrapped value unwrapped."""
+    import inspect
+
+    from triton.language import constexpr
+
+    try:
+        defaults = {name: p.default for name, p in inspect.signature(kernel.fn).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+    except (AttributeError, TypeError, ValueError):
+        defaults = {}
+    bound = {}
+    for i, (name, _) in enumerate(_params(kernel)):
+        if i < len(args):
+            bound[name] = args[i]
+        elif name in kwargs:
+            bound[name] = kwargs[name]
+        elif name in defaults:
+            bound[name] = defaults[name]
+    return {k: (v.value if isinstance(v, constexpr) else v) for k, v in bound.items()}
+
+
+def _programs(grid, bound: dict) -> int:
+    if callable(grid):
+        grid = grid(dict(bound))
+    dims = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    if not dims or not all(isinstance(g, int) and not isinstance(g, bool) for g in dims):
+        raise ReplayRefused(f"its grid {grid!r} is not a tuple of ints")
+    programs = 1
+    for g in dims:
+        programs *= g
+    return programs
+
+
+def _extent(size, strides) -> int:
+    """Elements from a view's first to its last element, both included (0 for an empty view)."""
+    if any(n == 0 for n in size):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(size, strides))
+
+
+def replay(seed: int) -> tuple[dict | None, list]:
+    """Launch the latest launch of the first required kernel that has a contract again, on the grader's
+    inputs: (record for the parent, its buffers). None when no such kernel was launched."""
+    import torch
+
+    found = next(((name, TRACKER.last_of[name]) for name in sorted(TRACKER.required)
+                  if name in REPLAY_LAYOUTS and name in TRACKER.last_of), None)
+    if found is None:
+        return None, []
+    name, (kernel, args, kwargs) = found
+    needed, layout = REPLAY_LAYOUTS[name]
+    buffers: list = []
+    try:
+        bound = _bound_args(kernel, args, kwargs)
+        missing = [p for p in needed if p not in bound]
+        if missing:
+            raise ReplayRefused(f"it has no parameter {', '.join(missing)}: keep the parameters of the kernel's "
+                                "signature (you may add tl.constexpr ones)")
+        spec = layout(bound, _programs(kwargs.get("grid"), bound))
+        generator = torch.Generator().manual_seed(seed)
+        fresh, views = {}, {}
+        for role, group in (("inputs", spec["inputs"]), ("outputs", spec["outputs"])):
+            for p, (size, strides) in group.items():
+                given = bound[p]
+                if not hasattr(given, "untyped_storage") or not given.is_floating_point():
+                    raise ReplayRefused(f"its argument {p} is not a floating-point tensor")
+                if any(s < 0 for s in strides) or any(s < 0 for s in given.stride()):
+                    raise ReplayRefused(f"{p} is addressed with a negative stride")
+                n = max(_extent(size, strides), _extent(given.shape, given.stride()), 1)
+                if role == "inputs":
+                    flat = torch.randn(n, generator=generator, dtype=torch.float64).to(given.dtype)
+                else:
+                    flat = torch.full((n,), float("nan"), dtype=given.dtype)
+                flat = flat.to(given.device)
+                fresh[p] = flat.as_strided(tuple(given.shape), tuple(given.stride()), 0)
+                views[p] = (role, flat.as_strided(size, strides, 0))
+        names = [p for p, _ in _params(kernel)]
+        new_args = tuple(fresh.get(names[i], v) if i < len(names) else v for i, v in enumerate(args))
+        new_kwargs = {k: fresh.get(k, v) for k, v in kwargs.items()}
+        _run_checked(REPLAY_RUN[0], kernel, new_args, new_kwargs, True)
+        if any(v.device.type == "cuda" for v in fresh.values()):
+            torch.cuda.synchronize()
+        record = dict(kernel=name, scalars=spec["scalars"], inputs={}, outputs={})
+        for p, (role, view) in views.items():
+            record[role][p] = wire.encode(view.detach().cpu().to(torch.float64).numpy(), buffers)
+        return record, buffers
+    except ReplayRefused as exc:
+        return dict(kernel=name, error=str(exc)[:600]), []
+    except Exception as exc:  # noqa: BLE001  the learner's kernel raised on the grader's inputs
+        shown = _shown(exc)
+        return dict(kernel=name, error=f"it raised {type(shown).__name__}: {_text_of(shown)[:600]}"), []
+    finally:
+        TORCH_POLICY["active"] = False
+
+
 # ----------------------------------------------------------------------------- the loop
 def _load_source(path: str, source: str, name: str):
     module = types.ModuleType(name)
@@ -1938,6 +2109,13 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
                            callables=sorted(k for k, v in namespace.items() if callable(v))[:200]))
     while True:
         header, buffers = wire.recv(fd_in)
+        if header.get("op") == "replay" and TRACKER is not None:  # the last call's kernel again, on the grader's inputs
+            seed = header.get("seed")
+            replayed, replay_buffers = replay(seed if type(seed) is int else 0)
+            TRACKER.last_of = {}
+            wire.send(fd_out, dict(op="replayed", replay=replayed), replay_buffers)
+            del replayed, replay_buffers
+            continue
         if header.get("op") != "case":
             return
         kwargs = wire.decode_kwargs(header["kwargs"], buffers)

@@ -1,0 +1,118 @@
+"""What a kernel whose signature an exercise gives must write, judged on the grader's own inputs.
+
+After a call that passed its launch checks, the grading child launches the learner's kernel once more
+(``child.replay``): the learner's grid, tiles and scalars, fresh random values in place of its input
+tensors and NaN in its output. This module, in the parent, computes from those inputs what the kernel's
+docstring promises and compares. A wrapper that computes the answer itself and hands the kernel inputs
+that make it come out right (an encoded answer that a kernel with Q = K = 0 averages back), or writes
+the output while the kernel runs, passes the cases and fails here: only the kernel is launched again.
+
+The comparison is loose (``ATOL`` + ``RTOL`` |expected|): it asks whether the kernel computes the right
+thing at all; the cases judge its precision. The flash forward accepts either reading of ``qk_scale``:
+the scale of a natural-log softmax, or that scale times log2(e) for a kernel that uses exp2; a kernel
+that takes its scale another way (a tensor of its own, passed as the learner passed it) is judged with the
+case's scale or 1 (the scale folded into q). Tensor parameters a kernel adds to its signature are passed as
+the learner passed them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+ATOL, RTOL = 2e-2, 2e-2
+
+
+def _softmax_rows(s: np.ndarray) -> np.ndarray:
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _add(inputs: dict, scalars: dict, case_scale: float) -> list:
+    return [{"Out": inputs["X"] + inputs["Y"]}]
+
+
+def _rows(inputs: dict, scalars: dict, case_scale: float) -> list:
+    x = inputs["X"]
+    return [{"Out": _softmax_rows(x) if x.shape[-1] else x}]
+
+
+def _flash_fwd(inputs: dict, scalars: dict, case_scale: float) -> list:
+    """With ``qk_scale`` as given (natural log or log2(e)-scaled); without one (a kernel that takes its
+    scale as a tensor of its own, kept as the learner passed it), the case's scale or 1 (folded into q)."""
+    q, k, v = inputs["Q"], inputs["K"], inputs["V"]
+    scores = np.einsum("zmd,znd->zmn", q, k)
+    if scalars.get("causal"):
+        rows, cols = np.arange(q.shape[1])[:, None], np.arange(k.shape[1])[None, :]
+        scores = np.where(cols <= rows, scores, -np.inf)
+    out = []
+    given = (scalars["qk_scale"],) if "qk_scale" in scalars else (case_scale, 1.0)
+    for scale in [s * f for s in given for f in (1.0, math.log(2.0))]:  # exp, or exp2 of log2(e)-scaled scores
+        with np.errstate(invalid="ignore"):
+            out.append({"Out": np.einsum("zmn,znd->zmd", _softmax_rows(scale * scores), v)})
+    return out
+
+
+# kernel name: (what it computes, in words; fn(inputs, scalars) -> candidate {output name: expected})
+CONTRACTS = {
+    "add_kernel": ("X + Y", _add),
+    "online_softmax_kernel": ("the softmax of each row of X", _rows),
+    "flash_fwd_kernel": ("softmax(qk_scale Q K^T) V", _flash_fwd),
+}
+
+
+def replayed(must_launch) -> bool:
+    """Whether a part that must launch these kernels has one the grader launches again."""
+    return any(name in CONTRACTS for name in must_launch)
+
+
+def _misses(got: np.ndarray, want: np.ndarray) -> tuple[int, tuple, float, float]:
+    """(elements out of tolerance, the worst one's index, what it holds, what it should)."""
+    with np.errstate(invalid="ignore"):
+        err = np.where(np.isnan(got), np.inf, np.abs(got - want))
+    bad = ~(err <= ATOL + RTOL * np.abs(want))
+    if not bad.any():
+        return 0, (), 0.0, 0.0
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, err, -1.0))), err.shape))
+    return int(bad.sum()), worst, float(got[worst]), float(want[worst])
+
+
+def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
+    """None when the kernel launched again wrote what its contract says; else the message. ``replay``: the
+    child's record (``child.replay``) with its arrays decoded, or None when none came back; ``case_scale``: the
+    scale of the case's call (for a kernel that takes none)."""
+    name = next((n for n in sorted(must_launch) if n in CONTRACTS), None)
+    if name is None:
+        return None
+    if not isinstance(replay, dict) or replay.get("kernel") != name:
+        return f"the grader could not launch {name} again on inputs of its own (no record of it came back)"
+    what, contract = CONTRACTS[name]
+    if replay.get("error"):
+        return (f"the grader launches {name} again on inputs of its own, to check that the kernel itself computes "
+                f"{what}, and could not: {str(replay['error'])[:600]}")
+    inputs, outputs, scalars = replay.get("inputs"), replay.get("outputs"), replay.get("scalars")
+    if not (isinstance(inputs, dict) and isinstance(outputs, dict) and isinstance(scalars, dict)) or not all(
+            type(a) is np.ndarray for a in list(inputs.values()) + list(outputs.values())):
+        return f"the record of {name} launched again by the grader was malformed"
+    try:
+        candidates = contract(inputs, scalars, float(case_scale))
+    except (KeyError, ValueError, TypeError) as exc:
+        return f"the record of {name} launched again by the grader was malformed ({type(exc).__name__})"
+    best = None
+    for expected in candidates:
+        misses = [(out, *_misses(outputs[out], want)) for out, want in expected.items()
+                  if out in outputs and outputs[out].shape == want.shape]
+        if len(misses) != len(expected):
+            return f"the record of {name} launched again by the grader was malformed (an output's shape)"
+        wrong = [m for m in misses if m[1]]
+        if not wrong:
+            return None
+        if best is None or sum(m[1] for m in wrong) < sum(m[1] for m in best):
+            best = wrong
+    out, count, index, got, want = best[0]
+    held = "NaN (never written)" if math.isnan(got) else f"{got:.6g}"
+    return (f"{name}, launched again by the grader with your grid, tiles and scalars on random inputs of its own, "
+            f"did not compute {what}: {out}{list(index)} holds {held} where {want:.6g} belongs ({count} of "
+            f"{outputs[out].size} elements wrong). The kernel itself must compute the result from the tensors it "
+            "is given; the wrapper may prepare their layout or scale, never the answer")
