@@ -300,8 +300,11 @@ BROKEN_CASES = [
     ("kernel_averages_an_answer_in_disguise", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "launched again by the grader with your grid, tiles and scalars on random inputs of its own, did not compute "
      "softmax(qk_scale Q K^T) V"),
+    ("kernel_disguise_then_a_launch_that_passes_alone", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "(launch 1 of the 2 run again), did not compute softmax(qk_scale Q K^T) V"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
-     ("add_kernel, launched again by the grader", "changed after your kernel wrote it")),
+     ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
+      "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)
     ("kernel_finished_in_torch_then_a_dummy_launch", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "not written by a launch of your kernel"),
     # 10. honest mistakes a learner walk found scored, or reported by the case's why rather than by name
@@ -1828,8 +1831,8 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
         return np.einsum("zmn,znd->zmd", p / p.sum(-1, keepdims=True), v)
 
     def record(out, causal=False, **scalars):
-        return dict(kernel="flash_fwd_kernel", inputs=dict(Q=q, K=k, V=v), outputs=dict(Out=out),
-                    scalars=dict(causal=causal, **scalars))
+        return dict(kernel="flash_fwd_kernel", launches=[dict(inputs=dict(Q=q, K=k, V=v), outputs=dict(Out=out),
+                                                              scalars=dict(causal=causal, **scalars))])
 
     judge = contracts.judge_replay
     assert judge(("flash_fwd_kernel",), record(attention(scale), qk_scale=scale)) is None
@@ -1848,10 +1851,16 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
     refused = judge(("flash_fwd_kernel",), dict(kernel="flash_fwd_kernel", error="it has no parameter Q"))
     assert "and could not: it has no parameter Q" in refused
     assert judge(("decode_partial_kernel",), None) is None  # a kernel without a contract is not launched again
+    two = record(attention(scale), qk_scale=scale)
+    two["launches"].append(record(mean, qk_scale=scale)["launches"][0])  # a second launch, wrong: named
+    assert "(launch 2 of the 2 run again), did not compute" in judge(("flash_fwd_kernel",), two)
     x, y = rng.standard_normal(9), rng.standard_normal(9)
-    add = dict(kernel="add_kernel", inputs=dict(X=x, Y=y), scalars={})
-    assert judge(("add_kernel",), dict(add, outputs=dict(Out=x + y))) is None
-    assert "did not compute X + Y" in judge(("add_kernel",), dict(add, outputs=dict(Out=x)))
+
+    def add(out):
+        return dict(kernel="add_kernel", launches=[dict(inputs=dict(X=x, Y=y), outputs=dict(Out=out), scalars={})])
+
+    assert judge(("add_kernel",), add(x + y)) is None
+    assert "did not compute X + Y" in judge(("add_kernel",), add(x))
 
 
 @pytest.mark.parametrize("path", sorted(HONEST.glob("ex*.py")), ids=lambda p: p.stem)

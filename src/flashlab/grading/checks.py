@@ -355,15 +355,24 @@ def _decode_replay(replay, buffers: list):
     out = dict(kernel=str(replay.get("kernel"))[:80])
     if replay.get("error") is not None:
         return dict(out, error=str(replay["error"])[:800])
-    for role in ("inputs", "outputs"):
-        group = replay.get(role)
-        if not isinstance(group, dict) or len(group) > 8:
-            raise wire.WireError(f"replay {role} malformed")
-        out[role] = {str(k)[:40]: wire.decode(v, buffers) for k, v in group.items()}
-    scalars = replay.get("scalars")
-    if not isinstance(scalars, dict) or not all(type(v) in (int, float, bool) for v in scalars.values()):
-        raise wire.WireError("replay scalars malformed")
-    out["scalars"] = dict(scalars)
+    launches = replay.get("launches")
+    if not isinstance(launches, list) or not 1 <= len(launches) <= 16:
+        raise wire.WireError("replay launches malformed")
+    out["launches"] = []
+    for launch in launches:
+        if not isinstance(launch, dict):
+            raise wire.WireError("a replayed launch that is not a dict")
+        decoded = {}
+        for role in ("inputs", "outputs"):
+            group = launch.get(role)
+            if not isinstance(group, dict) or len(group) > 8:
+                raise wire.WireError(f"replay {role} malformed")
+            decoded[role] = {str(k)[:40]: wire.decode(v, buffers) for k, v in group.items()}
+        scalars = launch.get("scalars")
+        if not isinstance(scalars, dict) or not all(type(v) in (int, float, bool) for v in scalars.values()):
+            raise wire.WireError("replay scalars malformed")
+        decoded["scalars"] = dict(scalars)
+        out["launches"].append(decoded)
     return out
 
 

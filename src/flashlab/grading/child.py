@@ -387,7 +387,7 @@ class LaunchTracker:
         self.open_notes: set = set()  # indices into after_launch that no later launch consumed
         self.flow: dict = {}  # storage address -> indices of the noted operators whose results reached it
         self.read_only: list = []
-        self.last_of: dict = {}  # required kernel name: (kernel, args, kwargs) of its latest launch, for replay()
+        self.launched_of: dict = {}  # required kernel name: [(kernel, args, kwargs) of each launch], for replay()
 
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
 
@@ -558,7 +558,7 @@ class LaunchTracker:
         (kernel, args, kwargs) as the learner launched it, kept for a required kernel (:func:`replay`)."""
         self.launches.append(dict(kernel=name, constexprs=constexprs, tile=tile))
         if name in self.required and launch:
-            self.last_of[name] = launch
+            self.launched_of.setdefault(name, []).append(launch)
         self.tiles[name] = max(self.tiles.get(name, 0), tile)
         if name in self.required:  # what torch made for this launch's arguments prepared it
             for t in tensors:
@@ -1344,8 +1344,6 @@ def _tile_of(result) -> int:
 
 
 def _tracked_run(run):
-    REPLAY_RUN[0] = run
-
     def tracked(self, *args, **kwargs):
         fn = getattr(self, "fn", None)
         module, name = getattr(fn, "__module__", "") or "", getattr(fn, "__name__", "?")
@@ -1403,6 +1401,7 @@ def _tracked_run(run):
             TORCH_POLICY["active"] = active
         return result
 
+    tracked.untracked = run  # the launch without the tracker (replay() launches on the grader's own inputs)
     return tracked
 
 
@@ -1881,9 +1880,6 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
 # contract (grading.contracts). A wrapper that hands its kernel inputs prepared to make the result come out right
 # (the answer in disguise, averaged by a kernel with Q = K = 0), or writes the output itself while the kernel
 # runs, is caught there: the kernel alone must compute what its docstring says.
-REPLAY_RUN: list = [None]  # JITFunction.run before the launch tracker wrapped it
-
-
 class ReplayRefused(Exception):
     """Why the grader cannot launch the learner's kernel itself (shown to the learner)."""
 
@@ -1928,9 +1924,14 @@ def _layout_flash_fwd(args: dict, programs: int) -> dict:
     scalars = dict(causal=bool(args.get("CAUSAL", False)))
     if scale is not None:
         scalars["qk_scale"] = float(scale)
-    return dict(inputs={"Q": view(n_q, "q", "m"), "K": view(n_k, "k", "n"), "V": view(n_k, "v", "n")},
-                outputs={"Out": view(n_q, "o", "m")}, scalars=scalars)
+    # more keys than the learner's launch had: a launch of one key (attention over one key is a copy of V)
+    # would let a copy kernel pass
+    longer = n_k + REPLAY_EXTRA_KEYS
+    return dict(inputs={"Q": view(n_q, "q", "m"), "K": view(longer, "k", "n"), "V": view(longer, "v", "n")},
+                outputs={"Out": view(n_q, "o", "m")}, scalars=scalars, overrides={"N_K": longer})
 
+
+REPLAY_EXTRA_KEYS = 37  # keys the flash forward's replay adds to the learner's N_K (not a multiple of any tile)
 
 # kernel name: (the parameters it must keep, which tensors they address)
 REPLAY_LAYOUTS = {
@@ -1984,52 +1985,79 @@ def _extent(size, strides) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(size, strides))
 
 
-def replay(seed: int) -> tuple[dict | None, list]:
-    """Launch the latest launch of the first required kernel that has a contract again, on the grader's
-    inputs: (record for the parent, its buffers). None when no such kernel was launched."""
+REPLAY_MAX = 8  # launches of a kernel launched again after one call; more: a sample drawn from the parent's seed
+
+
+def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers: list) -> dict | None:
+    """One recorded launch of ``name`` run again on fresh inputs: its record (scalars, the contract's
+    input and output views as float64 arrays), or None when its output view is empty (nothing to check)."""
     import torch
 
-    found = next(((name, TRACKER.last_of[name]) for name in sorted(TRACKER.required)
-                  if name in REPLAY_LAYOUTS and name in TRACKER.last_of), None)
-    if found is None:
-        return None, []
-    name, (kernel, args, kwargs) = found
     needed, layout = REPLAY_LAYOUTS[name]
+    bound = _bound_args(kernel, args, kwargs)
+    missing = [p for p in needed if p not in bound]
+    if missing:
+        raise ReplayRefused(f"it has no parameter {', '.join(missing)}: keep the parameters of the kernel's "
+                            "signature (you may add tl.constexpr ones)")
+    spec = layout(bound, _programs(kwargs.get("grid"), bound))
+    if not all(_extent(size, strides) for size, strides in spec["outputs"].values()):
+        return None
+    fresh, views = dict(spec.get("overrides", {})), {}
+    for role, group in (("inputs", spec["inputs"]), ("outputs", spec["outputs"])):
+        for p, (size, strides) in group.items():
+            given = bound[p]
+            if not hasattr(given, "untyped_storage") or not given.is_floating_point():
+                raise ReplayRefused(f"its argument {p} is not a floating-point tensor")
+            if any(st < 0 for st in strides) or any(st < 0 for st in given.stride()):
+                raise ReplayRefused(f"{p} is addressed with a negative stride")
+            n = max(_extent(size, strides), _extent(given.shape, given.stride()), 1)
+            if role == "inputs":
+                flat = torch.randn(n, generator=generator, dtype=torch.float64).to(given.dtype)
+            else:
+                flat = torch.full((n,), float("nan"), dtype=given.dtype)
+            flat = flat.to(given.device)
+            fresh[p] = flat  # the kernel addresses it by the strides it is given; its bounds are the buffer's
+            views[p] = (role, flat.as_strided(size, strides, 0))
+    names = [p for p, _ in _params(kernel)]
+    new_args = tuple(fresh.get(names[i], v) if i < len(names) else v for i, v in enumerate(args))
+    new_kwargs = {k: fresh.get(k, v) for k, v in kwargs.items()}
+    for p, value in spec.get("overrides", {}).items():  # a parameter the learner left at its default
+        if p not in names[:len(args)] and p not in kwargs:
+            new_kwargs[p] = value
+    run = getattr(type(kernel).run, "untracked", None)  # JITFunction's, or InterpretedFunction's in the interpreter
+    if run is None:
+        raise ReplayRefused(f"{type(kernel).__name__} is no Triton kernel the grader can launch")
+    _run_checked(run, kernel, new_args, new_kwargs, True)
+    if any(hasattr(v, "device") and v.device.type == "cuda" for v in fresh.values()):
+        torch.cuda.synchronize()
+    record = dict(scalars=spec["scalars"], inputs={}, outputs={})
+    for p, (role, view) in views.items():
+        record[role][p] = wire.encode(view.detach().cpu().to(torch.float64).numpy(), buffers)
+    return record
+
+
+def replay(seed: int) -> tuple[dict | None, list]:
+    """Run the launches of the first required kernel that has a contract again on the grader's inputs (up
+    to REPLAY_MAX, a sample drawn from ``seed`` beyond that): (record for the parent, its buffers). None
+    when no such kernel was launched."""
+    import random
+
+    import torch
+
+    name = next((n for n in sorted(TRACKER.required) if n in REPLAY_LAYOUTS and TRACKER.launched_of.get(n)), None)
+    if name is None:
+        return None, []
+    launches = TRACKER.launched_of[name]
+    if len(launches) > REPLAY_MAX:
+        launches = [launches[i] for i in sorted(random.Random(seed).sample(range(len(launches)), REPLAY_MAX))]
     buffers: list = []
+    generator = torch.Generator().manual_seed(seed)
     try:
-        bound = _bound_args(kernel, args, kwargs)
-        missing = [p for p in needed if p not in bound]
-        if missing:
-            raise ReplayRefused(f"it has no parameter {', '.join(missing)}: keep the parameters of the kernel's "
-                                "signature (you may add tl.constexpr ones)")
-        spec = layout(bound, _programs(kwargs.get("grid"), bound))
-        generator = torch.Generator().manual_seed(seed)
-        fresh, views = {}, {}
-        for role, group in (("inputs", spec["inputs"]), ("outputs", spec["outputs"])):
-            for p, (size, strides) in group.items():
-                given = bound[p]
-                if not hasattr(given, "untyped_storage") or not given.is_floating_point():
-                    raise ReplayRefused(f"its argument {p} is not a floating-point tensor")
-                if any(s < 0 for s in strides) or any(s < 0 for s in given.stride()):
-                    raise ReplayRefused(f"{p} is addressed with a negative stride")
-                n = max(_extent(size, strides), _extent(given.shape, given.stride()), 1)
-                if role == "inputs":
-                    flat = torch.randn(n, generator=generator, dtype=torch.float64).to(given.dtype)
-                else:
-                    flat = torch.full((n,), float("nan"), dtype=given.dtype)
-                flat = flat.to(given.device)
-                fresh[p] = flat.as_strided(tuple(given.shape), tuple(given.stride()), 0)
-                views[p] = (role, flat.as_strided(size, strides, 0))
-        names = [p for p, _ in _params(kernel)]
-        new_args = tuple(fresh.get(names[i], v) if i < len(names) else v for i, v in enumerate(args))
-        new_kwargs = {k: fresh.get(k, v) for k, v in kwargs.items()}
-        _run_checked(REPLAY_RUN[0], kernel, new_args, new_kwargs, True)
-        if any(v.device.type == "cuda" for v in fresh.values()):
-            torch.cuda.synchronize()
-        record = dict(kernel=name, scalars=spec["scalars"], inputs={}, outputs={})
-        for p, (role, view) in views.items():
-            record[role][p] = wire.encode(view.detach().cpu().to(torch.float64).numpy(), buffers)
-        return record, buffers
+        records = [_replay_one(name, kernel, args, kwargs, generator, buffers) for kernel, args, kwargs in launches]
+        records = [r for r in records if r is not None]
+        if not records:
+            raise ReplayRefused("every launch of it had an empty output (no query rows, or no programs)")
+        return dict(kernel=name, launches=records), buffers
     except ReplayRefused as exc:
         return dict(kernel=name, error=str(exc)[:600]), []
     except Exception as exc:  # noqa: BLE001  the learner's kernel raised on the grader's inputs
@@ -2112,7 +2140,7 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         if header.get("op") == "replay" and TRACKER is not None:  # the last call's kernel again, on the grader's inputs
             seed = header.get("seed")
             replayed, replay_buffers = replay(seed if type(seed) is int else 0)
-            TRACKER.last_of = {}
+            TRACKER.launched_of = {}
             wire.send(fd_out, dict(op="replayed", replay=replayed), replay_buffers)
             del replayed, replay_buffers
             continue

@@ -7,7 +7,9 @@ docstring promises and compares. A wrapper that computes the answer itself and h
 that make it come out right (an encoded answer that a kernel with Q = K = 0 averages back), or writes
 the output while the kernel runs, passes the cases and fails here: only the kernel is launched again.
 
-The comparison is loose (``ATOL`` + ``RTOL`` |expected|): it asks whether the kernel computes the right
+Every launch of the kernel in the call is run again (up to ``child.REPLAY_MAX``); the flash forward's with
+more keys than the learner's launch had (``child.REPLAY_EXTRA_KEYS``), since attention over one key is a
+copy of V. The comparison is loose (``ATOL`` + ``RTOL`` |expected|): it asks whether the kernel computes the right
 thing at all; the cases judge its precision. The flash forward accepts either reading of ``qk_scale``:
 the scale of a natural-log softmax, or that scale times log2(e) for a kernel that uses exp2; a kernel
 that takes its scale another way (a tensor of its own, passed as the learner passed it) is judged with the
@@ -23,10 +25,10 @@ import numpy as np
 ATOL, RTOL = 2e-2, 2e-2
 
 
-def _softmax_rows(s: np.ndarray) -> np.ndarray:
-    m = np.max(s, axis=-1, keepdims=True)
-    e = np.exp(s - m)
-    return e / e.sum(axis=-1, keepdims=True)
+def _softmax_rows(scores: np.ndarray) -> np.ndarray:
+    """Softmax of each row, as exp(x - logsumexp(x))."""
+    top = np.max(scores, axis=-1, keepdims=True)
+    return np.exp(scores - (top + np.log(np.sum(np.exp(scores - top), axis=-1, keepdims=True))))
 
 
 def _add(inputs: dict, scalars: dict, case_scale: float) -> list:
@@ -78,33 +80,23 @@ def _misses(got: np.ndarray, want: np.ndarray) -> tuple[int, tuple, float, float
     return int(bad.sum()), worst, float(got[worst]), float(want[worst])
 
 
-def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
-    """None when the kernel launched again wrote what its contract says; else the message. ``replay``: the
-    child's record (``child.replay``) with its arrays decoded, or None when none came back; ``case_scale``: the
-    scale of the case's call (for a kernel that takes none)."""
-    name = next((n for n in sorted(must_launch) if n in CONTRACTS), None)
-    if name is None:
-        return None
-    if not isinstance(replay, dict) or replay.get("kernel") != name:
-        return f"the grader could not launch {name} again on inputs of its own (no record of it came back)"
+def _judge_launch(name: str, launch: dict, case_scale: float) -> str | None:
+    """None when one launch run again wrote what the contract says; else what is wrong, for the message."""
     what, contract = CONTRACTS[name]
-    if replay.get("error"):
-        return (f"the grader launches {name} again on inputs of its own, to check that the kernel itself computes "
-                f"{what}, and could not: {str(replay['error'])[:600]}")
-    inputs, outputs, scalars = replay.get("inputs"), replay.get("outputs"), replay.get("scalars")
+    inputs, outputs, scalars = launch.get("inputs"), launch.get("outputs"), launch.get("scalars")
     if not (isinstance(inputs, dict) and isinstance(outputs, dict) and isinstance(scalars, dict)) or not all(
             type(a) is np.ndarray for a in list(inputs.values()) + list(outputs.values())):
-        return f"the record of {name} launched again by the grader was malformed"
+        return "malformed"
     try:
         candidates = contract(inputs, scalars, float(case_scale))
     except (KeyError, ValueError, TypeError) as exc:
-        return f"the record of {name} launched again by the grader was malformed ({type(exc).__name__})"
+        return f"malformed ({type(exc).__name__})"
     best = None
     for expected in candidates:
         misses = [(out, *_misses(outputs[out], want)) for out, want in expected.items()
                   if out in outputs and outputs[out].shape == want.shape]
         if len(misses) != len(expected):
-            return f"the record of {name} launched again by the grader was malformed (an output's shape)"
+            return "malformed (an output's shape)"
         wrong = [m for m in misses if m[1]]
         if not wrong:
             return None
@@ -112,7 +104,34 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
             best = wrong
     out, count, index, got, want = best[0]
     held = "NaN (never written)" if math.isnan(got) else f"{got:.6g}"
-    return (f"{name}, launched again by the grader with your grid, tiles and scalars on random inputs of its own, "
-            f"did not compute {what}: {out}{list(index)} holds {held} where {want:.6g} belongs ({count} of "
-            f"{outputs[out].size} elements wrong). The kernel itself must compute the result from the tensors it "
-            "is given; the wrapper may prepare their layout or scale, never the answer")
+    return f"{out}{list(index)} holds {held} where {want:.6g} belongs ({count} of {outputs[out].size} elements wrong)"
+
+
+def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
+    """None when every launch run again wrote what its kernel's contract says; else the message. ``replay``:
+    the child's record (``child.replay``: the kernel, and each launch's scalars, input and output views) with
+    its arrays decoded, or None when none came back; ``case_scale``: the scale of the case's call (for a
+    kernel that takes none)."""
+    name = next((n for n in sorted(must_launch) if n in CONTRACTS), None)
+    if name is None:
+        return None
+    if not isinstance(replay, dict) or replay.get("kernel") != name:
+        return f"the grader could not launch {name} again on inputs of its own (no record of it came back)"
+    what = CONTRACTS[name][0]
+    if replay.get("error"):
+        return (f"the grader launches {name} again on inputs of its own, to check that the kernel itself computes "
+                f"{what}, and could not: {str(replay['error'])[:600]}")
+    launches = replay.get("launches")
+    if not isinstance(launches, list) or not launches:
+        return f"the record of {name} launched again by the grader was malformed"
+    for i, launch in enumerate(launches):
+        problem = _judge_launch(name, launch, case_scale) if isinstance(launch, dict) else "malformed"
+        if problem is None:
+            continue
+        if problem.startswith("malformed"):
+            return f"the record of {name} launched again by the grader was {problem}"
+        which = f" (launch {i + 1} of the {len(launches)} run again)" if len(launches) > 1 else ""
+        return (f"{name}, launched again by the grader with your grid, tiles and scalars on random inputs of its "
+                f"own{which}, did not compute {what}: {problem}. The kernel itself must compute the result from the "
+                "tensors it is given; the wrapper may prepare their layout or scale, never the answer")
+    return None
