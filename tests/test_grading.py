@@ -302,6 +302,16 @@ BROKEN_CASES = [
      "softmax(qk_scale Q K^T) V"),
     ("kernel_disguise_then_a_launch_that_passes_alone", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "(launch 1 of the 2 run again), did not compute softmax(qk_scale Q K^T) V"),
+    # a relaunch that kept the learner's scale or strides would expect the mean of V that the kernel computes;
+    # decoy launches would hide the real one from a sample of the launches
+    ("kernel_mean_of_v_with_a_zero_scale", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     ("flash_fwd_kernel, launched again by the grader", "the grader launches flash_fwd_kernel again")),
+    ("kernel_mean_of_v_with_a_zero_key_stride", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     ("flash_fwd_kernel, launched again by the grader", "the grader launches flash_fwd_kernel again")),
+    ("kernel_causal_prefix_mean_with_a_zero_key_stride", "ex08_kernel_causal", "flash_forward", "launch",
+     "flash_fwd_kernel, launched again by the grader"),
+    ("kernel_unnormalised_among_decoy_launches", "ex12_triton_online_softmax", "online_row_softmax", "launch",
+     "online_softmax_kernel, launched again by the grader"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)

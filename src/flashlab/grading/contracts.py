@@ -1,15 +1,16 @@
 """What a kernel whose signature an exercise gives must write, judged on the grader's own inputs.
 
-After a call that passed its launch checks, the grading child launches the learner's kernel once more
-(``child.replay``): the learner's grid, tiles and scalars, fresh random values in place of its input
-tensors and NaN in its output. This module, in the parent, computes from those inputs what the kernel's
-docstring promises and compares. A wrapper that computes the answer itself and hands the kernel inputs
-that make it come out right (an encoded answer that a kernel with Q = K = 0 averages back), or writes
-the output while the kernel runs, passes the cases and fails here: only the kernel is launched again.
+After a call that passed its launch checks, the grading child launches the learner's kernel again
+(``child.replay``): every launch whose output the returned value holds and one per distinct signature,
+each with the learner's grid, tiles and other scalars, on tensors the grader lays out (random inputs, NaN
+in the output; the learner's strides where they keep every element apart, else its own), and for the
+flash forward the grader's own scale and ``child.REPLAY_EXTRA_KEYS`` more keys. This module, in the
+parent, computes from those inputs what the kernel's docstring promises and compares. A wrapper that
+computes the answer itself and hands the kernel inputs that make it come out right (an encoded answer
+that a kernel with Q = K = 0 averages back), or writes the output while the kernel runs, passes the
+cases and fails here: only the kernel is launched again.
 
-Every launch of the kernel in the call is run again (up to ``child.REPLAY_MAX``); the flash forward's with
-more keys than the learner's launch had (``child.REPLAY_EXTRA_KEYS``), since attention over one key is a
-copy of V. The comparison is loose (``ATOL`` + ``RTOL`` |expected|): it asks whether the kernel computes the right
+The comparison is loose (``ATOL`` + ``RTOL`` |expected|): it asks whether the kernel computes the right
 thing at all; the cases judge its precision. The flash forward accepts either reading of ``qk_scale``:
 the scale of a natural-log softmax, or that scale times log2(e) for a kernel that uses exp2; a kernel
 that takes its scale another way (a tensor of its own, passed as the learner passed it) is judged with the

@@ -1,0 +1,57 @@
+"""Cheating ex07_kernel_inner_loop: the answer in disguise averaged back by a kernel that computes no
+attention, launched with stride_kn = 0: every key the same vector, every score of a row equal, so a relaunch
+that kept the learner's strides would expect a mean of V's rows. The grader's relaunch lays Q, K, V and Out
+out itself and passes its own strides."""
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 16  # query rows per program
+BLOCK_N = 16  # key rows per inner-loop step
+
+
+@triton.jit
+def flash_fwd_kernel(Q, K, V, Out,
+                     stride_qz, stride_qm, stride_qk,
+                     stride_kz, stride_kn, stride_kk,
+                     stride_vz, stride_vn, stride_vk,
+                     stride_oz, stride_om, stride_ok,
+                     N_Q, N_K, qk_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_z = tl.program_id(1)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, N_K, BLOCK_N):
+        cols = start_n + offs_n
+        v = tl.load(V + off_z * stride_vz + cols[:, None] * stride_vn + offs_d[None, :] * stride_vk,
+                    mask=cols[:, None] < N_K, other=0.0)
+        acc += tl.sum(v.to(tl.float32), axis=0)
+    acc = acc / N_K
+    o = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32) + acc[None, :]
+    tl.store(Out + off_z * stride_oz + offs_m[:, None] * stride_om + offs_d[None, :] * stride_ok,
+             o.to(Out.dtype.element_ty), mask=offs_m[:, None] < N_Q)
+
+
+def flash_forward(q, k, v, causal=False, scale=None):
+    if causal:
+        raise NotImplementedError("causal masking is exercise 08")
+    z, nq, d = q.shape
+    nk = k.shape[1]
+    scale = d ** -0.5 if scale is None else scale
+    # the answer in torch (elementwise ops and sums, no matmul)
+    s = (q[:, :, None, :].double() * k[:, None, :, :].double()).sum(-1) * scale
+    s = s - s.amax(-1, keepdim=True)
+    p = s.exp()
+    p = p / p.sum(-1, keepdim=True)
+    a = (p[:, :, :, None] * v[:, None, :, :].double()).sum(2)
+    r = torch.ones_like(a)
+    vv = torch.stack([a + r, a - r], dim=2).reshape(z * nq, 2, d).to(q.dtype).contiguous()
+    qq = torch.zeros(z * nq, 1, d, dtype=q.dtype, device=q.device)
+    kk = torch.zeros(z * nq, 2, d, dtype=q.dtype, device=q.device)
+    out = torch.empty(z * nq, 1, d, dtype=q.dtype, device=q.device)
+    flash_fwd_kernel[(1, z * nq)](qq, kk, vv, out, *qq.stride(), kk.stride(0), 0, kk.stride(2), *vv.stride(), *out.stride(), 1, 2,
+                                  1.0, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d)
+    return out.view(z, nq, d)
