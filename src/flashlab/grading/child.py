@@ -1895,9 +1895,12 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
 # launch checks: the launches that wrote the result and one per distinct signature (_chosen), each with the
 # learner's own grid, tiles and scalars, on tensors the grader lays out (random inputs, a NaN-filled output; the
 # learner's strides where they keep elements apart) and, for the flash forward, the grader's own scale and more
-# keys. The parent checks what it wrote against the kernel's contract (grading.contracts). A wrapper that hands its kernel inputs prepared to make the result come out right
-# (the answer in disguise, averaged by a kernel with Q = K = 0), or writes the output itself while the kernel
-# runs, is caught there: the kernel alone must compute what its docstring says.
+# keys. The parent checks what it wrote against the kernel's contract (grading.contracts). A wrapper that hands
+# its kernel inputs prepared to make the result come out right (the answer in disguise, averaged by a kernel with
+# Q = K = 0), or writes the output itself while the kernel runs, is caught there: the kernel alone must compute
+# what its docstring says.
+
+
 class ReplayRefused(Exception):
     """Why the grader cannot launch the learner's kernel itself (shown to the learner)."""
 
