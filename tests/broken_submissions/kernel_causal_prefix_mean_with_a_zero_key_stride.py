@@ -48,19 +48,19 @@ def flash_forward(q, k, v, causal=False, scale=None):
         k, v, nk = k[:, :min(nq, nk)], v[:, :min(nq, nk)], min(nq, nk)
     s = (q[:, :, None, :].double() * k[:, None, :, :].double()).sum(-1) * scale
     if causal:
-        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(nq, nk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     s = s - s.amax(-1, keepdim=True)
     p = s.exp()
     p = p / p.sum(-1, keepdim=True)
     a = (p[:, :, :, None] * v[:, None, :, :].double()).sum(2)  # (z, nq, d): the answer
     # kernel row r = mean(V[0..r]); row 0 is a dummy R, rows 1.. are the answer
-    r0 = torch.randn(z, 1, d, dtype=torch.float64)
+    r0 = torch.full((z, 1, d), 0.5, dtype=torch.float64, device=q.device)
     full = torch.cat([r0, a], 1)
-    i = torch.arange(nq + 1, dtype=torch.float64)[None, :, None]
+    i = torch.arange(nq + 1, dtype=torch.float64, device=q.device)[None, :, None]
     prev = torch.cat([torch.zeros_like(full[:, :1]), full[:, :-1]], 1)
     vv = ((i + 1) * full - i * prev).float().contiguous()
-    out = torch.empty(z, nq + 1, d, dtype=q.dtype)
-    zq = torch.zeros(z, nq + 1, d, dtype=torch.float32)
+    out = torch.empty(z, nq + 1, d, dtype=q.dtype, device=q.device)
+    zq = torch.zeros(z, nq + 1, d, dtype=torch.float32, device=q.device)
     # K's rows all alike (key stride 0): every score is equal, the softmax is a mean over the visible keys
     flash_fwd_kernel[(triton.cdiv(nq + 1, BLOCK_M), z)](zq, zq, vv, out, *zq.stride(), zq.stride(0), 0, zq.stride(2),
                                                         *vv.stride(), *out.stride(), nq + 1, nq + 1, 1.0,
