@@ -149,14 +149,14 @@ def repeat_summary(payload: dict | None = None, p_level: float = 0.05) -> str:
         return "no benchmarks/results/decode_repeat.json yet (run `python benchmarks/decode_repeat.py` on a GPU)"
 
     def name(r):
-        return f"({r['B']}, {r['H']}, {r['Hkv']}, {r['Nk'] // 1024}k) {r['ratio_of_medians']:.4f}x"
+        return f"({r['B']},{r['H']},{r['Hkv']},{r['Nk'] // 1024}k) {r['ratio_of_medians']:.4f}x"  # no line break inside
 
     won = [r for r in rows if r["sign_test_p"] < p_level and 2 * r["rounds_flash_decode_faster"] > r["rounds_decided"]]
     lost = [r for r in rows if r["sign_test_p"] < p_level and r not in won]
     even = [r for r in rows if r not in won and r not in lost]
     env = payload.get("environment", {})
     lines = [f"{payload.get('rounds', '?')} interleaved rounds per row on one {env.get('device', 'GPU')} "
-             f"({env.get('date_utc', '?')[:10]}; rows as (B, H, Hkv, Nk), time over SDPA default's): flash_decode "
+             f"({env.get('date_utc', '?')[:10]}; rows as (B,H,Hkv,Nk), time over SDPA default's): flash_decode "
              f"faster in most rounds at {len(won)} of {len(rows)} rows, slower at {len(lost)}"
              + (": " + ", ".join(name(r) for r in sorted(lost, key=lambda r: -r["ratio_of_medians"])) if lost else "")]
     if even:
