@@ -298,10 +298,10 @@ BROKEN_CASES = [
     # the kernel launched again by the grader on inputs of its own (grading.contracts): the answer in disguise,
     # averaged back by a kernel that computes no attention; an output written by a thread while the kernel idles
     ("kernel_averages_an_answer_in_disguise", "ex07_kernel_inner_loop", "flash_forward", "launch",
-     "launched again by the grader with your grid, tiles and scalars on random inputs of its own, did not compute "
-     "softmax(qk_scale Q K^T) V"),
+     "launched again by the grader on inputs of its own (random Q, K, V with N_K = 39 keys, qk_scale = 0.3; your "
+     "grid, tiles and other scalars), did not compute softmax(qk_scale Q K^T) V"),
     ("kernel_disguise_then_a_launch_that_passes_alone", "ex07_kernel_inner_loop", "flash_forward", "launch",
-     "(launch 1 of the 2 run again), did not compute softmax(qk_scale Q K^T) V"),
+     "launch 1 of the 2 run again), did not compute softmax(qk_scale Q K^T) V"),
     # a relaunch that kept the learner's scale or strides would expect the mean of V that the kernel computes;
     # decoy launches would hide the real one from a sample of the launches
     ("kernel_mean_of_v_with_a_zero_scale", "ex07_kernel_inner_loop", "flash_forward", "launch",
@@ -1608,8 +1608,9 @@ def _edited_report(tmp_path, exercise, edits, seed):
 def test_a_causal_kernel_or_backward_mistake_is_named_on_every_check_it_fails(tmp_path, exercise, edits, words):
     """One line of the solution changed: the first failing check names the mistake before the numbers
     (the NaN rows of a loop that skips the diagonal block too), and every later one is the same mistake
-    (but a case of one query block, whose output the mistake makes all NaN: that names nothing)."""
-    for seed in (3, 4):
+    (but a case of one query block, whose output the mistake makes all NaN: that names nothing). Exercise
+    10's NumPy backward is graded with one hidden seed (10-20 s a grading on 2 cores), the kernels with two."""
+    for seed in (3,) if exercise.startswith("ex10") else (3, 4):
         report = _edited_report(tmp_path, exercise, edits, seed)
         result = next(r for r in report.results if r["status"] == "failed")
         message = result["failure"]["message"]
@@ -1863,7 +1864,7 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
     assert judge(("decode_partial_kernel",), None) is None  # a kernel without a contract is not launched again
     two = record(attention(scale), qk_scale=scale)
     two["launches"].append(record(mean, qk_scale=scale)["launches"][0])  # a second launch, wrong: named
-    assert "(launch 2 of the 2 run again), did not compute" in judge(("flash_fwd_kernel",), two)
+    assert "launch 2 of the 2 run again), did not compute" in judge(("flash_fwd_kernel",), two)
     x, y = rng.standard_normal(9), rng.standard_normal(9)
 
     def add(out):

@@ -767,6 +767,7 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
     result["device"] = str(loaded.get("device") or "cpu")
     result["cases"] = []  # (group, label, passed) of every case that ran
     records: list = []
+    deferred: list = []  # (failure, output, where, group, label) of checks whose only failure was the relaunch
     previous_cpu = None
     stopped = False
     for group, cases in (("public", public), ("hidden", hidden)):
@@ -829,6 +830,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
             if failure["kind"] in ("value", "nan") and mistakes and lost is None:
                 failure = _name_mistake(part, mistakes, case, record, failure, on_cuda, records)
             output = str(record.get("output") or "")[:500] if record else ""
+            if failure.get("relaunch") and result["failure"] is None:  # reported after the cases' own failures:
+                deferred.append((failure, output, where, group, case.label))  # a plain bug shows as a value there
+                continue
             if result["failure"] is None:
                 if failure["kind"] in RULE_KINDS:
                     where = {**{k: v for k, v in where.items() if k != "hint"}, "why": RULE_WHY}
@@ -845,6 +849,13 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     "the same problem" if failure["message"] == first["message"] else clip_message(failure["message"])))
             if failure["kind"] in STOP_KINDS:
                 stopped = True
+    for failure, output, where, group, label in deferred:  # the kernel launched again failed its contract
+        if result["failure"] is None:
+            where = {**{k: v for k, v in where.items() if k != "hint"}, "why": RULE_WHY}
+            result["failure"] = dict(failure, output=output, **where)
+        else:
+            result["failures"].append(f"{group} check {label}: " + (
+                "the same problem" if result["failure"].get("relaunch") else clip_message(failure["message"])))
     result["checks"] = [result["public"][0] + result["hidden"][0], len(public) + len(hidden)]
     passed = result["failure"] is None and result["not_run"] == 0
     complete = not public_only or part.kind in ("choice", "number")  # quizzes have no hidden cases

@@ -108,6 +108,17 @@ def _judge_launch(name: str, launch: dict, case_scale: float) -> str | None:
     return f"{out}{list(index)} holds {held} where {want:.6g} belongs ({count} of {outputs[out].size} elements wrong)"
 
 
+def _setting(name: str, launch: dict) -> str:
+    """What the relaunch gave the kernel, in words (its sizes and the grader's own scale)."""
+    inputs, scalars = launch.get("inputs") or {}, launch.get("scalars") or {}
+    if name == "flash_fwd_kernel":
+        k = inputs.get("K")
+        keys = f" with N_K = {k.shape[1]} keys" if isinstance(k, np.ndarray) and k.ndim == 3 else ""
+        scale = f", qk_scale = {scalars['qk_scale']:g}" if "qk_scale" in scalars else ""
+        return f"random Q, K, V{keys}{scale}"
+    return "random " + ", ".join(sorted(inputs))
+
+
 def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
     """None when every launch run again wrote what its kernel's contract says; else the message. ``replay``:
     the child's record (``child.replay``: the kernel, and each launch's scalars, input and output views) with
@@ -131,8 +142,9 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
             continue
         if problem.startswith("malformed"):
             return f"the record of {name} launched again by the grader was {problem}"
-        which = f" (launch {i + 1} of the {len(launches)} run again)" if len(launches) > 1 else ""
-        return (f"{name}, launched again by the grader with your grid, tiles and scalars on random inputs of its "
-                f"own{which}, did not compute {what}: {problem}. The kernel itself must compute the result from the "
-                "tensors it is given; the wrapper may prepare their layout or scale, never the answer")
+        which = f", launch {i + 1} of the {len(launches)} run again" if len(launches) > 1 else ""
+        return (f"{name}, launched again by the grader on inputs of its own ({_setting(name, launch)}; your grid, "
+                f"tiles and other scalars{which}), did not compute {what}: {problem}. The kernel alone must compute "
+                "it for any inputs it is given: check the masks of a last, partial block, and that the result does "
+                "not come from what the wrapper prepared")
     return None
