@@ -1905,10 +1905,6 @@ class ReplayRefused(Exception):
     """Why the grader cannot launch the learner's kernel itself (shown to the learner)."""
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _whole(args: dict, name: str) -> int:
     value = args[name]
     if not isinstance(value, int) or isinstance(value, bool):
@@ -1951,13 +1947,13 @@ def _laid_out(args: dict, who: str, names: tuple, size: tuple, own: tuple, role:
     tensors[who] = (role, size, strides)
 
 
-def _layout_add(args: dict, programs: int) -> dict:
+def _layout_add(args: dict) -> dict:
     n = _whole(args, "n_elements")
     return dict(tensors={"X": ("inputs", (n,), (1,)), "Y": ("inputs", (n,), (1,)), "Out": ("outputs", (n,), (1,))},
                 overrides={}, scalars={})
 
 
-def _layout_rows(args: dict, programs: int) -> dict:
+def _layout_rows(args: dict) -> dict:
     n = _whole(args, "n_cols")
     rows = _batch_of(args, "Out", "stride_om", (n,), (1,))
     tensors, overrides = {}, {}
@@ -1969,7 +1965,7 @@ def _layout_rows(args: dict, programs: int) -> dict:
     return dict(tensors=tensors, overrides=overrides, scalars={})
 
 
-def _layout_flash_fwd(args: dict, programs: int) -> dict:
+def _layout_flash_fwd(args: dict) -> dict:
     """Q, K, V and Out with the learner's strides where they keep every element apart (else the grader's
     own, contiguous, passed instead), as many batch elements as the learner's Out holds, REPLAY_EXTRA_KEYS
     more keys, and the grader's own scale: a zero scale, a zero stride or a single key of the learner's
@@ -2030,18 +2026,6 @@ def _bound_args(kernel, args: tuple, kwargs: dict) -> dict:
     return {k: (v.value if isinstance(v, constexpr) else v) for k, v in bound.items()}
 
 
-def _programs(grid, bound: dict) -> int:
-    if callable(grid):
-        grid = grid(dict(bound))
-    dims = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
-    if not dims or not all(isinstance(g, int) and not isinstance(g, bool) for g in dims):
-        raise ReplayRefused(f"its grid {grid!r} is not a tuple of ints")
-    programs = 1
-    for g in dims:
-        programs *= g
-    return programs
-
-
 def _extent(size, strides) -> int:
     """Elements from a view's first to its last element, both included (0 for an empty view)."""
     if any(n == 0 for n in size):
@@ -2063,7 +2047,7 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
     if missing:
         raise ReplayRefused(f"it has no parameter {', '.join(missing)}: keep the parameters of the kernel's "
                             "signature (you may add tl.constexpr ones)")
-    spec = layout(bound, _programs(kwargs.get("grid"), bound))
+    spec = layout(bound)
     if not all(math.prod(size) for _, size, _ in spec["tensors"].values()):
         return None
     fresh = dict(spec["overrides"])
@@ -2134,7 +2118,7 @@ def replay(seed: int) -> tuple[dict | None, list]:
         records = [_replay_one(name, kernel, args, kwargs, generator, buffers) for kernel, args, kwargs in launches]
         records = [r for r in records if r is not None]
         if not records:
-            raise ReplayRefused("every launch of it had an empty output (no query rows, or no programs)")
+            raise ReplayRefused("every launch of it had an empty output (no query rows)")
         return dict(kernel=name, launches=records), buffers
     except ReplayRefused as exc:
         return dict(kernel=name, error=str(exc)[:600]), []
