@@ -82,3 +82,18 @@ def test_the_repeated_rounds_count_wins_and_give_the_sign_test():
     assert entry["round_ratios"] == [0.99, 1.01, 0.98, 1.0]
     assert entry["ratio_of_medians"] == pytest.approx(99.5 / 100.0)
     assert entry["min_round_ratio"] == 0.98 and entry["max_round_ratio"] == 1.01
+
+
+def test_the_unpacked_probe_views_a_grouped_cache_as_multi_head_without_copying():
+    torch = pytest.importorskip("torch")
+    probe = pytest.importorskip("decode_unpacked_probe")
+    g = torch.Generator().manual_seed(5)
+    B, H, Hkv, N, d = 2, 6, 2, 7, 4
+    q = torch.randn(B, H, 1, d, generator=g)  # (B, H, 1, d)
+    k, v = (torch.randn(B, Hkv, N, d, generator=g) for _ in range(2))  # (B, Hkv, N, d)
+    qe, ke, ve = probe.expanded(q, k, v)
+    assert qe.shape == (B * Hkv, H // Hkv, 1, d) and ke.shape == ve.shape == (B * Hkv, H // Hkv, N, d)
+    assert ke.stride(1) == 0 and ke.data_ptr() == k.data_ptr()
+    want = torch.softmax(q @ k.repeat_interleave(H // Hkv, 1).transpose(-1, -2), -1) @ v.repeat_interleave(H // Hkv, 1)
+    got = (torch.softmax(qe @ ke.transpose(-1, -2), -1) @ ve).reshape(q.shape)
+    torch.testing.assert_close(got, want)
