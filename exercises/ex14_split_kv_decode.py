@@ -14,6 +14,9 @@ and the whole row is  o = sum_s exp(lse_s - lse) o_s  with  lse = log sum_s exp(
 Within a split the kernel runs FlashAttention-2's Algorithm 1, lines 6-12, for one query row
 (the online softmax over blocks of keys), and writes lse_s as in line 13. BLOCK_N is at most 128
 (every tl.constexpr of your launches that is a power of two): splits of more keys are walked block by block.
+After a check passes, the grader launches decode_partial_kernel once more itself, with your grid, tiles,
+split bounds and scalars, on random Q, K, V of its own and its own qk_scale: keep the signature's
+parameters (you may add more) and read K and V through K and V; the kernel alone computes each state.
 """
 import torch
 import triton

@@ -312,6 +312,9 @@ BROKEN_CASES = [
      "flash_fwd_kernel, launched again by the grader"),
     ("kernel_unnormalised_among_decoy_launches", "ex12_triton_online_softmax", "online_row_softmax", "launch",
      "online_softmax_kernel, launched again by the grader"),
+    ("kernel_averages_split_states_in_disguise", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel, launched again by the grader on inputs of its own (random Q, K, V with N_K = 8 keys "
+     "per sequence, qk_scale = 0.3"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)
@@ -1861,7 +1864,7 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
     assert "could not launch flash_fwd_kernel again" in judge(("flash_fwd_kernel",), None)
     refused = judge(("flash_fwd_kernel",), dict(kernel="flash_fwd_kernel", error="it has no parameter Q"))
     assert "and could not: it has no parameter Q" in refused
-    assert judge(("decode_partial_kernel",), None) is None  # a kernel without a contract is not launched again
+    assert judge(("flash_bwd_dq_kernel",), None) is None  # a kernel without a contract is not launched again
     two = record(attention(scale), qk_scale=scale)
     two["launches"].append(record(mean, qk_scale=scale)["launches"][0])  # a second launch, wrong: named
     assert "launch 2 of the 2 run again), did not compute" in judge(("flash_fwd_kernel",), two)
@@ -1872,6 +1875,55 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
 
     assert judge(("add_kernel",), add(x + y)) is None
     assert "did not compute X + Y" in judge(("add_kernel",), add(x))
+
+
+def test_the_split_state_contract_accepts_any_run_of_keys_per_slot_and_names_a_mean_of_v():
+    """decode_partial_kernel launched again: each slot it writes must hold the partial state (o, lse) of some
+    run of consecutive keys (the split bounds are the kernel's own rule: N_K and keys_per_split, or length
+    tensors the grader keeps), an empty run as (0, -inf); a slot left NaN is accepted beside written ones.
+    A mean of V's rows with lse = log(count) (a kernel that decodes an answer in disguise), a launch that
+    wrote nothing and a written o beside an unwritten lse fail, named."""
+    from flashlab.grading import contracts
+
+    rng = np.random.default_rng(7)
+    z, nk, d, scale = 2, 13, 8, 0.3
+    q, k, v = rng.standard_normal((z, d)), rng.standard_normal((z, nk, d)), rng.standard_normal((z, nk, d))
+
+    def state(zi, lo, hi, s=scale):
+        if hi <= lo:
+            return np.zeros(d), -np.inf
+        x = s * (k[zi, lo:hi] @ q[zi])
+        lse = np.logaddexp.reduce(x)
+        return np.exp(x - lse) @ v[zi, lo:hi], lse
+
+    def record(runs, s=scale, **scalars):  # runs[z][slot] = (lo, hi), or None: the slot left NaN
+        o, lse = np.full((z, len(runs[0]), d), np.nan), np.full((z, len(runs[0])), np.nan)
+        for zi, row in enumerate(runs):
+            for j, run in enumerate(row):
+                if run is not None:
+                    o[zi, j], lse[zi, j] = state(zi, *run, s=s)
+        return dict(kernel="decode_partial_kernel", launches=[dict(inputs=dict(Q=q, K=k, V=v), scalars=scalars,
+                                                                   outputs=dict(O_part=o, LSE_part=lse))])
+
+    judge = contracts.judge_replay
+    splits = [[(0, 5), (5, 10), (10, 13), (13, 13)]] * z  # ceil(13 / 4) = 4 keys... any runs, one empty
+    assert judge(("decode_partial_kernel",), record(splits, qk_scale=scale)) is None
+    assert judge(("decode_partial_kernel",), record([[(2, 9), None], [(0, 13), (4, 5)]], qk_scale=scale)) is None
+    assert judge(("decode_partial_kernel",), record(splits, s=scale * np.log(2.0), qk_scale=scale)) is None  # exp2
+    assert judge(("decode_partial_kernel",), record(splits, s=0.4), case_scale=0.4) is None  # a scale tensor
+    mean = record(splits, qk_scale=scale)
+    launch = mean["launches"][0]["outputs"]
+    for zi in range(z):
+        for j, (lo, hi) in enumerate(splits[zi][:3]):
+            launch["O_part"][zi, j], launch["LSE_part"][zi, j] = v[zi, lo:hi].mean(0), np.log(hi - lo)
+    message = judge(("decode_partial_kernel",), mean)
+    assert "did not compute the partial state (o_s, lse_s) of a run of consecutive keys" in message, message
+    assert "random Q, K, V with N_K = 13 keys per sequence, qk_scale = 0.3" in message, message
+    nothing = record([[None] * 4] * z, qk_scale=scale)
+    assert "NaN (never written)" in judge(("decode_partial_kernel",), nothing)
+    half = record(splits, qk_scale=scale)
+    half["launches"][0]["outputs"]["LSE_part"][1, 2] = np.nan
+    assert "LSE_part[1, 2] holds NaN (never written)" in judge(("decode_partial_kernel",), half)
 
 
 @pytest.mark.parametrize("path", sorted(HONEST.glob("ex*.py")), ids=lambda p: p.stem)

@@ -1,7 +1,10 @@
-"""Honest exercise 14: K and V stacked into one tensor, kv = torch.stack([k, v]) (V at kv + STRIDE_KV), and
-the strides passed as tl.constexpr. STRIDE_KV = Z * Nk * d is a power of two over 128 in the public case
-(2048) and is no size or stride of the inputs: it scored 2/5 while the tile limit exempted only
-constexprs equal to one. Strides are not tiles. Must get full marks."""
+"""Honest exercise 14: K and V stacked into one tensor, kv = torch.stack([k, v]), passed to the kernel's K and
+V parameters as the views kv[0] and kv[1], and every stride passed as tl.constexpr, with the distance
+between the two (STRIDE_KV = Z * Nk * d, 2048 in the public case). STRIDE_KV is a power of two over 128
+and no size or stride of the launch's tensors: it scored 2/5 while the tile limit exempted only
+constexprs equal to one. Strides are not tiles. Must get full marks. The kernel once read V at
+K + STRIDE_KV through K's pointer; the grader now launches it again on K and V of its own, so it reads
+V through V and keeps STRIDE_KV only as a parameter it is given."""
 import torch
 import triton
 import triton.language as tl
@@ -10,7 +13,7 @@ BLOCK_N = 16  # keys per inner-loop step
 
 
 @triton.jit
-def decode_partial_kernel(Q, KV, O_part, LSE_part,
+def decode_partial_kernel(Q, K, V, O_part, LSE_part,
                           stride_qz: tl.constexpr, STRIDE_KV: tl.constexpr, stride_kz: tl.constexpr,
                           stride_kn: tl.constexpr, stride_oz: tl.constexpr, stride_os: tl.constexpr,
                           stride_lz: tl.constexpr, N_K, keys_per_split, qk_scale,
@@ -28,8 +31,8 @@ def decode_partial_kernel(Q, KV, O_part, LSE_part,
         offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
         in_split = offs_n < hi
         kv_off = off_z * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
-        k = tl.load(KV + kv_off, mask=in_split[:, None], other=0.0).to(tl.float32)
-        v = tl.load(KV + STRIDE_KV + kv_off, mask=in_split[:, None], other=0.0).to(tl.float32)
+        k = tl.load(K + kv_off, mask=in_split[:, None], other=0.0).to(tl.float32)
+        v = tl.load(V + kv_off, mask=in_split[:, None], other=0.0).to(tl.float32)
         s = tl.sum(k * q[None, :], 1) * qk_scale  # (BLOCK_N,): one query row, no dot needed
         s = tl.where(in_split, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 0))  # finite: every visited block holds a key of the split
@@ -52,7 +55,7 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
     o_part = torch.empty((z, num_splits, d), dtype=torch.float32, device=q.device)
     lse_part = torch.empty((z, num_splits), dtype=torch.float32, device=q.device)
     kv = torch.stack([k, v])  # (2, Z, Nk, d): K and V behind one pointer
-    decode_partial_kernel[(z, num_splits)](q, kv, o_part, lse_part, q.stride(0), kv.stride(0), kv.stride(1),
+    decode_partial_kernel[(z, num_splits)](q, kv[0], kv[1], o_part, lse_part, q.stride(0), kv.stride(0), kv.stride(1),
                                            kv.stride(2), o_part.stride(0), o_part.stride(1), lse_part.stride(0),
                                            nk, keys_per_split, scale, BLOCK_N=BLOCK_N, HEAD_DIM=d)
     return o_part, lse_part

@@ -1895,7 +1895,8 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
 # launch checks: the launches that wrote the result and one per distinct signature (_chosen), each with the
 # learner's own grid, tiles and scalars, on tensors the grader lays out (random inputs, a NaN-filled output; the
 # learner's strides where they keep elements apart) and, for the flash forward, the grader's own scale and more
-# keys. The parent checks what it wrote against the kernel's contract (grading.contracts). A wrapper that hands
+# keys (the split-KV kernel: its own scale). The parent checks what it wrote against the kernel's contract
+# (grading.contracts). A wrapper that hands
 # its kernel inputs prepared to make the result come out right (the answer in disguise, averaged by a kernel with
 # Q = K = 0), or writes the output itself while the kernel runs, is caught there: the kernel alone must compute
 # what its docstring says.
@@ -1965,6 +1966,16 @@ def _layout_rows(args: dict) -> dict:
     return dict(tensors=tensors, overrides=overrides, scalars={})
 
 
+def _own_scale(args: dict, overrides: dict, scalars: dict) -> None:
+    """The grader's REPLAY_SCALE in place of the learner's ``qk_scale`` (a zero scale would make attention a
+    mean of V's rows); nothing when the kernel has no such parameter (a scale tensor of its own, kept)."""
+    scale = args.get("qk_scale")
+    if scale is not None:
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool):
+            raise ReplayRefused(f"its argument qk_scale is {type(scale).__name__}, not a number")
+        overrides["qk_scale"] = scalars["qk_scale"] = REPLAY_SCALE
+
+
 def _layout_flash_fwd(args: dict) -> dict:
     """Q, K, V and Out with the learner's strides where they keep every element apart (else the grader's
     own, contiguous, passed instead), as many batch elements as the learner's Out holds, REPLAY_EXTRA_KEYS
@@ -1982,11 +1993,48 @@ def _layout_flash_fwd(args: dict) -> dict:
         grown = longer if who in "KV" else rows
         _laid_out(args, who, names, (z, grown, d), (grown * d, d, 1), role, tensors, overrides, check=(z, rows, d))
     scalars = dict(causal=bool(args.get("CAUSAL", False)))
-    scale = args.get("qk_scale")  # absent: the kernel takes its scale some other way (a tensor of its own)
-    if scale is not None:
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool):
-            raise ReplayRefused(f"its argument qk_scale is {type(scale).__name__}, not a number")
-        overrides["qk_scale"] = scalars["qk_scale"] = REPLAY_SCALE
+    _own_scale(args, overrides, scalars)
+    return dict(tensors=tensors, overrides=overrides, scalars=scalars)
+
+
+def _layout_decode_partial(args: dict) -> dict:
+    """Q (Z, d), K and V (Z, Nk, d), O_part (Z, S, d) and LSE_part (Z, S): Z as many sequences as the learner's
+    Q holds, Nk its K's keys (the next-to-last dimension, or N_K), S as many split slots as a row of its
+    LSE_part; the learner's strides where they keep elements apart, else the grader's own, and the grader's
+    own qk_scale. The kernel's other arguments (N_K, keys_per_split, tensors of bounds or lengths) are kept:
+    which keys a split holds is the kernel's rule, and the contract accepts any run of consecutive keys."""
+    d = _whole(args, "HEAD_DIM")
+    if d < 1:
+        raise ReplayRefused(f"HEAD_DIM={d}: must be >= 1")
+    z = _batch_of(args, "Q", "stride_qz", (d,), (1,))
+    given_k = args.get("K")
+    if hasattr(given_k, "untyped_storage") and given_k.dim() >= 2:
+        n_k = int(given_k.shape[-2])
+    elif "N_K" in args:
+        n_k = _whole(args, "N_K")
+    else:
+        raise ReplayRefused("its argument K is not a tensor of keys (..., N_K, HEAD_DIM)")
+    given_lse, step = args.get("LSE_part"), _whole(args, "stride_lz")
+    if not hasattr(given_lse, "untyped_storage"):
+        raise ReplayRefused("its argument LSE_part is not a tensor")
+    reach = _extent(tuple(given_lse.shape), tuple(given_lse.stride()))
+    slots = reach - (z - 1) * step if z > 1 and 0 < step < reach else reach
+    if min(n_k, slots) < 1:
+        return dict(tensors={"Q": ("inputs", (0, d), (d, 1))}, overrides={}, scalars={})  # nothing to write
+    tensors, overrides = {}, {}
+    for who, names, size, own, role in (
+            ("Q", ("stride_qz",), (z, d), (d,), "inputs"),
+            ("K", ("stride_kz", "stride_kn"), (z, n_k, d), (n_k * d, d), "inputs"),
+            ("O_part", ("stride_oz", "stride_os"), (z, slots, d), (slots * d, d), "outputs"),
+            ("LSE_part", ("stride_lz",), (z, slots), (slots,), "outputs")):
+        strides = tuple(_whole(args, n) for n in names) + (1,)
+        if not _apart(size, strides):  # a zero or overlapping stride: the grader's own, passed instead
+            strides = own + (1,)
+            overrides.update(zip(names, own))
+        tensors[who] = (role, size, strides)
+    tensors["V"] = tensors["K"]  # V is addressed with K's strides
+    scalars = {}
+    _own_scale(args, overrides, scalars)
     return dict(tensors=tensors, overrides=overrides, scalars=scalars)
 
 
@@ -2000,6 +2048,8 @@ REPLAY_LAYOUTS = {
     "flash_fwd_kernel": (("Q", "K", "V", "Out", "stride_qz", "stride_qm", "stride_qk", "stride_kz", "stride_kn",
                           "stride_kk", "stride_vz", "stride_vn", "stride_vk", "stride_oz", "stride_om", "stride_ok",
                           "N_Q", "N_K", "BLOCK_M", "HEAD_DIM"), _layout_flash_fwd),
+    "decode_partial_kernel": (("Q", "K", "V", "O_part", "LSE_part", "stride_qz", "stride_kz", "stride_kn", "stride_oz",
+                               "stride_os", "stride_lz", "HEAD_DIM"), _layout_decode_partial),
 }
 
 

@@ -4,8 +4,11 @@ After a call that passed its launch checks, the grading child launches the learn
 (``child.replay``): every launch whose output the returned value holds and one per distinct signature,
 each with the learner's grid, tiles and other scalars, on tensors the grader lays out (random inputs, NaN
 in the output; the learner's strides where they keep every element apart, else its own), and for the
-flash forward the grader's own scale and ``child.REPLAY_EXTRA_KEYS`` more keys. This module, in the
-parent, computes from those inputs what the kernel's docstring promises and compares. A wrapper that
+flash forward and the split-KV kernel the grader's own scale (the flash forward also gets
+``child.REPLAY_EXTRA_KEYS`` more keys). This module, in the parent, computes from those inputs what the
+kernel's docstring promises and compares. The split-KV kernel keeps its own split bounds (N_K and
+keys_per_split, or tensors of bounds the grader passes as given), so each slot it writes is compared
+with the partial state of the nearest run of consecutive keys. A wrapper that
 computes the answer itself and hands the kernel inputs that make it come out right (an encoded answer
 that a kernel with Q = K = 0 averages back), or writes the output while the kernel runs, passes the
 cases and fails here: only the kernel is launched again.
@@ -32,16 +35,16 @@ def _softmax_rows(scores: np.ndarray) -> np.ndarray:
     return np.exp(scores - (top + np.log(np.sum(np.exp(scores - top), axis=-1, keepdims=True))))
 
 
-def _add(inputs: dict, scalars: dict, case_scale: float) -> list:
+def _add(inputs: dict, scalars: dict, case_scale: float, outputs: dict) -> list:
     return [{"Out": inputs["X"] + inputs["Y"]}]
 
 
-def _rows(inputs: dict, scalars: dict, case_scale: float) -> list:
+def _rows(inputs: dict, scalars: dict, case_scale: float, outputs: dict) -> list:
     x = inputs["X"]
     return [{"Out": _softmax_rows(x) if x.shape[-1] else x}]
 
 
-def _flash_fwd(inputs: dict, scalars: dict, case_scale: float) -> list:
+def _flash_fwd(inputs: dict, scalars: dict, case_scale: float, outputs: dict) -> list:
     """With ``qk_scale`` as given (natural log or log2(e)-scaled); without one (a kernel that takes its
     scale as a tensor of its own, kept as the learner passed it), the case's scale or 1 (folded into q)."""
     q, k, v = inputs["Q"], inputs["K"], inputs["V"]
@@ -50,18 +53,93 @@ def _flash_fwd(inputs: dict, scalars: dict, case_scale: float) -> list:
         rows, cols = np.arange(q.shape[1])[:, None], np.arange(k.shape[1])[None, :]
         scores = np.where(cols <= rows, scores, -np.inf)
     out = []
-    given = (scalars["qk_scale"],) if "qk_scale" in scalars else (case_scale, 1.0)
-    for scale in [s * f for s in given for f in (1.0, math.log(2.0))]:  # exp, or exp2 of log2(e)-scaled scores
+    for scale in _scales(scalars, case_scale):
         with np.errstate(invalid="ignore"):
             out.append({"Out": np.einsum("zmn,znd->zmd", _softmax_rows(scale * scores), v)})
     return out
 
 
-# kernel name: (what it computes, in words; fn(inputs, scalars) -> candidate {output name: expected})
+def _scales(scalars: dict, case_scale: float) -> list:
+    """The natural-log scales a kernel may be computing: ``qk_scale`` as given (read by exp, or by exp2 as a
+    log2(e)-scaled scale), or without one the case's scale or 1 (folded into q), read either way."""
+    given = (scalars["qk_scale"],) if "qk_scale" in scalars else (case_scale, 1.0)
+    return [s * f for s in given for f in (1.0, math.log(2.0))]
+
+
+def _runs_of_keys(scores: np.ndarray, v: np.ndarray):
+    """Every run of consecutive keys [a, b) of one query row as prefix sums: (top, P, W), with
+    sum_{a <= j < b} exp(s_j - top) = P[b] - P[a] and the same sum of exp(s_j - top) v_j = W[b] - W[a]."""
+    top = float(np.max(scores)) if scores.size else 0.0
+    w = np.exp(scores - top)  # (Nk,)
+    return top, np.concatenate([[0.0], np.cumsum(w)]), np.concatenate([np.zeros((1, v.shape[-1])),
+                                                                          np.cumsum(w[:, None] * v, 0)])
+
+
+def _nearest_run(top: float, P: np.ndarray, W: np.ndarray, lse: float, o: np.ndarray) -> tuple:
+    """(o, lse) of the run of keys whose partial state is nearest to the written (``o``, ``lse``): the runs
+    whose lse is closest for each start a (the sum over [a, b) grows with b), then the nearest o among them;
+    the empty run (0, -inf) where nothing is written as -inf."""
+    d = W.shape[-1]
+    if np.isneginf(lse) or P[-1] <= 0:
+        return np.zeros(d), -np.inf
+    if lse == math.inf:  # nothing to go by: the whole row
+        return W[-1] / P[-1], top + float(np.log(P[-1]))
+    a = np.arange(len(P) - 1)
+    if math.isnan(lse):  # an o without its lse: the nearest o of every run (of a prefix or suffix on long rows)
+        pairs = (np.stack(np.triu_indices(len(P), 1), 1) if len(P) <= 1025 else
+                 np.concatenate([np.stack([0 * a, a + 1], 1), np.stack([a, 0 * a + len(P) - 1], 1)]))
+    else:
+        with np.errstate(over="ignore"):
+            target = P[:-1] + np.exp(lse - top)  # (Nk,): P[b] sought from each a
+        b = np.searchsorted(P, target)  # the first b whose sum reaches the written lse
+        pairs = np.concatenate([np.stack([a, b - 1], 1), np.stack([a, b], 1)])  # either side of it
+    pairs = pairs[(pairs[:, 1] > pairs[:, 0]) & (pairs[:, 1] < len(P))]
+    if not len(pairs):  # the written lse is past the whole row's: the whole row is nearest
+        pairs = np.array([[0, len(P) - 1]])
+    mass = P[pairs[:, 1]] - P[pairs[:, 0]]  # (R,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lses = top + np.log(mass)
+        outs = (W[pairs[:, 1]] - W[pairs[:, 0]]) / mass[:, None]  # (R, d)
+        gap = (0.0 if math.isnan(lse) else np.abs(lses - lse)) + np.nan_to_num(np.max(np.abs(outs - o), axis=1),
+                                                                              nan=np.inf)
+    best = int(np.argmin(np.where(np.isnan(gap), np.inf, gap)))
+    return outs[best], float(lses[best])
+
+
+def _decode_partial(inputs: dict, scalars: dict, case_scale: float, outputs: dict) -> list:
+    """Each written (sequence z, split slot s) of O_part and LSE_part must hold the partial state of some run
+    of consecutive keys of sequence z: lse = log sum_j exp(x_j), o = sum_j exp(x_j - lse) v_j with
+    x_j = scale q_z . k_j (the empty run: 0, -inf). Which run is the kernel's own rule (its split bounds, its
+    length tensors), so each slot is compared with the nearest run; a slot left unwritten (NaN) is accepted
+    when another is written. A launch that writes nothing is compared with the whole row's state."""
+    q, k, v = inputs["Q"], inputs["K"], inputs["V"]  # (Z, d), (Z, Nk, d), (Z, Nk, d)
+    o_got, lse_got = outputs["O_part"], outputs["LSE_part"]  # (Z, S, d), (Z, S)
+    unwritten = np.isnan(lse_got) & np.all(np.isnan(o_got), axis=-1)  # (Z, S)
+    out = []
+    for scale in _scales(scalars, case_scale):
+        o_want, lse_want = np.empty_like(o_got), np.empty_like(lse_got)
+        for z in range(q.shape[0]):
+            runs = _runs_of_keys(scale * (k[z] @ q[z]), v[z])
+            for s in range(lse_got.shape[1]):
+                if unwritten.all():
+                    o_want[z, s], lse_want[z, s] = _nearest_run(*runs, math.inf, np.zeros(q.shape[-1]))
+                elif unwritten[z, s]:
+                    o_want[z, s], lse_want[z, s] = np.nan, np.nan  # left as the grader filled it
+                else:
+                    o_want[z, s], lse_want[z, s] = _nearest_run(*runs, float(lse_got[z, s]),
+                                                                np.where(np.isnan(o_got[z, s]), 0.0, o_got[z, s]))
+        out.append({"O_part": o_want, "LSE_part": lse_want})
+    return out
+
+
+# kernel name: (what it computes, in words; fn(inputs, scalars, case scale, outputs) -> candidate
+# {output name: expected}, NaN where nothing may be written)
 CONTRACTS = {
     "add_kernel": ("X + Y", _add),
     "online_softmax_kernel": ("the softmax of each row of X", _rows),
     "flash_fwd_kernel": ("softmax(qk_scale Q K^T) V", _flash_fwd),
+    "decode_partial_kernel": ("the partial state (o_s, lse_s) of a run of consecutive keys in each slot it writes",
+                              _decode_partial),
 }
 
 
@@ -74,7 +152,8 @@ def _misses(got: np.ndarray, want: np.ndarray) -> tuple[int, tuple, float, float
     """(elements out of tolerance, the worst one's index, what it holds, what it should)."""
     with np.errstate(invalid="ignore"):
         err = np.where(np.isnan(got), np.inf, np.abs(got - want))
-    bad = ~(err <= ATOL + RTOL * np.abs(want))
+        err = np.where((got == want) | (np.isnan(got) & np.isnan(want)), 0.0, err)  # -inf as -inf; unwritten
+    bad = ~((err == 0.0) | (err <= ATOL + RTOL * np.abs(want)))
     if not bad.any():
         return 0, (), 0.0, 0.0
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, err, -1.0))), err.shape))
@@ -89,7 +168,7 @@ def _judge_launch(name: str, launch: dict, case_scale: float) -> str | None:
             type(a) is np.ndarray for a in list(inputs.values()) + list(outputs.values())):
         return "malformed"
     try:
-        candidates = contract(inputs, scalars, float(case_scale))
+        candidates = contract(inputs, scalars, float(case_scale), outputs)
     except (KeyError, ValueError, TypeError) as exc:
         return f"malformed ({type(exc).__name__})"
     best = None
@@ -114,6 +193,11 @@ def _setting(name: str, launch: dict) -> str:
     if name == "flash_fwd_kernel":
         k = inputs.get("K")
         keys = f" with N_K = {k.shape[1]} keys" if isinstance(k, np.ndarray) and k.ndim == 3 else ""
+        scale = f", qk_scale = {scalars['qk_scale']:g}" if "qk_scale" in scalars else ""
+        return f"random Q, K, V{keys}{scale}"
+    if name == "decode_partial_kernel":
+        k = inputs.get("K")
+        keys = f" with N_K = {k.shape[1]} keys per sequence" if isinstance(k, np.ndarray) and k.ndim == 3 else ""
         scale = f", qk_scale = {scalars['qk_scale']:g}" if "qk_scale" in scalars else ""
         return f"random Q, K, V{keys}{scale}"
     return "random " + ", ".join(sorted(inputs))
