@@ -36,8 +36,12 @@ lab: install  ## set up your work area (work/) and open the course there at note
 	$(BIN)/flashlab workarea
 	cd work && "$(CURDIR)/$(BIN)/jupyter" lab $(ALLOW_ROOT) $(LAB_OPTIONS)
 
+# Tests run in parallel, one worker per core up to TEST_WORKERS_MAX (most of the suite is single-threaded
+# grading and interpreter work); the notebooks run one after another in one worker (their course budget).
+TEST_WORKERS_MAX ?= 4
+
 test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=$(TEST_WORKERS_MAX) --dist loadgroup
 
 tour: install  ## a headless run of the main pipeline, no GPU needed
 	$(BIN)/flashlab tour
