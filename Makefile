@@ -36,12 +36,14 @@ lab: install  ## set up your work area (work/) and open the course there at note
 	$(BIN)/flashlab workarea
 	cd work && "$(CURDIR)/$(BIN)/jupyter" lab $(ALLOW_ROOT) $(LAB_OPTIONS)
 
-# Tests run in parallel, one worker per core up to TEST_WORKERS_MAX (most of the suite is single-threaded
-# grading and interpreter work); the notebooks run one after another in one worker (their course budget).
+# The tests run in parallel, one worker per core up to TEST_WORKERS_MAX (most of the suite is single-threaded
+# grading and interpreter work); then the notebooks, one after another in one process, whose test of the
+# whole course's time needs every notebook's time from the same session.
 TEST_WORKERS_MAX ?= 4
 
 test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=$(TEST_WORKERS_MAX) --dist loadgroup
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=$(TEST_WORKERS_MAX) --ignore=tests/test_notebooks.py
+	$(BIN)/python -m pytest -q tests/test_notebooks.py
 
 tour: install  ## a headless run of the main pipeline, no GPU needed
 	$(BIN)/flashlab tour

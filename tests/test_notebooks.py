@@ -150,7 +150,6 @@ def _untracked_files() -> set[str]:
 
 
 @pytest.mark.notebooks
-@pytest.mark.xdist_group("notebooks")  # one worker runs them all, in order, for the course's budget below
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_notebook_executes_top_to_bottom_on_cpu(path, monkeypatch):
     import nbformat
@@ -191,7 +190,6 @@ def test_notebook_executes_top_to_bottom_on_cpu(path, monkeypatch):
 
 
 @pytest.mark.notebooks
-@pytest.mark.xdist_group("notebooks")
 def test_whole_course_executes_within_fifteen_minutes():
     if os.environ.get("FLASHLAB_NOTEBOOKS_ON_GPU") == "1":
         pytest.skip("the 15-minute budget is for the CPU run (2 cores); the GPU run re-times benchmarks")
