@@ -315,6 +315,11 @@ BROKEN_CASES = [
     ("kernel_averages_split_states_in_disguise", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "decode_partial_kernel, launched again by the grader on inputs of its own (random Q, K, V with N_K = 8 keys "
      "per sequence, qk_scale = 0.3"),
+    # ... and the relaunch told by the grader's scale, the empty state written everywhere; a softmax over two keys
+    ("kernel_empty_states_when_the_scale_changes", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "LSE_part[0, 0] holds -inf where"),
+    ("kernel_softmax_over_two_keys_of_each_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "did not compute the partial state (o_s, lse_s) of its split's keys"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)
@@ -1917,13 +1922,25 @@ def test_the_split_state_contract_accepts_any_run_of_keys_per_slot_and_names_a_m
         for j, (lo, hi) in enumerate(splits[zi][:3]):
             launch["O_part"][zi, j], launch["LSE_part"][zi, j] = v[zi, lo:hi].mean(0), np.log(hi - lo)
     message = judge(("decode_partial_kernel",), mean)
-    assert "did not compute the partial state (o_s, lse_s) of a run of consecutive keys" in message, message
+    assert "did not compute the partial state (o_s, lse_s) of its split's keys" in message, message
     assert "random Q, K, V with N_K = 13 keys per sequence, qk_scale = 0.3" in message, message
     nothing = record([[None] * 4] * z, qk_scale=scale)
     assert "NaN (never written)" in judge(("decode_partial_kernel",), nothing)
     half = record(splits, qk_scale=scale)
     half["launches"][0]["outputs"]["LSE_part"][1, 2] = np.nan
     assert "LSE_part[1, 2] holds NaN (never written)" in judge(("decode_partial_kernel",), half)
+    # with keys_per_split, whole splits [j * 5, min((j + 1) * 5, 13)) only; empty only where the call's LSE was
+    whole = record(splits, qk_scale=scale, keys_per_split=5, n_keys=13)
+    assert judge(("decode_partial_kernel",), whole) is None
+    short = record([[(0, 2), (5, 10), (10, 13), (13, 13)]] * z, qk_scale=scale, keys_per_split=5, n_keys=13)
+    assert "did not compute" in judge(("decode_partial_kernel",), short)  # a softmax over two keys of a split
+    after = whole["launches"][0]["outputs"]["LSE_part"].copy()  # what the call itself left: the last split empty
+    whole["launches"][0]["inputs"]["LSE_after_call"] = after
+    whole["launches"][0]["outputs"]["O_part"][:, 3] = np.nan  # o left unwritten beside lse = -inf: accepted
+    assert judge(("decode_partial_kernel",), whole) is None
+    emptied = record([[(13, 13)] * 4] * z, qk_scale=scale, keys_per_split=5, n_keys=13)
+    emptied["launches"][0]["inputs"]["LSE_after_call"] = after
+    assert "LSE_part[0, 0] holds -inf where" in judge(("decode_partial_kernel",), emptied)
 
 
 @pytest.mark.parametrize("path", sorted(HONEST.glob("ex*.py")), ids=lambda p: p.stem)

@@ -1999,10 +1999,12 @@ def _layout_flash_fwd(args: dict) -> dict:
 
 def _layout_decode_partial(args: dict) -> dict:
     """Q (Z, d), K and V (Z, Nk, d), O_part (Z, S, d) and LSE_part (Z, S): Z as many sequences as the learner's
-    Q holds, Nk its K's keys (the next-to-last dimension, or N_K), S as many split slots as a row of its
-    LSE_part; the learner's strides where they keep elements apart, else the grader's own, and the grader's
-    own qk_scale. The kernel's other arguments (N_K, keys_per_split, tensors of bounds or lengths) are kept:
-    which keys a split holds is the kernel's rule, and the contract accepts any run of consecutive keys."""
+    Q holds, Nk its K's keys (the next-to-last dimension, or N_K), S as many split slots as its LSE_part holds
+    per sequence; the learner's strides (V's own ``stride_vz``, ``stride_vn`` and a split stride ``stride_ls``
+    where the kernel adds them) where they keep elements apart, else the grader's own, and the grader's own
+    qk_scale. The kernel's other arguments (N_K, keys_per_split, tensors of bounds or lengths) are kept. The
+    contract gets keys_per_split and N_K (which runs of keys a slot may hold) and what the learner's LSE_part
+    holds after the call (a slot empty there must be empty here, and only such a slot)."""
     d = _whole(args, "HEAD_DIM")
     if d < 1:
         raise ReplayRefused(f"HEAD_DIM={d}: must be >= 1")
@@ -2014,28 +2016,42 @@ def _layout_decode_partial(args: dict) -> dict:
         n_k = _whole(args, "N_K")
     else:
         raise ReplayRefused("its argument K is not a tensor of keys (..., N_K, HEAD_DIM)")
-    given_lse, step = args.get("LSE_part"), _whole(args, "stride_lz")
+    given_lse = args.get("LSE_part")
     if not hasattr(given_lse, "untyped_storage"):
         raise ReplayRefused("its argument LSE_part is not a tensor")
+    lse_names = ("stride_lz", "stride_ls") if "stride_ls" in args else ("stride_lz",)
+    lse_strides = tuple(_whole(args, n) for n in lse_names) + (() if "stride_ls" in args else (1,))
     reach = _extent(tuple(given_lse.shape), tuple(given_lse.stride()))
-    slots = reach - (z - 1) * step if z > 1 and 0 < step < reach else reach
-    if min(n_k, slots) < 1:
+    per_slot = lse_strides[1] if lse_strides[1] > 0 else 1
+    slots = max(1, (reach - 1 - (z - 1) * max(lse_strides[0], 0)) // per_slot + 1)
+    if min(n_k, reach) < 1:
         return dict(tensors={"Q": ("inputs", (0, d), (d, 1))}, overrides={}, scalars={})  # nothing to write
+    v_names = ("stride_vz", "stride_vn") if "stride_vz" in args and "stride_vn" in args else ("stride_kz", "stride_kn")
     tensors, overrides = {}, {}
     for who, names, size, own, role in (
             ("Q", ("stride_qz",), (z, d), (d,), "inputs"),
             ("K", ("stride_kz", "stride_kn"), (z, n_k, d), (n_k * d, d), "inputs"),
+            ("V", v_names, (z, n_k, d), (n_k * d, d), "inputs"),
             ("O_part", ("stride_oz", "stride_os"), (z, slots, d), (slots * d, d), "outputs"),
-            ("LSE_part", ("stride_lz",), (z, slots), (slots,), "outputs")):
-        strides = tuple(_whole(args, n) for n in names) + (1,)
+            ("LSE_part", lse_names, (z, slots), (slots, 1)[:len(lse_names)], "outputs")):
+        strides = tuple(_whole(args, n) for n in names)
+        strides += (1,) * (len(size) - len(strides))
         if not _apart(size, strides):  # a zero or overlapping stride: the grader's own, passed instead
-            strides = own + (1,)
+            strides = own + (1,) * (len(size) - len(own))
             overrides.update(zip(names, own))
         tensors[who] = (role, size, strides)
-    tensors["V"] = tensors["K"]  # V is addressed with K's strides
-    scalars = {}
+    scalars = {"n_keys": n_k}
+    if isinstance(args.get("N_K"), int) and not isinstance(args.get("N_K"), bool) and 1 <= args["N_K"] <= n_k:
+        scalars["n_keys"] = int(args["N_K"])  # a K padded past the keys (N_K the real count)
+    per = args.get("keys_per_split")
+    if isinstance(per, int) and not isinstance(per, bool) and per >= 1:
+        scalars["keys_per_split"] = int(per)
+    observed = {}
+    strides = tensors["LSE_part"][2]
+    if "stride_lz" not in overrides and given_lse.is_floating_point():  # the learner's own layout: what it holds
+        observed["LSE_after_call"] = given_lse.as_strided((z, slots), strides, given_lse.storage_offset())
     _own_scale(args, overrides, scalars)
-    return dict(tensors=tensors, overrides=overrides, scalars=scalars)
+    return dict(tensors=tensors, overrides=overrides, scalars=scalars, observed=observed)
 
 
 REPLAY_EXTRA_KEYS = 37  # keys the flash forward's replay adds to the learner's N_K (not a multiple of any tile)
@@ -2102,6 +2118,8 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
         return None
     fresh = dict(spec["overrides"])
     record = dict(scalars=spec["scalars"], inputs={}, outputs={})
+    for p, seen in spec.get("observed", {}).items():  # the learner's tensors as the call left them
+        record["inputs"][p] = wire.encode(seen.detach().cpu().to(torch.float64).numpy(), buffers)
     made = {}
     for p, (role, size, strides) in spec["tensors"].items():
         given = bound[p]

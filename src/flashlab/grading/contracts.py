@@ -8,7 +8,8 @@ flash forward and the split-KV kernel the grader's own scale (the flash forward 
 ``child.REPLAY_EXTRA_KEYS`` more keys). This module, in the parent, computes from those inputs what the
 kernel's docstring promises and compares. The split-KV kernel keeps its own split bounds (N_K and
 keys_per_split, or tensors of bounds the grader passes as given), so each slot it writes is compared
-with the partial state of the nearest run of consecutive keys. A wrapper that
+with the nearest whole split of keys_per_split keys (with bounds in tensors only: the nearest run of
+consecutive keys), and a slot may be empty only where the call's own LSE_part was. A wrapper that
 computes the answer itself and hands the kernel inputs that make it come out right (an encoded answer
 that a kernel with Q = K = 0 averages back), or writes the output while the kernel runs, passes the
 cases and fails here: only the kernel is launched again.
@@ -106,29 +107,59 @@ def _nearest_run(top: float, P: np.ndarray, W: np.ndarray, lse: float, o: np.nda
     return outs[best], float(lses[best])
 
 
+def _split_states(top: float, P: np.ndarray, W: np.ndarray, n_keys: int, per: int) -> list:
+    """(o, lse) of every non-empty split [j * per, min((j + 1) * per, n_keys)) of one row's runs."""
+    bounds = [(lo, min(lo + per, n_keys)) for lo in range(0, n_keys, per)]
+    return [((W[b] - W[a]) / (P[b] - P[a]), top + float(np.log(P[b] - P[a]))) for a, b in bounds]
+
+
+def _nearest_state(states: list, lse: float, o: np.ndarray) -> tuple:
+    """The state of ``states`` nearest to the written (``o``, ``lse``) (lse ignored where NaN)."""
+    def gap(state):
+        with np.errstate(invalid="ignore"):
+            far = float(np.max(np.abs(state[0] - o))) + (0.0 if math.isnan(lse) else abs(state[1] - lse))
+        return math.inf if math.isnan(far) else far
+    return min(states, key=gap)
+
+
 def _decode_partial(inputs: dict, scalars: dict, case_scale: float, outputs: dict) -> list:
-    """Each written (sequence z, split slot s) of O_part and LSE_part must hold the partial state of some run
-    of consecutive keys of sequence z: lse = log sum_j exp(x_j), o = sum_j exp(x_j - lse) v_j with
-    x_j = scale q_z . k_j (the empty run: 0, -inf). Which run is the kernel's own rule (its split bounds, its
-    length tensors), so each slot is compared with the nearest run; a slot left unwritten (NaN) is accepted
-    when another is written. A launch that writes nothing is compared with the whole row's state."""
+    """Each written (sequence z, split slot s) of O_part and LSE_part must hold the partial state of a run of
+    consecutive keys of sequence z: lse = log sum_j exp(x_j), o = sum_j exp(x_j - lse) v_j with
+    x_j = scale q_z . k_j. With ``keys_per_split`` among the kernel's scalars the run is a whole split
+    [j * per, min((j + 1) * per, N_K)), any j (a launch may write any splits); without it (bounds in tensors
+    of the learner's) any run, the nearest compared. A slot may hold the empty state (lse = -inf, o = 0 or
+    left NaN) only where the learner's LSE_part held -inf after the call (``LSE_after_call``), a slot left
+    NaN altogether only beside written ones; a launch that writes nothing is compared with a real state."""
     q, k, v = inputs["Q"], inputs["K"], inputs["V"]  # (Z, d), (Z, Nk, d), (Z, Nk, d)
     o_got, lse_got = outputs["O_part"], outputs["LSE_part"]  # (Z, S, d), (Z, S)
+    after = inputs.get("LSE_after_call")  # (Z, S) or absent
+    n_keys = int(scalars.get("n_keys", k.shape[1]))
+    per = scalars.get("keys_per_split")
+    empty_state = (np.zeros(q.shape[-1]), -np.inf)
     unwritten = np.isnan(lse_got) & np.all(np.isnan(o_got), axis=-1)  # (Z, S)
     out = []
     for scale in _scales(scalars, case_scale):
         o_want, lse_want = np.empty_like(o_got), np.empty_like(lse_got)
         for z in range(q.shape[0]):
-            runs = _runs_of_keys(scale * (k[z] @ q[z]), v[z])
+            runs = _runs_of_keys(scale * (k[z, :n_keys] @ q[z]), v[z, :n_keys])
+            splits = _split_states(*runs, n_keys, int(per)) if per else None
             for s in range(lse_got.shape[1]):
-                if unwritten.all():
-                    o_want[z, s], lse_want[z, s] = _nearest_run(*runs, math.inf, np.zeros(q.shape[-1]))
-                elif unwritten[z, s]:
+                lse, o = float(lse_got[z, s]), np.where(np.isnan(o_got[z, s]), 0.0, o_got[z, s])
+                may_be_empty = after is None or not np.isfinite(after[z, s])
+                if unwritten[z, s] and not unwritten.all():
                     o_want[z, s], lse_want[z, s] = np.nan, np.nan  # left as the grader filled it
+                    continue
+                if lse == -math.inf and may_be_empty:
+                    o_want[z, s] = np.where(np.isnan(o_got[z, s]), np.nan, 0.0)  # o = 0, or left unwritten
+                    lse_want[z, s] = -np.inf
+                    continue
+                if unwritten.all() or lse == -math.inf:  # nothing to go by, or empty where the call wrote a state
+                    lse = math.nan
+                if splits is not None:
+                    o_want[z, s], lse_want[z, s] = _nearest_state(splits or [empty_state], lse, o)
                 else:
-                    o_want[z, s], lse_want[z, s] = _nearest_run(*runs, float(lse_got[z, s]),
-                                                                np.where(np.isnan(o_got[z, s]), 0.0, o_got[z, s]))
-        out.append({"O_part": o_want, "LSE_part": lse_want})
+                    o_want[z, s], lse_want[z, s] = _nearest_run(*runs, lse, o)
+        out.append({"LSE_part": lse_want, "O_part": o_want})  # a wrong lse named first
     return out
 
 
@@ -138,7 +169,7 @@ CONTRACTS = {
     "add_kernel": ("X + Y", _add),
     "online_softmax_kernel": ("the softmax of each row of X", _rows),
     "flash_fwd_kernel": ("softmax(qk_scale Q K^T) V", _flash_fwd),
-    "decode_partial_kernel": ("the partial state (o_s, lse_s) of a run of consecutive keys in each slot it writes",
+    "decode_partial_kernel": ("the partial state (o_s, lse_s) of its split's keys in each slot it writes",
                               _decode_partial),
 }
 
