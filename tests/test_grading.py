@@ -317,7 +317,11 @@ BROKEN_CASES = [
      "per sequence, qk_scale = 0.3"),
     # ... and the relaunch told by the grader's scale, the empty state written everywhere; a softmax over two keys
     ("kernel_empty_states_when_the_scale_changes", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "LSE_part[0, 0] holds -inf where"),
+     "it wrote only empty states (lse = -inf) where the sequences have keys"),
+    ("kernel_answer_through_extra_outputs", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "it wrote only empty states (lse = -inf) where the sequences have keys"),
+    ("kernel_keys_per_split_of_one", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "it was given keys_per_split = 1 with N_K = 64 keys in 4 splits"),
     ("kernel_softmax_over_two_keys_of_each_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "did not compute the partial state (o_s, lse_s) of its split's keys"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
@@ -1941,6 +1945,12 @@ def test_the_split_state_contract_accepts_any_run_of_keys_per_slot_and_names_a_m
     emptied = record([[(13, 13)] * 4] * z, qk_scale=scale, keys_per_split=5, n_keys=13)
     emptied["launches"][0]["inputs"]["LSE_after_call"] = after
     assert "LSE_part[0, 0] holds -inf where" in judge(("decode_partial_kernel",), emptied)
+    case = dict(k=k[:, :13], num_splits=3)  # the case's own sizes: splits of ceil(13 / 3) = 5 keys
+    assert judge(("decode_partial_kernel",), whole, case_kwargs=case) is None
+    assert "keys_per_split = 5 with N_K = 13 keys in 2 splits" in judge(("decode_partial_kernel",), whole,
+                                                                         case_kwargs=dict(case, num_splits=2))
+    emptied["launches"][0]["inputs"]["LSE_after_call"] = np.full((z, 4), -np.inf)  # the call's LSE_part empty too
+    assert "wrote only empty states" in judge(("decode_partial_kernel",), emptied, case_kwargs=case)
 
 
 @pytest.mark.parametrize("path", sorted(HONEST.glob("ex*.py")), ids=lambda p: p.stem)

@@ -2,7 +2,8 @@
 varlen and paged decode kernels do: `starts`, an int32 tensor of S + 1 offsets (split s is
 [starts[s], starts[s+1])), `seqlens`, an int64 tensor of each sequence's length, and a bool `valid` per
 sequence. Poisoned (0, False) for the grader's first run, they address nothing outside K and V. Must get
-full marks."""
+full marks. The kernel keeps N_K and keys_per_split in its signature
+(the grader's relaunch reads which keys a split holds from them) and bounds its loads by the tensors."""
 import torch
 import triton
 import triton.language as tl
@@ -13,7 +14,7 @@ BLOCK_N = 16  # keys per inner-loop step
 @triton.jit
 def decode_partial_kernel(Q, K, V, O_part, LSE_part,
                           stride_qz, stride_kz, stride_kn, stride_oz, stride_os, stride_lz,
-                          Starts, Seqlens, Valid, qk_scale,
+                          N_K, keys_per_split, qk_scale, Starts, Seqlens, Valid,
                           BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     off_z = tl.program_id(0)
     split = tl.program_id(1)
@@ -57,7 +58,8 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
     lse_part = torch.empty((z, num_splits), dtype=torch.float32, device=q.device)
     decode_partial_kernel[(z, num_splits)](q, k, v, o_part, lse_part, q.stride(0), k.stride(0), k.stride(1),
                                            o_part.stride(0), o_part.stride(1), lse_part.stride(0),
-                                           starts, seqlens, valid, scale, BLOCK_N=BLOCK_N, HEAD_DIM=d)
+                                           nk, keys_per_split, scale, starts, seqlens, valid,
+                                           BLOCK_N=BLOCK_N, HEAD_DIM=d)
     return o_part, lse_part
 
 

@@ -614,7 +614,7 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if blocks:
         return dict(kind="launch", message=blocks)
     if contracts.replayed(part.must_launch) and part.tensors:
-        relaunched = contracts.judge_replay(part.must_launch, record.get("replay"), _case_scale(case))
+        relaunched = contracts.judge_replay(part.must_launch, record.get("replay"), _case_scale(case), case.kwargs)
         if relaunched:
             return dict(kind="launch", message=_text(relaunched, 900), relaunch=True)
     if case.max_live_bytes is not None:

@@ -1999,8 +1999,8 @@ def _layout_flash_fwd(args: dict) -> dict:
 
 def _layout_decode_partial(args: dict) -> dict:
     """Q (Z, d), K and V (Z, Nk, d), O_part (Z, S, d) and LSE_part (Z, S): Z as many sequences as the learner's
-    Q holds, Nk its K's keys (the next-to-last dimension, or N_K), S as many split slots as its LSE_part holds
-    per sequence; the learner's strides (V's own ``stride_vz``, ``stride_vn`` and a split stride ``stride_ls``
+    Q holds, Nk the learner's N_K (without one, its K's next-to-last dimension), S as many split slots as its
+    LSE_part holds per sequence; the learner's strides (V's own ``stride_vz``, ``stride_vn`` and a split stride ``stride_ls``
     where the kernel adds them) where they keep elements apart, else the grader's own, and the grader's own
     qk_scale. The kernel's other arguments (N_K, keys_per_split, tensors of bounds or lengths) are kept. The
     contract gets keys_per_split and N_K (which runs of keys a slot may hold) and what the learner's LSE_part
@@ -2010,12 +2010,14 @@ def _layout_decode_partial(args: dict) -> dict:
         raise ReplayRefused(f"HEAD_DIM={d}: must be >= 1")
     z = _batch_of(args, "Q", "stride_qz", (d,), (1,))
     given_k = args.get("K")
-    if hasattr(given_k, "untyped_storage") and given_k.dim() >= 2:
-        n_k = int(given_k.shape[-2])
-    elif "N_K" in args:
+    if "N_K" in args:  # the keys of a sequence (K may be padded past them, or flat)
         n_k = _whole(args, "N_K")
+    elif hasattr(given_k, "untyped_storage") and given_k.dim() >= 2:  # lengths in a tensor of the learner's
+        n_k = int(given_k.shape[-2])
     else:
-        raise ReplayRefused("its argument K is not a tensor of keys (..., N_K, HEAD_DIM)")
+        raise ReplayRefused("it has no parameter N_K and its K is not a tensor of keys (..., N_K, HEAD_DIM)")
+    if n_k < 1:
+        return dict(tensors={"Q": ("inputs", (0, d), (d, 1))}, overrides={}, scalars={})  # nothing to read
     given_lse = args.get("LSE_part")
     if not hasattr(given_lse, "untyped_storage"):
         raise ReplayRefused("its argument LSE_part is not a tensor")
@@ -2040,12 +2042,10 @@ def _layout_decode_partial(args: dict) -> dict:
             strides = own + (1,) * (len(size) - len(own))
             overrides.update(zip(names, own))
         tensors[who] = (role, size, strides)
-    scalars = {"n_keys": n_k}
-    if isinstance(args.get("N_K"), int) and not isinstance(args.get("N_K"), bool) and 1 <= args["N_K"] <= n_k:
-        scalars["n_keys"] = int(args["N_K"])  # a K padded past the keys (N_K the real count)
-    per = args.get("keys_per_split")
-    if isinstance(per, int) and not isinstance(per, bool) and per >= 1:
-        scalars["keys_per_split"] = int(per)
+    per = _whole(args, "keys_per_split")
+    if per < 1:
+        raise ReplayRefused(f"keys_per_split={per}: must be >= 1")
+    scalars = {"n_keys": n_k, "keys_per_split": per}
     observed = {}
     strides = tensors["LSE_part"][2]
     if "stride_lz" not in overrides and given_lse.is_floating_point():  # the learner's own layout: what it holds
@@ -2065,7 +2065,7 @@ REPLAY_LAYOUTS = {
                           "stride_kk", "stride_vz", "stride_vn", "stride_vk", "stride_oz", "stride_om", "stride_ok",
                           "N_Q", "N_K", "BLOCK_M", "HEAD_DIM"), _layout_flash_fwd),
     "decode_partial_kernel": (("Q", "K", "V", "O_part", "LSE_part", "stride_qz", "stride_kz", "stride_kn", "stride_oz",
-                               "stride_os", "stride_lz", "HEAD_DIM"), _layout_decode_partial),
+                               "stride_os", "stride_lz", "keys_per_split", "HEAD_DIM"), _layout_decode_partial),
 }
 
 

@@ -8,8 +8,9 @@ flash forward and the split-KV kernel the grader's own scale (the flash forward 
 ``child.REPLAY_EXTRA_KEYS`` more keys). This module, in the parent, computes from those inputs what the
 kernel's docstring promises and compares. The split-KV kernel keeps its own split bounds (N_K and
 keys_per_split, or tensors of bounds the grader passes as given), so each slot it writes is compared
-with the nearest whole split of keys_per_split keys (with bounds in tensors only: the nearest run of
-consecutive keys), and a slot may be empty only where the call's own LSE_part was. A wrapper that
+with the nearest whole split of keys_per_split keys, and a slot may be empty only where the call's own
+LSE_part was; at the case's N_K, keys_per_split must be ceil(N_K / num_splits), and a call's relaunches
+may not write only empty states where the case has keys (``judge_replay``'s ``case_kwargs``). A wrapper that
 computes the answer itself and hands the kernel inputs that make it come out right (an encoded answer
 that a kernel with Q = K = 0 averages back), or writes the output while the kernel runs, passes the
 cases and fails here: only the kernel is launched again.
@@ -234,7 +235,28 @@ def _setting(name: str, launch: dict) -> str:
     return "random " + ", ".join(sorted(inputs))
 
 
-def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
+def _decode_call_problem(launches: list, case_kwargs: dict) -> str | None:
+    """What the split-KV relaunches of one call got wrong as a whole, from the case's own sizes: a split
+    size other than ceil(N_K / num_splits) at the case's N_K, or only empty states written where the
+    case's sequences have keys (an answer returned through other tensors)."""
+    k, splits = case_kwargs.get("k"), case_kwargs.get("num_splits")
+    if not (isinstance(k, np.ndarray) and k.ndim == 3 and isinstance(splits, int) and splits >= 1):
+        return None
+    n_keys = k.shape[1]
+    for launch in launches:
+        scalars = launch.get("scalars") or {}
+        per = scalars.get("keys_per_split")
+        if per is not None and scalars.get("n_keys") == n_keys and per != -(-n_keys // splits):
+            return (f"it was given keys_per_split = {per} with N_K = {n_keys} keys in {splits} splits, where a split "
+                    f"holds ceil(N_K / num_splits) = {-(-n_keys // splits)} keys")
+    written = [launch["outputs"].get("LSE_part") for launch in launches if isinstance(launch.get("outputs"), dict)]
+    if n_keys and written and not any(isinstance(x, np.ndarray) and np.isfinite(x).any() for x in written):
+        return ("it wrote only empty states (lse = -inf) where the sequences have keys: the partial states must be "
+                "in the O_part and LSE_part it is given")
+    return None
+
+
+def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict | None = None) -> str | None:
     """None when every launch run again wrote what its kernel's contract says; else the message. ``replay``:
     the child's record (``child.replay``: the kernel, and each launch's scalars, input and output views) with
     its arrays decoded, or None when none came back; ``case_scale``: the scale of the case's call (for a
@@ -251,6 +273,11 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0) -> str | None:
     launches = replay.get("launches")
     if not isinstance(launches, list) or not launches:
         return f"the record of {name} launched again by the grader was malformed"
+    if name == "decode_partial_kernel" and case_kwargs and all(isinstance(launch, dict) for launch in launches):
+        problem = _decode_call_problem(launches, case_kwargs)
+        if problem:
+            return (f"{name}, launched again by the grader on inputs of its own ({_setting(name, launches[0])}; your "
+                    f"grid, tiles and other scalars), did not compute {what}: {problem}")
     for i, launch in enumerate(launches):
         problem = _judge_launch(name, launch, case_scale) if isinstance(launch, dict) else "malformed"
         if problem is None:
