@@ -4,8 +4,8 @@ Grade with ``check("ex06_triton_primer")`` (hints: ``hint=3``). Without a GPU th
 kernels in Triton's CPU interpreter (TRITON_INTERPRET=1, set before triton is imported) on CPU
 tensors; to try them yourself in a notebook, call ``flashlab.course.setup()`` (or set the variable)
 before importing triton. The wrappers must launch your kernels (``add_kernel[grid](...)``): the
-grader checks they ran, and launches add_kernel once more itself with your grid and BLOCK on inputs
-of its own (keep its parameters).
+grader checks they ran, and launches add_kernel and softmax_kernel once more itself with your grid and
+BLOCK (BLOCK_N) on inputs of its own (keep their parameters).
 """
 import torch
 import triton

@@ -324,6 +324,15 @@ BROKEN_CASES = [
      "it was given keys_per_split = 1 with N_K = 64 keys in 4 splits"),
     ("kernel_softmax_over_two_keys_of_each_split", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "did not compute the partial state (o_s, lse_s) of its split's keys"),
+    # the backward kernels and the primer's softmax kernel, launched again: an answer the wrapper computed
+    # elementwise in torch, handed over doubled and halved by the kernel
+    ("kernel_backward_answer_in_disguise", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "flash_bwd_dkdv_kernel, launched again by the grader on inputs of its own (random Q, K, V, dO and Delta with "
+     "N_Q = 69 query rows and N_K = 32 keys, LSE of those scores, sm_scale = 0.3"),
+    ("kernel_backward_answer_in_disguise", "ex13_triton_backward", "flash_backward_dq", "launch",
+     "did not compute dQ of attention (dQ = sm_scale dS K)"),
+    ("kernel_softmax_in_disguise", "ex06_triton_primer", "row_softmax", "launch",
+     "softmax_kernel, launched again by the grader on inputs of its own (random X"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)
@@ -1873,7 +1882,7 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
     assert "could not launch flash_fwd_kernel again" in judge(("flash_fwd_kernel",), None)
     refused = judge(("flash_fwd_kernel",), dict(kernel="flash_fwd_kernel", error="it has no parameter Q"))
     assert "and could not: it has no parameter Q" in refused
-    assert judge(("flash_bwd_dq_kernel",), None) is None  # a kernel without a contract is not launched again
+    assert judge(("bwd_preprocess_kernel",), None) is None  # a kernel without a contract is not launched again
     two = record(attention(scale), qk_scale=scale)
     two["launches"].append(record(mean, qk_scale=scale)["launches"][0])  # a second launch, wrong: named
     assert "launch 2 of the 2 run again), did not compute" in judge(("flash_fwd_kernel",), two)
@@ -1884,6 +1893,69 @@ def test_the_relaunch_contract_accepts_attention_either_way_and_names_what_is_wr
 
     assert judge(("add_kernel",), add(x + y)) is None
     assert "did not compute X + Y" in judge(("add_kernel",), add(x))
+
+
+def test_the_backward_contract_accepts_gradients_read_either_way_and_names_a_missing_mask():
+    """The backward kernels launched again are judged against gradients from torch's autograd of
+    attention (float64) on the relaunch's inputs: with sm_scale and LSE as given, or both in log2
+    units (an exp2 kernel); zeros the wrapper allocated, left unwritten at keys no causal query row
+    sees, pass; a dK without the causal mask, an output left unwritten elsewhere, or half the
+    inputs (an answer in disguise decoded) fail, named."""
+    import torch
+
+    from flashlab.grading import contracts
+
+    rng = np.random.default_rng(8)
+    n_q, n_k, d, scale = 6, 13, 16, 0.3
+    q, k, v, do = (torch.tensor(rng.standard_normal((2, n, d)), requires_grad=True) for n in (n_q, n_k, n_k, n_q))
+
+    def gradients(causal):
+        scores = scale * torch.einsum("zmd,znd->zmn", q, k)
+        if causal:
+            scores = scores.masked_fill(torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None], float("-inf"))
+        lse = torch.logsumexp(scores, -1)
+        out = torch.einsum("zmn,znd->zmd", torch.exp(scores - lse[..., None]), v)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), do.detach())
+        delta = (do * out).sum(-1)
+        return {name: t.detach().numpy() for name, t in
+                dict(lse=lse, delta=delta, dQ=dq, dK=dk, dV=dv).items()}
+
+    def record(kernel, outputs, causal=False, lse_unit=1.0, **scalars):
+        grads = gradients(causal)
+        inputs = dict(Q=q.detach().numpy(), K=k.detach().numpy(), V=v.detach().numpy(), dO=do.detach().numpy(),
+                      LSE=grads["lse"] * lse_unit, Delta=grads["delta"])
+        return dict(kernel=kernel, launches=[dict(inputs=inputs, outputs=outputs, scalars=dict(causal=causal,
+                                                                                                **scalars))])
+
+    judge = contracts.judge_replay
+    for causal in (False, True):
+        g = gradients(causal)
+        assert judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", dict(dK=g["dK"], dV=g["dV"]), causal,
+                                                        sm_scale=scale)) is None
+        assert judge(("flash_bwd_dq_kernel",), record("flash_bwd_dq_kernel", dict(dQ=g["dQ"]), causal,
+                                                      sm_scale=scale)) is None
+        log2 = 1 / np.log(2.0)  # an exp2 kernel handed sm_scale and lse times log2(e)
+        assert judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", dict(dK=g["dK"], dV=g["dV"]), causal,
+                                                        log2, sm_scale=scale * log2)) is None
+    g = gradients(True)
+    unseen = dict(dK=g["dK"].copy(), dV=g["dV"].copy())
+    for t in unseen.values():
+        assert np.all(t[:, n_q:] == 0.0)  # keys 6..12 are seen by no query row
+        t[:, n_q:] = np.nan
+    assert judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", unseen, True, sm_scale=scale)) is None
+    seen = dict(dK=g["dK"].copy(), dV=g["dV"])
+    seen["dK"][1, 2] = np.nan
+    message = judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", seen, True, sm_scale=scale))
+    assert "dK[1, 2, " in message and "NaN (never written)" in message, message
+    unmasked = gradients(False)
+    message = judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", dict(dK=unmasked["dK"], dV=g["dV"]),
+                                                       True, sm_scale=scale))
+    assert "did not compute dK and dV of attention" in message and "dK[" in message, message
+    halves = dict(dK=k.detach().numpy() / 2, dV=v.detach().numpy() / 2)
+    assert "did not compute dK and dV" in judge(("flash_bwd_dkdv_kernel",),
+                                                record("flash_bwd_dkdv_kernel", halves, sm_scale=scale))
+    assert "did not compute dQ of attention" in judge(("flash_bwd_dq_kernel",), record(
+        "flash_bwd_dq_kernel", dict(dQ=q.detach().numpy() / 2), sm_scale=scale))
 
 
 def test_the_split_state_contract_accepts_any_run_of_keys_per_slot_and_names_a_mean_of_v():

@@ -1966,14 +1966,15 @@ def _layout_rows(args: dict) -> dict:
     return dict(tensors=tensors, overrides=overrides, scalars={})
 
 
-def _own_scale(args: dict, overrides: dict, scalars: dict) -> None:
-    """The grader's REPLAY_SCALE in place of the learner's ``qk_scale`` (a zero scale would make attention a
-    mean of V's rows); nothing when the kernel has no such parameter (a scale tensor of its own, kept)."""
-    scale = args.get("qk_scale")
+def _own_scale(args: dict, overrides: dict, scalars: dict, name: str = "qk_scale") -> None:
+    """The grader's REPLAY_SCALE in place of the learner's scale parameter ``name`` (a zero scale would make
+    attention a mean of V's rows); nothing when the kernel has no such parameter (a scale tensor of its own,
+    kept)."""
+    scale = args.get(name)
     if scale is not None:
         if not isinstance(scale, (int, float)) or isinstance(scale, bool):
-            raise ReplayRefused(f"its argument qk_scale is {type(scale).__name__}, not a number")
-        overrides["qk_scale"] = scalars["qk_scale"] = REPLAY_SCALE
+            raise ReplayRefused(f"its argument {name} is {type(scale).__name__}, not a number")
+        overrides[name] = scalars[name] = REPLAY_SCALE
 
 
 def _layout_flash_fwd(args: dict) -> dict:
@@ -2054,9 +2055,80 @@ def _layout_decode_partial(args: dict) -> dict:
     return dict(tensors=tensors, overrides=overrides, scalars=scalars, observed=observed)
 
 
+def _addressed(args: dict, who: str, names: tuple, size: tuple, check: tuple) -> tuple:
+    """The strides a kernel reads tensor ``who`` with, as a view of ``size`` whose last dimension is
+    contiguous: the learner's tensor's own stride for each dimension it has with more than one element (a
+    correct call reads every tensor as it is laid out, whichever parameter carries the stride: a padded D
+    addressed by a stride of its own), the parameters ``names`` for the others (x[z] passed per batch
+    element, a dimension of one)."""
+    given = args.get(who)
+    shape, own = (tuple(given.shape), tuple(given.stride())) if hasattr(given, "untyped_storage") else ((), ())
+    strides = []
+    for i, name in enumerate(names):
+        j = i - (len(size) - len(own))  # the learner's dimension under this one, aligned from the right
+        wanted = check[i]
+        strides.append(own[j] if 0 <= j < len(own) and shape[j] == wanted and wanted > 1 else _whole(args, name))
+    return tuple(strides) + (1,)
+
+
+def _layout_flash_bwd(args: dict, grads: tuple) -> dict:
+    """Q, K, V, dO (random), LSE (the log-sum-exp of the grader's scores at its own scale, so that P is a
+    softmax) and Delta (random), and the gradients ``grads`` (dK and dV, or dQ), as many batch elements as
+    the learner's first gradient holds, each read as the learner's call read its tensor (where that keeps
+    every element apart, else the grader's own layout, passed instead), REPLAY_EXTRA_KEYS more of the rows
+    the kernel loops over (query rows for dK and dV, keys for dQ) and the grader's own sm_scale: a kernel
+    right only for the wrapper's lengths, or one that decodes an answer the wrapper prepared, fails."""
+    n_q, n_k, d = (_whole(args, n) for n in ("N_Q", "N_K", "HEAD_DIM"))
+    if min(n_q, n_k, d) < 1:
+        raise ReplayRefused(f"N_Q={n_q}, N_K={n_k}, HEAD_DIM={d}: each must be >= 1")
+    first = grads[0]
+    rows_of = {"Q": n_q, "dO": n_q, "dQ": n_q, "K": n_k, "V": n_k, "dK": n_k, "dV": n_k}
+    row_stride = {"Q": ("stride_qz", "stride_qm"), "K": ("stride_kz", "stride_kn")}
+    family = {"Q": "Q", "dO": "Q", "dQ": "Q", "K": "K", "V": "K", "dK": "K", "dV": "K"}
+    z = _batch_of(args, first, row_stride[family[first]][0], (rows_of[first], d),
+                  (_whole(args, row_stride[family[first]][1]), 1))
+    grown_q = n_q + (REPLAY_EXTRA_KEYS if first == "dK" else 0)
+    grown_k = n_k + (REPLAY_EXTRA_KEYS if first == "dQ" else 0)
+    tensors, overrides = {}, {"N_Q": grown_q, "N_K": grown_k}
+    for who in ("Q", "K", "V", "dO") + grads:
+        rows = rows_of[who]
+        grown = grown_q if family[who] == "Q" else grown_k
+        names = row_stride[family[who]] + ("",)
+        size, check = (z, grown, d), (z, rows, d)
+        strides = _addressed(args, who, names[:2], size, check)
+        if not _apart(check, strides):
+            strides = (grown * d, d, 1)
+            overrides.update(zip(names[:2], strides))
+        tensors[who] = ("outputs" if who in grads else "inputs", size, strides)
+    for who in ("LSE", "Delta"):
+        strides = _addressed(args, who, ("stride_lz",), (z, grown_q), (z, n_q))
+        if not _apart((z, n_q), strides):
+            strides = (grown_q, 1)
+            overrides["stride_lz"] = grown_q
+        tensors[who] = ("inputs", (z, grown_q), strides)
+    scalars = dict(causal=bool(args.get("CAUSAL", False)))
+    _own_scale(args, overrides, scalars, "sm_scale")
+    return dict(tensors=tensors, overrides=overrides, scalars=scalars, derive=_true_lse)
+
+
+def _true_lse(made: dict, scalars: dict) -> None:
+    """LSE[z, m] = log sum_n exp(REPLAY_SCALE Q[z, m] . K[z, n]) over the keys row m sees, written into the
+    replay's LSE (so P = exp(S - LSE) is a softmax, as in a real backward pass, and stays in range)."""
+    import torch
+
+    q, k = (made[p].detach().cpu().to(torch.float64) for p in ("Q", "K"))
+    scores = REPLAY_SCALE * torch.einsum("zmd,znd->zmn", q, k)
+    if scalars.get("causal"):
+        rows, cols = torch.arange(q.shape[1])[:, None], torch.arange(k.shape[1])[None, :]
+        scores = scores.masked_fill(cols > rows, float("-inf"))
+    made["LSE"].copy_(torch.logsumexp(scores, dim=-1).to(made["LSE"].dtype))
+
+
 REPLAY_EXTRA_KEYS = 37  # keys the flash forward's replay adds to the learner's N_K (not a multiple of any tile)
 REPLAY_SCALE = 0.3  # the flash forward's qk_scale in the replay (natural log; an exp2 kernel reads it as 0.3 ln 2)
 
+_BWD_PARAMS = ("Q", "K", "V", "dO", "LSE", "Delta", "stride_qz", "stride_qm", "stride_kz", "stride_kn", "stride_lz",
+               "N_Q", "N_K", "HEAD_DIM")
 # kernel name: (the parameters it must keep, which tensors they address)
 REPLAY_LAYOUTS = {
     "add_kernel": (("X", "Y", "Out", "n_elements"), _layout_add),
@@ -2066,6 +2138,9 @@ REPLAY_LAYOUTS = {
                           "N_Q", "N_K", "BLOCK_M", "HEAD_DIM"), _layout_flash_fwd),
     "decode_partial_kernel": (("Q", "K", "V", "O_part", "LSE_part", "stride_qz", "stride_kz", "stride_kn", "stride_oz",
                                "stride_os", "stride_lz", "keys_per_split", "HEAD_DIM"), _layout_decode_partial),
+    "softmax_kernel": (("X", "Out", "stride_xm", "stride_om", "n_cols"), _layout_rows),
+    "flash_bwd_dkdv_kernel": (_BWD_PARAMS + ("dK", "dV"), lambda args: _layout_flash_bwd(args, ("dK", "dV"))),
+    "flash_bwd_dq_kernel": (_BWD_PARAMS + ("dQ",), lambda args: _layout_flash_bwd(args, ("dQ",))),
 }
 
 
@@ -2135,6 +2210,8 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
             flat = torch.full((n,), float("nan"), dtype=given.dtype)
         fresh[p] = flat.to(given.device)  # addressed by the strides the kernel is given; bounded by the buffer
         made[p] = fresh[p].as_strided(size, strides, 0)
+    if spec.get("derive"):  # inputs computed from the others (the backward's LSE)
+        spec["derive"](made, spec["scalars"])
     names = [p for p, _ in _params(kernel)]
     new_args = tuple(fresh.get(names[i], v) if i < len(names) else v for i, v in enumerate(args))
     new_kwargs = {k: fresh.get(k, v) for k, v in kwargs.items()}

@@ -4,8 +4,9 @@ After a call that passed its launch checks, the grading child launches the learn
 (``child.replay``): every launch whose output the returned value holds and one per distinct signature,
 each with the learner's grid, tiles and other scalars, on tensors the grader lays out (random inputs, NaN
 in the output; the learner's strides where they keep every element apart, else its own), and for the
-flash forward and the split-KV kernel the grader's own scale (the flash forward also gets
-``child.REPLAY_EXTRA_KEYS`` more keys). This module, in the parent, computes from those inputs what the
+flash forward, the backward kernels and the split-KV kernel the grader's own scale (the flash forward
+also gets ``child.REPLAY_EXTRA_KEYS`` more keys, the backward kernels as many more of the rows they loop
+over, and the true LSE of the grader's scores). This module, in the parent, computes from those inputs what the
 kernel's docstring promises and compares. The split-KV kernel keeps its own split bounds (N_K and
 keys_per_split, or tensors of bounds the grader passes as given), so each slot it writes is compared
 with the nearest whole split of keys_per_split keys, and a slot may be empty only where the call's own
@@ -61,10 +62,46 @@ def _flash_fwd(inputs: dict, scalars: dict, case_scale: float, outputs: dict) ->
     return out
 
 
+def _flash_bwd(inputs: dict, scalars: dict, case_scale: float, outputs: dict) -> list:
+    """dK and dV, or dQ, of attention from the inputs as given (P = exp(s Q K^T - LSE), masked; dS = P *
+    (dO V^T - Delta)): s and the gradients' factor from ``sm_scale`` read either way (``_scales``), LSE in
+    natural-log or log2 units (a wrapper that hands an exp2 kernel lse * log2(e)), and the factor also the
+    case's scale or 1 (a natural scale of the learner's own). Where the causal mask hides a key from every
+    query row its gradients are 0, and a slot left unwritten there (zeros the wrapper allocated) is accepted."""
+    q, k, v, do, lse, delta = (inputs[n] for n in ("Q", "K", "V", "dO", "LSE", "Delta"))
+    keep = np.ones((q.shape[1], k.shape[1]), dtype=bool)
+    if scalars.get("causal"):
+        keep = np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None]
+    scores, dp = np.einsum("zmd,znd->zmn", q, k), np.einsum("zmd,znd->zmn", do, v) - delta[..., None]
+    unseen = ~keep.any(axis=0)  # keys no query row sees
+    out = []
+    for s in _scales(scalars, case_scale):
+        for lse_unit in (1.0, math.log(2.0)):
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = np.where(keep, np.exp(s * scores - lse_unit * lse[..., None]), 0.0)
+            ds = p * dp
+            for factor in dict.fromkeys((s, case_scale, 1.0)):
+                want = {}
+                if "dV" in outputs:
+                    want["dV"] = np.einsum("zmn,zmd->znd", p, do)
+                if "dK" in outputs:
+                    want["dK"] = factor * np.einsum("zmn,zmd->znd", ds, q)
+                if "dQ" in outputs:
+                    want["dQ"] = factor * np.einsum("zmn,znd->zmd", ds, k)
+                for name in ("dK", "dV"):
+                    if name in want:
+                        left = np.isnan(outputs[name]) & unseen[None, :, None]
+                        want[name] = np.where(left, np.nan, want[name])
+                out.append(want)
+    return out
+
+
 def _scales(scalars: dict, case_scale: float) -> list:
-    """The natural-log scales a kernel may be computing: ``qk_scale`` as given (read by exp, or by exp2 as a
-    log2(e)-scaled scale), or without one the case's scale or 1 (folded into q), read either way."""
-    given = (scalars["qk_scale"],) if "qk_scale" in scalars else (case_scale, 1.0)
+    """The natural-log scales a kernel may be computing: ``qk_scale`` (``sm_scale``) as given (read by exp,
+    or by exp2 as a log2(e)-scaled scale), or without one the case's scale or 1 (folded into q), read
+    either way."""
+    name = "qk_scale" if "qk_scale" in scalars else "sm_scale"
+    given = (scalars[name],) if name in scalars else (case_scale, 1.0)
     return [s * f for s in given for f in (1.0, math.log(2.0))]
 
 
@@ -172,6 +209,9 @@ CONTRACTS = {
     "flash_fwd_kernel": ("softmax(qk_scale Q K^T) V", _flash_fwd),
     "decode_partial_kernel": ("the partial state (o_s, lse_s) of its split's keys in each slot it writes",
                               _decode_partial),
+    "softmax_kernel": ("the softmax of each row of X", _rows),
+    "flash_bwd_dkdv_kernel": ("dK and dV of attention (dV = P^T dO, dK = sm_scale dS^T Q)", _flash_bwd),
+    "flash_bwd_dq_kernel": ("dQ of attention (dQ = sm_scale dS K)", _flash_bwd),
 }
 
 
@@ -227,6 +267,12 @@ def _setting(name: str, launch: dict) -> str:
         keys = f" with N_K = {k.shape[1]} keys" if isinstance(k, np.ndarray) and k.ndim == 3 else ""
         scale = f", qk_scale = {scalars['qk_scale']:g}" if "qk_scale" in scalars else ""
         return f"random Q, K, V{keys}{scale}"
+    if name in ("flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel"):
+        q, k = inputs.get("Q"), inputs.get("K")
+        sizes = (f" with N_Q = {q.shape[1]} query rows and N_K = {k.shape[1]} keys"
+                 if all(isinstance(x, np.ndarray) and x.ndim == 3 for x in (q, k)) else "")
+        scale = f", sm_scale = {scalars['sm_scale']:g}" if "sm_scale" in scalars else ""
+        return f"random Q, K, V, dO and Delta{sizes}, LSE of those scores{scale}"
     if name == "decode_partial_kernel":
         k = inputs.get("K")
         keys = f" with N_K = {k.shape[1]} keys per sequence" if isinstance(k, np.ndarray) and k.ndim == 3 else ""
