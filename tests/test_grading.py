@@ -333,6 +333,14 @@ BROKEN_CASES = [
      "did not compute dQ of attention (dQ = sm_scale dS K)"),
     ("kernel_softmax_in_disguise", "ex06_triton_primer", "row_softmax", "launch",
      "softmax_kernel, launched again by the grader on inputs of its own (random X"),
+    # ... launched at sizes of their own, for which every expected value of the relaunch is small: zeros are
+    # judged by the error's norm; sizes far beyond the problem's are refused before the relaunch
+    ("kernel_backward_at_sizes_of_its_own", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "make tensors of more than 4194304 elements in all, far more than the problem it was given"),
+    ("kernel_backward_at_sizes_of_its_own", "ex13_triton_backward", "flash_backward_dq", "launch",
+     "(16384 of 16384 elements wrong)"),
+    ("kernel_softmax_over_columns_of_its_own", "ex06_triton_primer", "row_softmax", "launch",
+     "did not compute the softmax of each row of X: Out[0, "),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)
@@ -1956,6 +1964,12 @@ def test_the_backward_contract_accepts_gradients_read_either_way_and_names_a_mis
                                                 record("flash_bwd_dkdv_kernel", halves, sm_scale=scale))
     assert "did not compute dQ of attention" in judge(("flash_bwd_dq_kernel",), record(
         "flash_bwd_dq_kernel", dict(dQ=q.detach().numpy() / 2), sm_scale=scale))
+    small = dict(dK=g["dK"] * 1e-3, dV=g["dV"] * 1e-3)  # every value under ATOL: zeros are judged by the norm
+    zeros = dict(dK=np.zeros_like(g["dK"]), dV=np.zeros_like(g["dV"]))
+    assert np.abs(small["dK"]).max() < contracts.ATOL and np.abs(small["dV"]).max() < contracts.ATOL
+    assert contracts._misses(small["dV"], small["dV"] * 1.01)[0] == 0
+    assert contracts._misses(zeros["dV"], small["dV"])[0] > 0
+    assert contracts._misses(zeros["dV"], np.zeros_like(small["dV"]))[0] == 0
 
 
 def test_the_split_state_contract_accepts_any_run_of_keys_per_slot_and_names_a_mean_of_v():

@@ -12,7 +12,7 @@ def _grads(q, k, v, o, lse, do, causal, scale):
     if causal:
         r = torch.arange(q.shape[1])[:, None]
         c = torch.arange(k.shape[1])[None, :]
-        s = torch.where(c <= r, s, torch.full_like(s, float("-inf")))
+        s = torch.where(c.to(s.device) <= r.to(s.device), s, torch.full_like(s, float("-inf")))
     p = torch.exp(s - lse[:, :, None])
     dv = (p[:, :, :, None] * do[:, :, None, :]).sum(1)
     dp = (do[:, :, None, :] * v[:, None, :, :]).sum(-1)

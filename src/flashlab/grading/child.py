@@ -444,6 +444,7 @@ class LaunchTracker:
         import torch
 
         self.pending = []
+        self.zero_spans = set()  # (start, bytes) of this launch's buffers that held only zeros (accumulators)
         self.read_only = []  # (start, bytes) of this launch's arguments that are no output: expanded views, derived inputs
         self.scalars += [float(x) for x in scalars]
         if not all(self._same_bytes(x, o) for x, o in zip(self.inputs, self.originals)):
@@ -468,6 +469,7 @@ class LaunchTracker:
             before = t.clone()
             if self._all_zero(t):  # an accumulator: nothing handed in
                 self.pending.append((t, before, None))
+                self.zero_spans.add((start, nbytes))
             else:
                 with torch.no_grad():  # a leaf that requires grad (an nn.Parameter) is filled too
                     self.pending.append((t, before, self._poison(t)))
@@ -569,7 +571,9 @@ class LaunchTracker:
             signature = (repr(sorted(constexprs.items())), tuple(
                 (tuple(v.shape), str(v.dtype)) if hasattr(v, "untyped_storage") else repr(v)
                 for v in flat if hasattr(v, "untyped_storage") or isinstance(v, (int, float, bool))))
-            self.launched_of.setdefault(name, []).append((index, signature, launch))
+            zeroed = frozenset(p for p, v in _bound_args(kernel, args, kwargs).items()
+                               if hasattr(v, "untyped_storage") and self._span(v) in self.zero_spans)
+            self.launched_of.setdefault(name, []).append((index, signature, (kernel, args, kwargs, zeroed)))
         self.tiles[name] = max(self.tiles.get(name, 0), tile)
         if name in self.required:  # what torch made for this launch's arguments prepared it
             for t in tensors:
@@ -2056,13 +2060,22 @@ def _layout_decode_partial(args: dict) -> dict:
 
 
 def _addressed(args: dict, who: str, names: tuple, size: tuple, check: tuple) -> tuple:
-    """The strides a kernel reads tensor ``who`` with, as a view of ``size`` whose last dimension is
-    contiguous: the learner's tensor's own stride for each dimension it has with more than one element (a
-    correct call reads every tensor as it is laid out, whichever parameter carries the stride: a padded D
-    addressed by a stride of its own), the parameters ``names`` for the others (x[z] passed per batch
-    element, a dimension of one)."""
+    """The strides a kernel reads tensor ``who`` with, as a view of ``size``: where the learner's tensor has
+    the view's sizes (``check``), in that order or another (K passed transposed), its own strides (a correct
+    call reads every tensor as it is laid out, whichever parameters carry the strides: a padded D
+    addressed by a stride of its own); else, aligned from the right, its own stride for each dimension of
+    the view's size with more than one element and the parameters ``names`` (one per dimension but the
+    last, contiguous one) for the others (x[z] passed per batch element, a dimension of one)."""
     given = args.get(who)
     shape, own = (tuple(given.shape), tuple(given.stride())) if hasattr(given, "untyped_storage") else ((), ())
+    if len(shape) == len(check) and shape != tuple(check) and sorted(shape) == sorted(check):
+        free = list(range(len(shape)))
+        order = []
+        for wanted in check:  # the learner's dimension of each size, the first one free
+            j = next(i for i in free if shape[i] == wanted)
+            free.remove(j)
+            order.append(j)
+        return tuple(own[j] for j in order)
     strides = []
     for i, name in enumerate(names):
         j = i - (len(size) - len(own))  # the learner's dimension under this one, aligned from the right
@@ -2073,32 +2086,39 @@ def _addressed(args: dict, who: str, names: tuple, size: tuple, check: tuple) ->
 
 def _layout_flash_bwd(args: dict, grads: tuple) -> dict:
     """Q, K, V, dO (random), LSE (the log-sum-exp of the grader's scores at its own scale, so that P is a
-    softmax) and Delta (random), and the gradients ``grads`` (dK and dV, or dQ), as many batch elements as
-    the learner's first gradient holds, each read as the learner's call read its tensor (where that keeps
-    every element apart, else the grader's own layout, passed instead), REPLAY_EXTRA_KEYS more of the rows
-    the kernel loops over (query rows for dK and dV, keys for dQ) and the grader's own sm_scale: a kernel
-    right only for the wrapper's lengths, or one that decodes an answer the wrapper prepared, fails."""
+    softmax), Delta = rowsum(dO * O) and, where the kernel takes it, O (the attention output of those
+    inputs, for a kernel that computes D itself), and the gradients ``grads`` (dK and dV, or dQ): as many
+    batch elements as the learner's first gradient holds, each tensor read as the learner's call read its
+    own (where that keeps every element apart, else the grader's own layout, passed instead),
+    REPLAY_EXTRA_KEYS more of the rows the kernel loops over (query rows for dK and dV, keys for dQ) and
+    the grader's own sm_scale: a kernel right only for the wrapper's lengths, or one that decodes an
+    answer the wrapper prepared, fails."""
     n_q, n_k, d = (_whole(args, n) for n in ("N_Q", "N_K", "HEAD_DIM"))
     if min(n_q, n_k, d) < 1:
         raise ReplayRefused(f"N_Q={n_q}, N_K={n_k}, HEAD_DIM={d}: each must be >= 1")
     first = grads[0]
-    rows_of = {"Q": n_q, "dO": n_q, "dQ": n_q, "K": n_k, "V": n_k, "dK": n_k, "dV": n_k}
+    rows_of = {"Q": n_q, "dO": n_q, "dQ": n_q, "O": n_q, "K": n_k, "V": n_k, "dK": n_k, "dV": n_k}
     row_stride = {"Q": ("stride_qz", "stride_qm"), "K": ("stride_kz", "stride_kn")}
-    family = {"Q": "Q", "dO": "Q", "dQ": "Q", "K": "K", "V": "K", "dK": "K", "dV": "K"}
-    z = _batch_of(args, first, row_stride[family[first]][0], (rows_of[first], d),
-                  (_whole(args, row_stride[family[first]][1]), 1))
+    family = {"Q": "Q", "dO": "Q", "dQ": "Q", "O": "Q", "K": "K", "V": "K", "dK": "K", "dV": "K"}
+    given = args.get(first)
+    if hasattr(given, "untyped_storage") and given.dim() == 3:  # a view of (Z, rows, d), padded or not
+        z = int(given.shape[0])
+    else:  # one batch element (x[z]) or a flat buffer: read with the learner's batch stride
+        z = _batch_of(args, first, row_stride[family[first]][0], (rows_of[first], d),
+                      (_whole(args, row_stride[family[first]][1]), 1))
     grown_q = n_q + (REPLAY_EXTRA_KEYS if first == "dK" else 0)
     grown_k = n_k + (REPLAY_EXTRA_KEYS if first == "dQ" else 0)
     tensors, overrides = {}, {"N_Q": grown_q, "N_K": grown_k}
-    for who in ("Q", "K", "V", "dO") + grads:
+    extra = ("O",) if hasattr(args.get("O"), "untyped_storage") else ()
+    for who in ("Q", "K", "V", "dO") + extra + grads:
         rows = rows_of[who]
         grown = grown_q if family[who] == "Q" else grown_k
-        names = row_stride[family[who]] + ("",)
+        names = row_stride[family[who]]
         size, check = (z, grown, d), (z, rows, d)
-        strides = _addressed(args, who, names[:2], size, check)
+        strides = _addressed(args, who, names, size, check)
         if not _apart(check, strides):
             strides = (grown * d, d, 1)
-            overrides.update(zip(names[:2], strides))
+            overrides.update(zip(names, strides))
         tensors[who] = ("outputs" if who in grads else "inputs", size, strides)
     for who in ("LSE", "Delta"):
         strides = _addressed(args, who, ("stride_lz",), (z, grown_q), (z, n_q))
@@ -2106,22 +2126,29 @@ def _layout_flash_bwd(args: dict, grads: tuple) -> dict:
             strides = (grown_q, 1)
             overrides["stride_lz"] = grown_q
         tensors[who] = ("inputs", (z, grown_q), strides)
-    scalars = dict(causal=bool(args.get("CAUSAL", False)))
+    scalars = dict(causal=bool(args.get("CAUSAL", False)), n_q_call=n_q)
     _own_scale(args, overrides, scalars, "sm_scale")
-    return dict(tensors=tensors, overrides=overrides, scalars=scalars, derive=_true_lse)
+    return dict(tensors=tensors, overrides=overrides, scalars=scalars, derive=_attention_inputs)
 
 
-def _true_lse(made: dict, scalars: dict) -> None:
-    """LSE[z, m] = log sum_n exp(REPLAY_SCALE Q[z, m] . K[z, n]) over the keys row m sees, written into the
-    replay's LSE (so P = exp(S - LSE) is a softmax, as in a real backward pass, and stays in range)."""
+def _attention_inputs(made: dict, scalars: dict) -> None:
+    """The replay's LSE[z, m] = log sum_n exp(REPLAY_SCALE Q[z, m] . K[z, n]) over the keys row m sees (so
+    P = exp(S - LSE) is a softmax, as in a real backward pass, and stays in range), O = P V where the kernel
+    takes O, and Delta = rowsum(dO * O), written into the grader's tensors."""
     import torch
 
-    q, k = (made[p].detach().cpu().to(torch.float64) for p in ("Q", "K"))
+    q, k, v, do = (made[p].detach().cpu().to(torch.float64) for p in ("Q", "K", "V", "dO"))
     scores = REPLAY_SCALE * torch.einsum("zmd,znd->zmn", q, k)
     if scalars.get("causal"):
         rows, cols = torch.arange(q.shape[1])[:, None], torch.arange(k.shape[1])[None, :]
         scores = scores.masked_fill(cols > rows, float("-inf"))
-    made["LSE"].copy_(torch.logsumexp(scores, dim=-1).to(made["LSE"].dtype))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.einsum("zmn,znd->zmd", torch.exp(scores - lse[..., None]), v)
+    made["LSE"].copy_(lse.to(made["LSE"].dtype))
+    if "O" in made:
+        made["O"].copy_(out.to(made["O"].dtype))
+        out = made["O"].detach().cpu().to(torch.float64)  # D as the kernel can compute it from O
+    made["Delta"].copy_((do * out).sum(-1).to(made["Delta"].dtype))
 
 
 REPLAY_EXTRA_KEYS = 37  # keys the flash forward's replay adds to the learner's N_K (not a multiple of any tile)
@@ -2175,11 +2202,17 @@ def _extent(size, strides) -> int:
 
 
 REPLAY_MAX = 8  # launches of a kernel run again after one call (see _chosen)
+REPLAY_MAX_ELEMENTS = 1 << 22  # elements of the tensors they lay out, in all (sent as float64: 32 MiB)
 
 
-def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers: list) -> dict | None:
+def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers: list,
+                zeroed: frozenset = frozenset(), budget: list | None = None) -> dict | None:
     """One recorded launch of ``name`` run again on the grader's own tensors: its record (scalars, the
-    contract's inputs and outputs as float64 arrays), or None when it has nothing to write (no rows)."""
+    contract's inputs and outputs as float64 arrays), or None when it has nothing to write (no rows).
+    Outputs start as NaN (what the kernel leaves unwritten shows), or as zeros where the learner's buffer
+    held only zeros before its launch (``zeroed``: an accumulator the kernel adds into, atomically).
+    ``budget``: [elements the launches run again may still lay out] (REPLAY_MAX_ELEMENTS in all)."""
+    budget = [REPLAY_MAX_ELEMENTS] if budget is None else budget
     import torch
 
     needed, layout = REPLAY_LAYOUTS[name]
@@ -2191,6 +2224,12 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
     spec = layout(bound)
     if not all(math.prod(size) for _, size, _ in spec["tensors"].values()):
         return None
+    elements = sum(math.prod(size) for _, size, _ in spec["tensors"].values())
+    budget[0] -= elements
+    if budget[0] < 0:
+        sizes = ", ".join(f"{k}={bound[k]}" for k in ("N_Q", "N_K", "HEAD_DIM", "n_cols", "n_elements") if k in bound)
+        raise ReplayRefused(f"its launches' sizes ({sizes}) make tensors of more than {REPLAY_MAX_ELEMENTS} elements "
+                            "in all, far more than the problem it was given: launch it with that problem's sizes")
     fresh = dict(spec["overrides"])
     record = dict(scalars=spec["scalars"], inputs={}, outputs={})
     for p, seen in spec.get("observed", {}).items():  # the learner's tensors as the call left them
@@ -2207,10 +2246,10 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
         if role == "inputs":
             flat = torch.randn(n, generator=generator, dtype=torch.float64).to(given.dtype)
         else:
-            flat = torch.full((n,), float("nan"), dtype=given.dtype)
+            flat = torch.full((n,), 0.0 if p in zeroed else float("nan"), dtype=given.dtype)
         fresh[p] = flat.to(given.device)  # addressed by the strides the kernel is given; bounded by the buffer
         made[p] = fresh[p].as_strided(size, strides, 0)
-    if spec.get("derive"):  # inputs computed from the others (the backward's LSE)
+    if spec.get("derive"):  # inputs computed from the others (the backward's LSE, D and O)
         spec["derive"](made, spec["scalars"])
     names = [p for p, _ in _params(kernel)]
     new_args = tuple(fresh.get(names[i], v) if i < len(names) else v for i, v in enumerate(args))
@@ -2260,7 +2299,9 @@ def replay(seed: int) -> tuple[dict | None, list]:
     buffers: list = []
     generator = torch.Generator().manual_seed(seed)
     try:
-        records = [_replay_one(name, kernel, args, kwargs, generator, buffers) for kernel, args, kwargs in launches]
+        budget = [REPLAY_MAX_ELEMENTS]
+        records = [_replay_one(name, kernel, args, kwargs, generator, buffers, zeroed, budget)
+                   for kernel, args, kwargs, zeroed in launches]
         records = [r for r in records if r is not None]
         if not records:
             raise ReplayRefused("every launch of it had an empty output (no query rows)")

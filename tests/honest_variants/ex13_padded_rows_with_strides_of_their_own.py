@@ -1,0 +1,137 @@
+"""Honest exercise 13: dO, V, the gradients and D each have stride parameters of their own, and the
+wrapper pads their rows (dK, dV and dQ are views into wider buffers). The relaunch reads each tensor
+as the call did and counts batch elements from the gradient's own shape. Must get full marks."""
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 16  # query rows per inner-loop step
+BLOCK_N = 16  # key rows per program
+
+
+def _padded(t, extra=8):
+    """A copy of t whose rows are `extra` elements further apart (a view into a wider buffer)."""
+    buf = torch.zeros(t.shape[:-1] + (t.shape[-1] + extra,), dtype=t.dtype)
+    view = buf[..., :t.shape[-1]]
+    view.copy_(t)
+    return view
+
+
+@triton.jit
+def flash_bwd_dkdv_kernel(Q, K, V, dO, LSE, Delta, dK, dV,
+                          stride_qz, stride_qm, stride_kz, stride_kn, stride_lz,
+                          N_Q, N_K, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          CAUSAL: tl.constexpr,
+                          stride_doz=0, stride_dom=0, stride_vz=0, stride_vn=0, stride_gz=0, stride_gn=0, stride_dz=0):
+    start_n = tl.program_id(0) * BLOCK_N  # first key row of block j
+    off_z = tl.program_id(1)
+    offs_n = start_n + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kv_off = off_z * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :]  # (BLOCK_N, HEAD_DIM)
+    kv_mask = offs_n[:, None] < N_K
+    k = tl.load(K + kv_off, mask=kv_mask, other=0.0)  # (BLOCK_N, HEAD_DIM)
+    v = tl.load(V + off_z * stride_vz + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    lo = 0
+    if CAUSAL:  # query rows before start_n see no key of this block
+        lo = (start_n // BLOCK_M) * BLOCK_M
+    for start_m in range(lo, N_Q, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        q_off = off_z * stride_qz + offs_m[:, None] * stride_qm + offs_d[None, :]
+        row_ok = offs_m < N_Q
+        q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
+        do = tl.load(dO + off_z * stride_doz + offs_m[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        lse = tl.load(LSE + off_z * stride_lz + offs_m, mask=row_ok, other=0.0)  # (BLOCK_M,)
+        delta = tl.load(Delta + off_z * stride_dz + offs_m, mask=row_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * sm_scale  # (BLOCK_M, BLOCK_N)
+        p = tl.exp(s - lse[:, None])
+        keep = row_ok[:, None] & (offs_n[None, :] < N_K)
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.where(keep, p, 0.0)
+        dv += tl.dot(tl.trans(p).to(do.dtype), do)  # (BLOCK_N, HEAD_DIM)
+        dp = tl.dot(do, tl.trans(v))  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dk += tl.dot(tl.trans(ds).to(q.dtype), q) * sm_scale
+    g_off = off_z * stride_gz + offs_n[:, None] * stride_gn + offs_d[None, :]
+    tl.store(dK + g_off, dk.to(dK.dtype.element_ty), mask=kv_mask)
+    tl.store(dV + g_off, dv.to(dV.dtype.element_ty), mask=kv_mask)
+
+
+def flash_backward_dkdv(q, k, v, o, lse, do, causal=False, scale=None):
+    """(dk, dv) of o = softmax(scale q k^T) v by flash_bwd_dkdv_kernel; shapes and dtypes of k, v."""
+    z, nq, d = q.shape
+    nk = k.shape[1]
+    scale = d ** -0.5 if scale is None else scale
+    q, k, v, do = (t.contiguous() for t in (q, k, v, do))
+    lse = lse.float().contiguous()
+    delta = _padded((do.float() * o.float()).sum(-1), 5)  # (Z, Nq): D = rowsum(dO * O)
+    do, v = _padded(do, 8), _padded(v, 4)
+    dk = torch.empty((z, nk, d + 12), dtype=k.dtype)[..., :d]
+    dv = dk.new_empty((z, nk, d + 12))[..., :d]
+    grid = (triton.cdiv(nk, BLOCK_N), z)
+    flash_bwd_dkdv_kernel[grid](q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), k.stride(0),
+                                k.stride(1), lse.stride(0), nq, nk, scale,
+                                BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d, CAUSAL=bool(causal),
+                                stride_doz=do.stride(0), stride_dom=do.stride(1), stride_vz=v.stride(0),
+                                stride_vn=v.stride(1), stride_gz=dk.stride(0), stride_gn=dk.stride(1),
+                                stride_dz=delta.stride(0))
+    return dk, dv
+
+
+@triton.jit
+def flash_bwd_dq_kernel(Q, K, V, dO, LSE, Delta, dQ,
+                        stride_qz, stride_qm, stride_kz, stride_kn, stride_lz,
+                        N_Q, N_K, sm_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        CAUSAL: tl.constexpr,
+                        stride_doz=0, stride_dom=0, stride_vz=0, stride_vn=0, stride_gz=0, stride_gn=0, stride_dz=0):
+    start_m = tl.program_id(0)
+    off_z = tl.program_id(1)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_off = off_z * stride_qz + offs_m[:, None] * stride_qm + offs_d[None, :]  # (BLOCK_M, HEAD_DIM)
+    row_ok = offs_m < N_Q
+    q = tl.load(Q + q_off, mask=row_ok[:, None], other=0.0)
+    do = tl.load(dO + off_z * stride_doz + offs_m[:, None] * stride_dom + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    lse = tl.load(LSE + off_z * stride_lz + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(Delta + off_z * stride_dz + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    hi = N_K
+    if CAUSAL:  # keys past the block's last real query row are visible to none of its rows
+        hi = tl.minimum(N_K, tl.minimum((start_m + 1) * BLOCK_M, N_Q))
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_off = off_z * stride_kz + offs_n[:, None] * stride_kn + offs_d[None, :]
+        k = tl.load(K + kv_off, mask=offs_n[:, None] < N_K, other=0.0)  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(V + off_z * stride_vz + offs_n[:, None] * stride_vn + offs_d[None, :], mask=offs_n[:, None] < N_K, other=0.0)
+        p = tl.exp(tl.dot(q, tl.trans(k)) * sm_scale - lse[:, None])  # (BLOCK_M, BLOCK_N)
+        keep = offs_n[None, :] < N_K
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.where(keep, p, 0.0)
+        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k) * sm_scale
+    tl.store(dQ + off_z * stride_gz + offs_m[:, None] * stride_gn + offs_d[None, :], dq.to(dQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+def flash_backward_dq(q, k, v, o, lse, do, causal=False, scale=None):
+    """dq of o = softmax(scale q k^T) v by flash_bwd_dq_kernel; shape and dtype of q."""
+    z, nq, d = q.shape
+    nk = k.shape[1]
+    scale = d ** -0.5 if scale is None else scale
+    q, k, v, do = (t.contiguous() for t in (q, k, v, do))
+    lse = lse.float().contiguous()
+    delta = _padded((do.float() * o.float()).sum(-1), 5)  # (Z, Nq)
+    do, v = _padded(do, 8), _padded(v, 4)
+    dq = torch.empty((z, nq, d + 12), dtype=q.dtype)[..., :d]
+    grid = (triton.cdiv(nq, BLOCK_M), z)
+    flash_bwd_dq_kernel[grid](q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                              lse.stride(0), nq, nk, scale,
+                              BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=d, CAUSAL=bool(causal),
+                              stride_doz=do.stride(0), stride_dom=do.stride(1), stride_vz=v.stride(0),
+                              stride_vn=v.stride(1), stride_gz=dq.stride(0), stride_gn=dq.stride(1),
+                              stride_dz=delta.stride(0))
+    return dq
