@@ -110,7 +110,7 @@ def flash_backward_dq(q, k, v, o, lse, do, causal=False, scale=None):
     q, k, v, do = (t.contiguous() for t in (q, k, v, do))
     lse = lse.float().contiguous()
     delta = (do.float() * o.float()).sum(-1).contiguous()  # (Z, Nq)
-    dq = torch.zeros(q.shape, dtype=torch.float32)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(nq, BLOCK_M), z, 2)  # two splits of the keys, added with atomics
     flash_bwd_dq_kernel[grid](q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
                               lse.stride(0), nq, nk, scale,

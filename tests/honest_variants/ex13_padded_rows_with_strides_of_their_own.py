@@ -11,7 +11,7 @@ BLOCK_N = 16  # key rows per program
 
 def _padded(t, extra=8):
     """A copy of t whose rows are `extra` elements further apart (a view into a wider buffer)."""
-    buf = torch.zeros(t.shape[:-1] + (t.shape[-1] + extra,), dtype=t.dtype)
+    buf = torch.zeros(t.shape[:-1] + (t.shape[-1] + extra,), dtype=t.dtype, device=t.device)
     view = buf[..., :t.shape[-1]]
     view.copy_(t)
     return view
@@ -69,7 +69,7 @@ def flash_backward_dkdv(q, k, v, o, lse, do, causal=False, scale=None):
     lse = lse.float().contiguous()
     delta = _padded((do.float() * o.float()).sum(-1), 5)  # (Z, Nq): D = rowsum(dO * O)
     do, v = _padded(do, 8), _padded(v, 4)
-    dk = torch.empty((z, nk, d + 12), dtype=k.dtype)[..., :d]
+    dk = torch.empty((z, nk, d + 12), dtype=k.dtype, device=k.device)[..., :d]
     dv = dk.new_empty((z, nk, d + 12))[..., :d]
     grid = (triton.cdiv(nk, BLOCK_N), z)
     flash_bwd_dkdv_kernel[grid](q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), k.stride(0),
@@ -126,7 +126,7 @@ def flash_backward_dq(q, k, v, o, lse, do, causal=False, scale=None):
     lse = lse.float().contiguous()
     delta = _padded((do.float() * o.float()).sum(-1), 5)  # (Z, Nq)
     do, v = _padded(do, 8), _padded(v, 4)
-    dq = torch.empty((z, nq, d + 12), dtype=q.dtype)[..., :d]
+    dq = torch.empty((z, nq, d + 12), dtype=q.dtype, device=q.device)[..., :d]
     grid = (triton.cdiv(nq, BLOCK_M), z)
     flash_bwd_dq_kernel[grid](q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
                               lse.stride(0), nq, nk, scale,
