@@ -1951,6 +1951,11 @@ def test_the_backward_contract_accepts_gradients_read_either_way_and_names_a_mis
         assert np.all(t[:, n_q:] == 0.0)  # keys 6..12 are seen by no query row
         t[:, n_q:] = np.nan
     assert judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", unseen, True, sm_scale=scale)) is None
+    claimed = dict(dK=g["dK"].copy(), dV=g["dV"].copy())  # a launch claiming N_Q = 1 leaves keys 1..5 at zero
+    for t in claimed.values():
+        t[:, 1:] = 0.0
+    fake = record("flash_bwd_dkdv_kernel", claimed, True, sm_scale=scale, n_q_call=1)
+    assert "did not compute dK and dV" in judge(("flash_bwd_dkdv_kernel",), fake, case_kwargs=dict(q=np.zeros((2, n_q, d))))
     seen = dict(dK=g["dK"].copy(), dV=g["dV"])
     seen["dK"][1, 2] = np.nan
     message = judge(("flash_bwd_dkdv_kernel",), record("flash_bwd_dkdv_kernel", seen, True, sm_scale=scale))

@@ -69,16 +69,17 @@ def _flash_bwd(inputs: dict, scalars: dict, case_scale: float, outputs: dict) ->
     (dO V^T - Delta)): s and the gradients' factor from ``sm_scale`` read either way (``_scales``), LSE in
     natural-log or log2 units (a wrapper that hands an exp2 kernel lse * log2(e)), and the factor also the
     case's scale or 1 (a natural scale of the learner's own). Where the causal mask hides a key from every
-    query row of the learner's own call (``n_q_call``), a row of dK and dV left unwritten (NaN, or the zeros
-    its buffer held) is accepted: a grid may skip those keys, and the relaunch's extra query rows see them."""
+    query row of the case (``n_q_case``, which ``judge_replay`` adds; not the N_Q a launch claims), a row of dK
+    and dV left unwritten (NaN, or the zeros its buffer held) is accepted: a grid may skip those keys, and
+    the relaunch's extra query rows see them."""
     q, k, v, do, lse, delta = (inputs[n] for n in ("Q", "K", "V", "dO", "LSE", "Delta"))
     keep = np.ones((q.shape[1], k.shape[1]), dtype=bool)
     if scalars.get("causal"):
         keep = np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None]
     scores, dp = np.einsum("zmd,znd->zmn", q, k), np.einsum("zmd,znd->zmn", do, v) - delta[..., None]
     unseen = ~keep.any(axis=0)  # keys no query row sees
-    if scalars.get("causal"):
-        unseen |= np.arange(k.shape[1]) >= int(scalars.get("n_q_call", q.shape[1]))  # none of the call's rows
+    if scalars.get("causal"):  # keys none of the case's query rows sees (the learner's N_Q without a case)
+        unseen |= np.arange(k.shape[1]) >= int(scalars.get("n_q_case", scalars.get("n_q_call", q.shape[1])))
     out = []
     for s in _scales(scalars, case_scale):
         for lse_unit in (1.0, math.log(2.0)):
@@ -338,6 +339,11 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict
         if problem:
             return (f"{name}, launched again by the grader on inputs of its own ({_setting(name, launches[0])}; your "
                     f"grid, tiles and other scalars), did not compute {what}: {problem}")
+    q = (case_kwargs or {}).get("q")
+    if name in ("flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel") and isinstance(q, np.ndarray) and q.ndim >= 2:
+        for launch in launches:
+            if isinstance(launch, dict) and isinstance(launch.get("scalars"), dict):
+                launch["scalars"]["n_q_case"] = int(q.shape[-2])
     for i, launch in enumerate(launches):
         problem = _judge_launch(name, launch, case_scale) if isinstance(launch, dict) else "malformed"
         if problem is None:
