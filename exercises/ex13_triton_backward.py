@@ -15,8 +15,8 @@ your launches that is a power of two): the grader's cases have more rows, so the
 Precision: float32 inputs; in the interpreter the grader allows 1e-4 + 1e-3 |expected|; on CUDA
 (tf32 dots) 1e-2 + 1e-2 |expected|.
 After a check passes, the grader launches each kernel once more itself, with your grid, tiles and
-other scalars, on tensors of its own (random Q, K, V, dO and Delta, the lse of its own scores, its
-own sm_scale, more query rows for dK and dV, more keys for dQ): keep their parameters.
+other scalars, on tensors of its own (random Q, K, V and dO, the lse and D of that attention, its own
+sm_scale), at the sizes your launches gave it: keep their parameters, and launch them on the problem.
 """
 import torch
 import triton

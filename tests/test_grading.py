@@ -298,26 +298,29 @@ BROKEN_CASES = [
     # the kernel launched again by the grader on inputs of its own (grading.contracts): the answer in disguise,
     # averaged back by a kernel that computes no attention; an output written by a thread while the kernel idles
     ("kernel_averages_an_answer_in_disguise", "ex07_kernel_inner_loop", "flash_forward", "launch",
-     "launched again by the grader on inputs of its own (random Q, K, V with N_K = 39 keys, qk_scale = 0.3; your "
-     "grid, tiles and other scalars), did not compute softmax(qk_scale Q K^T) V"),
+     "flash_fwd_kernel was never launched at the problem's sizes (N_Q = 32, N_K = 32, HEAD_DIM = 16); its launches "
+     "had N_Q = 1, N_K = 2, HEAD_DIM = 16"),
     ("kernel_disguise_then_a_launch_that_passes_alone", "ex07_kernel_inner_loop", "flash_forward", "launch",
-     "launch 1 of the 2 run again), did not compute softmax(qk_scale Q K^T) V"),
+     "flash_fwd_kernel was never launched at the problem's sizes (N_Q = 32, N_K = 32, HEAD_DIM = 16)"),
     # a relaunch that kept the learner's scale or strides would expect the mean of V that the kernel computes;
     # decoy launches would hide the real one from a sample of the launches
     ("kernel_mean_of_v_with_a_zero_scale", "ex07_kernel_inner_loop", "flash_forward", "launch",
-     ("flash_fwd_kernel, launched again by the grader", "the grader launches flash_fwd_kernel again")),
+     ("flash_fwd_kernel, launched again by the grader", "the grader launches flash_fwd_kernel again",
+      "flash_fwd_kernel was never launched at the problem's sizes")),
     ("kernel_mean_of_v_with_a_zero_key_stride", "ex07_kernel_inner_loop", "flash_forward", "launch",
-     ("flash_fwd_kernel, launched again by the grader", "the grader launches flash_fwd_kernel again")),
+     ("flash_fwd_kernel, launched again by the grader", "the grader launches flash_fwd_kernel again",
+      "flash_fwd_kernel was never launched at the problem's sizes")),
     ("kernel_causal_prefix_mean_with_a_zero_key_stride", "ex08_kernel_causal", "flash_forward", "launch",
-     "flash_fwd_kernel, launched again by the grader"),
+     ("flash_fwd_kernel, launched again by the grader", "flash_fwd_kernel was never launched at the problem's sizes")),
     ("kernel_unnormalised_among_decoy_launches", "ex12_triton_online_softmax", "online_row_softmax", "launch",
-     "online_softmax_kernel, launched again by the grader"),
+     "online_softmax_kernel was never launched at the problem's sizes (n_cols = 100)"),
     ("kernel_averages_split_states_in_disguise", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "decode_partial_kernel, launched again by the grader on inputs of its own (random Q, K, V with N_K = 8 keys "
-     "per sequence, qk_scale = 0.3"),
+     "decode_partial_kernel was never launched at the problem's sizes (N_K = 64, HEAD_DIM = 16); its launches had "
+     "N_K = 8, HEAD_DIM = 16"),
     # ... and the relaunch told by the grader's scale, the empty state written everywhere; a softmax over two keys
     ("kernel_empty_states_when_the_scale_changes", "ex14_split_kv_decode", "split_kv_partials", "launch",
-     "it wrote only empty states (lse = -inf) where the sequences have keys"),
+     ("it wrote only empty states (lse = -inf) where the sequences have keys",
+      "decode_partial_kernel was never launched at the problem's sizes")),
     ("kernel_answer_through_extra_outputs", "ex14_split_kv_decode", "split_kv_partials", "launch",
      "it wrote only empty states (lse = -inf) where the sequences have keys"),
     ("kernel_keys_per_split_of_one", "ex14_split_kv_decode", "split_kv_partials", "launch",
@@ -327,8 +330,8 @@ BROKEN_CASES = [
     # the backward kernels and the primer's softmax kernel, launched again: an answer the wrapper computed
     # elementwise in torch, handed over doubled and halved by the kernel
     ("kernel_backward_answer_in_disguise", "ex13_triton_backward", "flash_backward_dkdv", "launch",
-     "flash_bwd_dkdv_kernel, launched again by the grader on inputs of its own (random Q, K, V, dO and Delta with "
-     "N_Q = 69 query rows and N_K = 32 keys, LSE of those scores, sm_scale = 0.3"),
+     "flash_bwd_dkdv_kernel, launched again by the grader on inputs of its own (random Q, K, V and dO with "
+     "N_Q = 32 query rows and N_K = 32 keys, the LSE and D = rowsum(dO * O) of that attention, sm_scale = 0.3"),
     ("kernel_backward_answer_in_disguise", "ex13_triton_backward", "flash_backward_dq", "launch",
      "did not compute dQ of attention (dQ = sm_scale dS K)"),
     ("kernel_softmax_in_disguise", "ex06_triton_primer", "row_softmax", "launch",
@@ -338,9 +341,20 @@ BROKEN_CASES = [
     ("kernel_backward_at_sizes_of_its_own", "ex13_triton_backward", "flash_backward_dkdv", "launch",
      "make tensors of more than 4194304 elements in all, far more than the problem it was given"),
     ("kernel_backward_at_sizes_of_its_own", "ex13_triton_backward", "flash_backward_dq", "launch",
-     "(16384 of 16384 elements wrong)"),
+     "flash_bwd_dq_kernel was never launched at the problem's sizes (N_Q = 32, N_K = 32, HEAD_DIM = 16); its "
+     "launches had N_Q = 1, N_K = 64, HEAD_DIM = 16384"),
     ("kernel_softmax_over_columns_of_its_own", "ex06_triton_primer", "row_softmax", "launch",
-     "did not compute the softmax of each row of X: Out[0, "),
+     "softmax_kernel was never launched at the problem's sizes (n_cols = 100); its launches had n_cols = 131072"),
+    # the required kernel launched only on decoys of the wrapper's making, where what it must write is trivial,
+    # while another kernel (or the same one beyond its declared view) writes an answer made in torch
+    ("kernel_decoy_launches_while_another_kernel_writes", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "flash_bwd_dkdv_kernel was never launched at the problem's sizes (N_Q = 32, N_K = 32, HEAD_DIM = 16)"),
+    ("kernel_decoy_launches_while_another_kernel_writes", "ex13_triton_backward", "flash_backward_dq", "launch",
+     "flash_bwd_dq_kernel was never launched at the problem's sizes"),
+    ("kernel_softmax_declares_one_column", "ex06_triton_primer", "row_softmax", "launch",
+     "softmax_kernel was never launched at the problem's sizes (n_cols = 100); its launches had n_cols = 1"),
+    ("kernel_online_softmax_on_a_decoy_column", "ex12_triton_online_softmax", "online_row_softmax", "launch",
+     "online_softmax_kernel was never launched at the problem's sizes (n_cols = 100)"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)
@@ -1954,6 +1968,12 @@ def test_the_backward_contract_accepts_gradients_read_either_way_and_names_a_mis
     claimed = dict(dK=g["dK"].copy(), dV=g["dV"].copy())  # a launch claiming N_Q = 1 leaves keys 1..5 at zero
     for t in claimed.values():
         t[:, 1:] = 0.0
+    tiny = record("flash_bwd_dq_kernel", dict(dQ=g["dQ"]), True, sm_scale=scale, call_N_Q=1, call_N_K=1, call_HEAD_DIM=1)
+    case = dict(q=np.zeros((2, n_q, d)), k=np.zeros((2, n_k, d)))
+    assert "was never launched at the problem's sizes (N_Q = 6, N_K = 13, HEAD_DIM = 16)" in judge(
+        ("flash_bwd_dq_kernel",), tiny, case_kwargs=case)
+    tiny["launches"][0]["scalars"].update(call_N_Q=n_q, call_N_K=n_k, call_HEAD_DIM=d)
+    assert judge(("flash_bwd_dq_kernel",), tiny, case_kwargs=case) is None
     fake = record("flash_bwd_dkdv_kernel", claimed, True, sm_scale=scale, n_q_call=1)
     assert "did not compute dK and dV" in judge(("flash_bwd_dkdv_kernel",), fake, case_kwargs=dict(q=np.zeros((2, n_q, d))))
     seen = dict(dK=g["dK"].copy(), dV=g["dV"])

@@ -2088,11 +2088,11 @@ def _layout_flash_bwd(args: dict, grads: tuple) -> dict:
     """Q, K, V, dO (random), LSE (the log-sum-exp of the grader's scores at its own scale, so that P is a
     softmax), Delta = rowsum(dO * O) and, where the kernel takes it, O (the attention output of those
     inputs, for a kernel that computes D itself), and the gradients ``grads`` (dK and dV, or dQ): as many
-    batch elements as the learner's first gradient holds, each tensor read as the learner's call read its
-    own (where that keeps every element apart, else the grader's own layout, passed instead),
-    REPLAY_EXTRA_KEYS more of the rows the kernel loops over (query rows for dK and dV, keys for dQ) and
-    the grader's own sm_scale: a kernel right only for the wrapper's lengths, or one that decodes an
-    answer the wrapper prepared, fails."""
+    batch elements as the learner's first gradient holds, the launch's own N_Q and N_K (a grid may tile
+    either: no rows are added, as for the forward; the parent asks that one launch had the case's sizes),
+    each tensor read as the learner's call read its own (where that keeps every element apart, else the
+    grader's own layout, passed instead), and the grader's own sm_scale: a kernel that decodes an answer
+    the wrapper prepared fails."""
     n_q, n_k, d = (_whole(args, n) for n in ("N_Q", "N_K", "HEAD_DIM"))
     if min(n_q, n_k, d) < 1:
         raise ReplayRefused(f"N_Q={n_q}, N_K={n_k}, HEAD_DIM={d}: each must be >= 1")
@@ -2106,9 +2106,8 @@ def _layout_flash_bwd(args: dict, grads: tuple) -> dict:
     else:  # one batch element (x[z]) or a flat buffer: read with the learner's batch stride
         z = _batch_of(args, first, row_stride[family[first]][0], (rows_of[first], d),
                       (_whole(args, row_stride[family[first]][1]), 1))
-    grown_q = n_q + (REPLAY_EXTRA_KEYS if first == "dK" else 0)
-    grown_k = n_k + (REPLAY_EXTRA_KEYS if first == "dQ" else 0)
-    tensors, overrides = {}, {"N_Q": grown_q, "N_K": grown_k}
+    grown_q, grown_k = n_q, n_k  # the launch's own lengths: a grid may tile either (dQ or dK by atomic adds)
+    tensors, overrides = {}, {}
     extra = ("O",) if hasattr(args.get("O"), "untyped_storage") else ()
     for who in ("Q", "K", "V", "dO") + extra + grads:
         rows = rows_of[who]
@@ -2203,6 +2202,9 @@ def _extent(size, strides) -> int:
 
 REPLAY_MAX = 8  # launches of a kernel run again after one call (see _chosen)
 REPLAY_MAX_ELEMENTS = 1 << 22  # elements of the tensors they lay out, in all (sent as float64: 32 MiB)
+# sizes a launch gives its kernel, sent with its record as call_<name> (the parent asks that one launch had
+# the case's own: see contracts.judge_replay)
+REPLAY_SIZES = ("N_Q", "N_K", "HEAD_DIM", "n_cols", "n_elements")
 
 
 def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers: list,
@@ -2231,7 +2233,9 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
         raise ReplayRefused(f"its launches' sizes ({sizes}) make tensors of more than {REPLAY_MAX_ELEMENTS} elements "
                             "in all, far more than the problem it was given: launch it with that problem's sizes")
     fresh = dict(spec["overrides"])
-    record = dict(scalars=spec["scalars"], inputs={}, outputs={})
+    sizes = {f"call_{k}": int(bound[k]) for k in REPLAY_SIZES
+             if isinstance(bound.get(k), int) and not isinstance(bound.get(k), bool)}
+    record = dict(scalars=dict(spec["scalars"], **sizes), inputs={}, outputs={})
     for p, seen in spec.get("observed", {}).items():  # the learner's tensors as the call left them
         record["inputs"][p] = wire.encode(seen.detach().cpu().to(torch.float64).numpy(), buffers)
     made = {}

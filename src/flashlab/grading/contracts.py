@@ -287,7 +287,7 @@ def _setting(name: str, launch: dict) -> str:
         sizes = (f" with N_Q = {q.shape[1]} query rows and N_K = {k.shape[1]} keys"
                  if all(isinstance(x, np.ndarray) and x.ndim == 3 for x in (q, k)) else "")
         scale = f", sm_scale = {scalars['sm_scale']:g}" if "sm_scale" in scalars else ""
-        return f"random Q, K, V, dO and Delta{sizes}, LSE of those scores{scale}"
+        return f"random Q, K, V and dO{sizes}, the LSE and D = rowsum(dO * O) of that attention{scale}"
     if name == "decode_partial_kernel":
         k = inputs.get("K")
         keys = f" with N_K = {k.shape[1]} keys per sequence" if isinstance(k, np.ndarray) and k.ndim == 3 else ""
@@ -317,6 +317,39 @@ def _decode_call_problem(launches: list, case_kwargs: dict) -> str | None:
     return None
 
 
+def _case_sizes(name: str, case_kwargs: dict) -> dict:
+    """{size parameter: the case's value} that one launch of ``name`` must have been given (N_Q, N_K and
+    HEAD_DIM from q and k; n_cols from x's rows; n_elements from x); empty where the case does not say."""
+    q, k, x = (case_kwargs.get(n) for n in ("q", "k", "x"))
+    shaped = lambda a, dims: isinstance(a, np.ndarray) and a.ndim >= dims  # noqa: E731
+    if name in ("flash_fwd_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel") and shaped(q, 2) and shaped(k, 2):
+        return {"N_Q": q.shape[-2], "N_K": k.shape[-2], "HEAD_DIM": q.shape[-1]}
+    if name == "decode_partial_kernel" and shaped(k, 2):
+        return {"N_K": k.shape[-2], "HEAD_DIM": k.shape[-1]}
+    if name in ("softmax_kernel", "online_softmax_kernel") and shaped(x, 1):
+        return {"n_cols": x.shape[-1]}
+    if name == "add_kernel" and shaped(x, 1):
+        return {"n_elements": x.size}
+    return {}
+
+
+def _sizes_problem(name: str, launches: list, case_kwargs: dict) -> str | None:
+    """None when one launch run again had the case's own sizes (those it has parameters for); else what
+    its launches had. A kernel launched only on small inputs of the wrapper's making (a row of one key, a
+    head dimension of 1), where what it must write is trivial, while the result comes from elsewhere,
+    fails here."""
+    wanted = _case_sizes(name, case_kwargs)
+    given = [launch.get("scalars") or {} for launch in launches if isinstance(launch, dict)]
+    kept = [{k: v for k, v in wanted.items() if f"call_{k}" in scalars} for scalars in given]
+    if not wanted or not any(kept) or any(
+            all(scalars[f"call_{k}"] == v for k, v in keep.items()) for keep, scalars in zip(kept, given) if keep):
+        return None
+    case = ", ".join(f"{k} = {v}" for k, v in wanted.items())
+    seen = "; ".join(", ".join(f"{k} = {scalars[f'call_{k}']}" for k in wanted if f"call_{k}" in scalars)
+                     for scalars in given[:3])
+    return f"was never launched at the problem's sizes ({case}); its launches had {seen}"
+
+
 def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict | None = None) -> str | None:
     """None when every launch run again wrote what its kernel's contract says; else the message. ``replay``:
     the child's record (``child.replay``: the kernel, and each launch's scalars, input and output views) with
@@ -334,6 +367,12 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict
     launches = replay.get("launches")
     if not isinstance(launches, list) or not launches:
         return f"the record of {name} launched again by the grader was malformed"
+    if case_kwargs:
+        problem = _sizes_problem(name, launches, case_kwargs)
+        if problem:
+            return (f"{name} {problem}. The grader launches the kernel again on inputs of its own, at the sizes "
+                    f"your launches gave it, to check that the kernel itself computes {CONTRACTS[name][0]}: "
+                    "launch it on the problem itself, not only on inputs of other sizes")
     if name == "decode_partial_kernel" and case_kwargs and all(isinstance(launch, dict) for launch in launches):
         problem = _decode_call_problem(launches, case_kwargs)
         if problem:
