@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -1755,6 +1756,10 @@ def test_holds_output_finds_the_returned_values_in_any_float_view_of_the_derived
     assert not holds_output(rng.standard_normal(50000).astype(np.float32), out)
     assert not holds_output(out.ravel()[:-1].copy(), out)  # one value short
     assert not holds_output(np.zeros(64, np.float32), np.zeros((4, 4), np.float32))  # one repeated value
+    signalling = np.full(8, 0x7F800001, np.uint32)  # bytes that read as float32 signalling NaNs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy warning would show in the learner's notebook
+        assert not holds_output(signalling.view(np.int64), out)
 
 
 

@@ -459,7 +459,8 @@ def _float_views(derived: np.ndarray) -> list:
     for dt in (np.float16, np.float32, np.float64):
         usable = len(raw) // np.dtype(dt).itemsize * np.dtype(dt).itemsize
         if usable and np.dtype(dt) != derived.dtype:
-            views.append(np.frombuffer(raw[:usable], dtype=dt).astype(np.float64))
+            with np.errstate(invalid="ignore"):  # bytes read as a signalling NaN: no warning in the report
+                views.append(np.frombuffer(raw[:usable], dtype=dt).astype(np.float64))
     return views
 
 
