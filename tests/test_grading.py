@@ -356,6 +356,14 @@ BROKEN_CASES = [
      "softmax_kernel was never launched at the problem's sizes (n_cols = 100); its launches had n_cols = 1"),
     ("kernel_online_softmax_on_a_decoy_column", "ex12_triton_online_softmax", "online_row_softmax", "launch",
      "online_softmax_kernel was never launched at the problem's sizes (n_cols = 100)"),
+    ("kernel_split_states_on_a_one_key_decoy", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "decode_partial_kernel was never launched at the problem's sizes (N_K = 64, HEAD_DIM = 16); its launches had "
+     "N_K = 1, HEAD_DIM = 16"),
+    ("kernel_empty_states_at_the_problems_sizes", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "at the problem's N_K = 64 its launches left split 0 (keys 0 to 15) with the empty state"),
+    ("kernel_causal_answer_beside_a_non_causal_launch", "ex08_kernel_causal", "flash_forward", "launch",
+     "flash_fwd_kernel was never launched at the problem's sizes (N_Q = 32, N_K = 32, HEAD_DIM = 16, CAUSAL = True); "
+     "its launches had N_Q = 32, N_K = 32, HEAD_DIM = 16, CAUSAL = False"),
     ("kernel_idle_while_a_thread_writes", "ex06_triton_primer", "vector_add", "launch",
      ("add_kernel, launched again by the grader", "changed after your kernel wrote it",
       "not written by a launch of your kernel")),  # which, depends on when the thread runs (on a GPU: the third)

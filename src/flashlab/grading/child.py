@@ -2202,8 +2202,8 @@ def _extent(size, strides) -> int:
 
 REPLAY_MAX = 8  # launches of a kernel run again after one call (see _chosen)
 REPLAY_MAX_ELEMENTS = 1 << 22  # elements of the tensors they lay out, in all (sent as float64: 32 MiB)
-# sizes a launch gives its kernel, sent with its record as call_<name> (the parent asks that one launch had
-# the case's own: see contracts.judge_replay)
+# sizes a launch gives its kernel, sent with its record as call_<name> with its CAUSAL (the parent asks that
+# one launch had the case's own: see contracts.judge_replay)
 REPLAY_SIZES = ("N_Q", "N_K", "HEAD_DIM", "n_cols", "n_elements")
 
 
@@ -2235,6 +2235,8 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
     fresh = dict(spec["overrides"])
     sizes = {f"call_{k}": int(bound[k]) for k in REPLAY_SIZES
              if isinstance(bound.get(k), int) and not isinstance(bound.get(k), bool)}
+    if "CAUSAL" in bound:  # the causal flag, read as the kernel reads it
+        sizes["call_CAUSAL"] = bool(bound["CAUSAL"])
     record = dict(scalars=dict(spec["scalars"], **sizes), inputs={}, outputs={})
     for p, seen in spec.get("observed", {}).items():  # the learner's tensors as the call left them
         record["inputs"][p] = wire.encode(seen.detach().cpu().to(torch.float64).numpy(), buffers)

@@ -314,16 +314,34 @@ def _decode_call_problem(launches: list, case_kwargs: dict) -> str | None:
     if n_keys and written and not any(isinstance(x, np.ndarray) and np.isfinite(x).any() for x in written):
         return ("it wrote only empty states (lse = -inf) where the sequences have keys: the partial states must be "
                 "in the O_part and LSE_part it is given")
+    # at the case's own N_K every split with keys must get a state from some launch: a launch at those sizes
+    # that writes empty states beside a decoy that writes one would otherwise pass
+    per = -(-n_keys // splits)
+    full = [launch["outputs"].get("LSE_part") for launch in launches if isinstance(launch.get("outputs"), dict)
+            and _given(launch.get("scalars") or {}, "N_K") == n_keys]
+    full = [x for x in full if isinstance(x, np.ndarray) and x.ndim == 2]
+    if full:
+        slots = min(splits, min(x.shape[1] for x in full))
+        covered = np.zeros(slots, dtype=bool)
+        for x in full:
+            covered |= np.isfinite(x[:, :slots]).any(axis=0)
+        empty = [j for j in range(slots) if j * per < n_keys and not covered[j]]
+        if empty:
+            return (f"at the problem's N_K = {n_keys} its launches left split {empty[0]} (keys {empty[0] * per} to "
+                    f"{min((empty[0] + 1) * per, n_keys) - 1}) with the empty state: every split with keys must "
+                    "get its partial state")
     return None
 
 
 def _case_sizes(name: str, case_kwargs: dict) -> dict:
-    """{size parameter: the case's value} that one launch of ``name`` must have been given (N_Q, N_K and
-    HEAD_DIM from q and k; n_cols from x's rows; n_elements from x); empty where the case does not say."""
+    """{size parameter: the case's value} that one launch of ``name`` must have been given (N_Q, N_K,
+    HEAD_DIM and CAUSAL from q, k and causal; n_cols from x's rows; n_elements from x); empty where the
+    case does not say."""
     q, k, x = (case_kwargs.get(n) for n in ("q", "k", "x"))
     shaped = lambda a, dims: isinstance(a, np.ndarray) and a.ndim >= dims  # noqa: E731
     if name in ("flash_fwd_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel") and shaped(q, 2) and shaped(k, 2):
-        return {"N_Q": q.shape[-2], "N_K": k.shape[-2], "HEAD_DIM": q.shape[-1]}
+        sizes = {"N_Q": q.shape[-2], "N_K": k.shape[-2], "HEAD_DIM": q.shape[-1]}
+        return dict(sizes, CAUSAL=True) if case_kwargs.get("causal") else sizes
     if name == "decode_partial_kernel" and shaped(k, 2):
         return {"N_K": k.shape[-2], "HEAD_DIM": k.shape[-1]}
     if name in ("softmax_kernel", "online_softmax_kernel") and shaped(x, 1):
@@ -333,20 +351,34 @@ def _case_sizes(name: str, case_kwargs: dict) -> dict:
     return {}
 
 
+def _given(scalars: dict, size: str):
+    """What a launch run again was given for ``size``: its parameter (``call_<size>``), for N_K the keys the
+    relaunch read when the kernel has no N_K (``n_keys``, from its K), for CAUSAL False without one."""
+    if f"call_{size}" in scalars:
+        return scalars[f"call_{size}"]
+    if size == "N_K":
+        return scalars.get("n_keys")
+    return False if size == "CAUSAL" else None
+
+
+def _at_case_sizes(scalars: dict, wanted: dict) -> bool:
+    return all(_given(scalars, k) == v for k, v in wanted.items() if _given(scalars, k) is not None)
+
+
 def _sizes_problem(name: str, launches: list, case_kwargs: dict) -> str | None:
-    """None when one launch run again had the case's own sizes (those it has parameters for); else what
-    its launches had. A kernel launched only on small inputs of the wrapper's making (a row of one key, a
-    head dimension of 1), where what it must write is trivial, while the result comes from elsewhere,
-    fails here."""
+    """None when one launch run again had the case's own sizes (those it has parameters for) and, for a
+    causal case, CAUSAL; else what its launches had. A kernel launched only on small inputs of the
+    wrapper's making (a row of one key, a head dimension of 1), or only without its causal mask, where
+    what it must write is trivial or another problem, while the result comes from elsewhere, fails here.
+    Launches that each take a chunk of the rows or keys (N_Q or N_K a chunk's length) fail too."""
     wanted = _case_sizes(name, case_kwargs)
     given = [launch.get("scalars") or {} for launch in launches if isinstance(launch, dict)]
-    kept = [{k: v for k, v in wanted.items() if f"call_{k}" in scalars} for scalars in given]
-    if not wanted or not any(kept) or any(
-            all(scalars[f"call_{k}"] == v for k, v in keep.items()) for keep, scalars in zip(kept, given) if keep):
+    if not wanted or not any(any(_given(g, k) is not None for k in wanted) for g in given) or any(
+            _at_case_sizes(g, wanted) for g in given):
         return None
     case = ", ".join(f"{k} = {v}" for k, v in wanted.items())
-    seen = "; ".join(", ".join(f"{k} = {scalars[f'call_{k}']}" for k in wanted if f"call_{k}" in scalars)
-                     for scalars in given[:3])
+    seen = "; ".join(", ".join(f"{k} = {_given(g, k)}" for k in wanted if _given(g, k) is not None)
+                     for g in given[:3])
     return f"was never launched at the problem's sizes ({case}); its launches had {seen}"
 
 
