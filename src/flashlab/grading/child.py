@@ -2059,19 +2059,19 @@ def _layout_decode_partial(args: dict) -> dict:
     return dict(tensors=tensors, overrides=overrides, scalars=scalars, observed=observed)
 
 
-def _addressed(args: dict, who: str, names: tuple, size: tuple, check: tuple) -> tuple:
+def _addressed(args: dict, who: str, names: tuple, size: tuple) -> tuple:
     """The strides a kernel reads tensor ``who`` with, as a view of ``size``: where the learner's tensor has
-    the view's sizes (``check``), in that order or another (K passed transposed), its own strides (a correct
+    the view's sizes, in that order or another (K passed transposed), its own strides (a correct
     call reads every tensor as it is laid out, whichever parameters carry the strides: a padded D
     addressed by a stride of its own); else, aligned from the right, its own stride for each dimension of
     the view's size with more than one element and the parameters ``names`` (one per dimension but the
     last, contiguous one) for the others (x[z] passed per batch element, a dimension of one)."""
     given = args.get(who)
     shape, own = (tuple(given.shape), tuple(given.stride())) if hasattr(given, "untyped_storage") else ((), ())
-    if len(shape) == len(check) and shape != tuple(check) and sorted(shape) == sorted(check):
+    if len(shape) == len(size) and shape != tuple(size) and sorted(shape) == sorted(size):
         free = list(range(len(shape)))
         order = []
-        for wanted in check:  # the learner's dimension of each size, the first one free
+        for wanted in size:  # the learner's dimension of each size, the first one free
             j = next(i for i in free if shape[i] == wanted)
             free.remove(j)
             order.append(j)
@@ -2079,7 +2079,7 @@ def _addressed(args: dict, who: str, names: tuple, size: tuple, check: tuple) ->
     strides = []
     for i, name in enumerate(names):
         j = i - (len(size) - len(own))  # the learner's dimension under this one, aligned from the right
-        wanted = check[i]
+        wanted = size[i]
         strides.append(own[j] if 0 <= j < len(own) and shape[j] == wanted and wanted > 1 else _whole(args, name))
     return tuple(strides) + (1,)
 
@@ -2106,25 +2106,21 @@ def _layout_flash_bwd(args: dict, grads: tuple) -> dict:
     else:  # one batch element (x[z]) or a flat buffer: read with the learner's batch stride
         z = _batch_of(args, first, row_stride[family[first]][0], (rows_of[first], d),
                       (_whole(args, row_stride[family[first]][1]), 1))
-    grown_q, grown_k = n_q, n_k  # the launch's own lengths: a grid may tile either (dQ or dK by atomic adds)
     tensors, overrides = {}, {}
     extra = ("O",) if hasattr(args.get("O"), "untyped_storage") else ()
     for who in ("Q", "K", "V", "dO") + extra + grads:
-        rows = rows_of[who]
-        grown = grown_q if family[who] == "Q" else grown_k
-        names = row_stride[family[who]]
-        size, check = (z, grown, d), (z, rows, d)
-        strides = _addressed(args, who, names, size, check)
-        if not _apart(check, strides):
-            strides = (grown * d, d, 1)
+        rows, names = rows_of[who], row_stride[family[who]]
+        strides = _addressed(args, who, names, (z, rows, d))
+        if not _apart((z, rows, d), strides):
+            strides = (rows * d, d, 1)
             overrides.update(zip(names, strides))
-        tensors[who] = ("outputs" if who in grads else "inputs", size, strides)
+        tensors[who] = ("outputs" if who in grads else "inputs", (z, rows, d), strides)
     for who in ("LSE", "Delta"):
-        strides = _addressed(args, who, ("stride_lz",), (z, grown_q), (z, n_q))
+        strides = _addressed(args, who, ("stride_lz",), (z, n_q))
         if not _apart((z, n_q), strides):
-            strides = (grown_q, 1)
-            overrides["stride_lz"] = grown_q
-        tensors[who] = ("inputs", (z, grown_q), strides)
+            strides = (n_q, 1)
+            overrides["stride_lz"] = n_q
+        tensors[who] = ("inputs", (z, n_q), strides)
     scalars = dict(causal=bool(args.get("CAUSAL", False)), n_q_call=n_q)
     _own_scale(args, overrides, scalars, "sm_scale")
     return dict(tensors=tensors, overrides=overrides, scalars=scalars, derive=_attention_inputs)
