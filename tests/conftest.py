@@ -25,6 +25,10 @@ else:
     _hypothesis_settings.register_profile("flashlab", derandomize=True, database=None)
     _hypothesis_settings.load_profile("flashlab")
 
+# The inputs a kernel is launched again on take a secret drawn per graded part (grading.checks.replay_salt);
+# the tests fix it, so that every run grades on the same inputs
+os.environ.setdefault("FLASHLAB_GRADER_REPLAY_SALT", "1")
+
 HAS_CUDA = _cuda_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -377,6 +377,16 @@ BROKEN_CASES = [
     ("count_tiles_skip_one_off", "ex04_causal_tiles", "count_computed_tiles", "value",
      "looks like the skip rule is one off (>= for >)"),
     ("quiz_typical_wrong_answers", "ex11_quiz", "Q5", "value", "looks like K and V were counted as read once"),
+    ("scores_in_a_shared_mapping_dropped_page_by_page", "ex03_tiled_forward", "tiled_attention", "exception",
+     "map memory shared with a file or another process"),
+    ("scores_in_a_shared_mapping_through_ctypes", "ex03_tiled_forward", "tiled_attention", "exception",
+     "map memory shared with a file or another process"),
+    ("autograd_scores_in_files_mapped_shared", "ex15_autograd_flash", "flash_forward_lse", "exception",
+     "map memory shared with a file or another process"),
+    ("prefaulted_pool_behind_an_undumpable_process", "ex03_tiled_forward", "tiled_attention", "memory",
+     ("not even in a buffer allocated", "could not measure")),
+    ("kernel_answer_for_relaunch_from_a_known_seed", "ex06_triton_primer", "vector_add", "launch",
+     "launched again by the grader on inputs of its own"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -391,7 +401,9 @@ def test_every_broken_submission_has_a_case():
                          ids=[f"{r[0]}-{r[2]}" for r in BROKEN_CASES])
 def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, module, exercise, part, kind, words):
     if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork", "tampers_import_guard",
-                  "reads_solutions_from_disk", "loads_library_copy", "asks_remote_oracle") and not CONFINED:
+                  "reads_solutions_from_disk", "loads_library_copy", "asks_remote_oracle",
+                  "scores_in_a_shared_mapping_dropped_page_by_page", "scores_in_a_shared_mapping_through_ctypes",
+                  "autograd_scores_in_files_mapped_shared") and not CONFINED:
         pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
     if module == "claims_gpu" and has_gpu_driver():
         pytest.skip("this machine has a GPU: the claim is true here")
@@ -554,6 +566,68 @@ def test_a_submission_that_links_to_the_solutions_is_not_graded(tmp_path):
     assert "is a link to" in report.results[0]["failure"]["message"]
     assert check("ex01_naive", exercises_dir=REPO / "solutions", seed=3, public_only=True).results[0]["status"] \
         == "public passed"  # grading solutions/ itself still works
+
+
+def test_a_batch_submission_that_links_out_of_its_folder_is_not_graded(tmp_path):
+    # a link to a correct file anywhere on the grading machine (the project's tests, a work area) is not the
+    # student's own work; the grader refuses it before reading it
+    from flashlab.grading.classroom import grade_batch
+
+    student = tmp_path / "submissions" / "alice"
+    student.mkdir(parents=True)
+    (student / "ex01_naive.py").symlink_to(REPO / "tests" / "honest_variants" / "ex07_float32_then_cast.py")
+    (student / "ex02_softmax.py").symlink_to(tmp_path / "elsewhere.py")
+    shutil.copy(REPO / "solutions" / "ex02_softmax.py", tmp_path / "elsewhere.py")
+    batch = dict(grade_batch(tmp_path / "submissions", ["ex01_naive", "ex02_softmax"], seed=3, public_only=True,
+                             progress=lambda line: None))
+    for _, graded in batch["alice"]:
+        for result in graded.values():
+            assert result["earned"] == 0 and result["failure"]["kind"] == "load", result
+            assert "is a link to" in result["failure"]["message"] and "outside" in result["failure"]["message"]
+
+
+@pytest.mark.skipif(not CONFINED, reason="needs Linux with Landlock and seccomp (flashlab.grading.confine)")
+def test_the_childs_seccomp_filter_refuses_shared_mappings_and_keeps_private_memory(tmp_path):
+    # run in a process of its own: the filter cannot be lifted once set
+    code = (
+        "import mmap, os, numpy as np\n"
+        "from flashlab.grading import confine\n"
+        "assert confine.forbid_processes()\n"
+        "def refused(f):\n"
+        "    try:\n"
+        "        f()\n"
+        "    except OSError as exc:\n"
+        "        return exc.errno == 1\n"
+        "    return False\n"
+        "fd = os.memfd_create('x'); os.ftruncate(fd, 1 << 20)\n"
+        "assert refused(lambda: mmap.mmap(fd, 1 << 20, flags=mmap.MAP_SHARED))\n"
+        "assert refused(lambda: mmap.mmap(-1, 1 << 20))  # shared and anonymous: Python's default\n"
+        "private = mmap.mmap(fd, 1 << 20, flags=mmap.MAP_PRIVATE); private[:4] = b'ok!!'\n"
+        "anonymous = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE)\n"
+        "anonymous.madvise(mmap.MADV_DONTNEED)  # what malloc does: allowed\n"
+        "assert refused(lambda: anonymous.madvise(21))  # MADV_PAGEOUT: to swap, out of the resident size\n"
+        "import ctypes\n"
+        "assert ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == -1  # PR_SET_DUMPABLE\n"
+        "x = np.random.default_rng(0).standard_normal((512, 512)); assert np.isfinite((x @ x).sum())\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_relaunch_inputs_are_not_predictable_from_the_grading_seed(monkeypatch):
+    from flashlab.grading import checks
+
+    monkeypatch.delenv("FLASHLAB_GRADER_REPLAY_SALT", raising=False)
+    assert len({checks.replay_salt() for _ in range(4)}) == 4  # 63 random bits each
+    monkeypatch.setenv("FLASHLAB_GRADER_REPLAY_SALT", "12")
+    assert checks.replay_salt() == 12
+    monkeypatch.setenv("FLASHLAB_GRADER_REPLAY_SALT", "twelve")
+    with pytest.raises(ValueError, match="FLASHLAB_GRADER_REPLAY_SALT"):
+        checks.replay_salt()
+    from flashlab.grading.sandbox import child_environment
+
+    assert "FLASHLAB_GRADER_REPLAY_SALT" not in child_environment(os.environ)
 
 
 def test_the_child_runs_under_cpu_and_file_size_limits(tmp_path):

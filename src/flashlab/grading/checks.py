@@ -317,7 +317,9 @@ class Session:
         record["extra_bytes"] = None if base is None or peak is None else max(0, peak - base - inputs)
         record["referenced_bytes"] = None if referenced is None else max(0, referenced - inputs)
         record["written_bytes"] = None if written1 is None else max(0, written1 - written0 - sum(map(len, out_buffers)))
-        record["unmeasurable"] = False
+        # a record readable before the call and not after it: the learner's code hid it (prctl(PR_SET_DUMPABLE, 0))
+        record["unmeasurable"] = (base is not None and (peak is None or referenced is None)) or \
+            (written0 is not None and written1 is None)
         record["cpu_s"] = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         if contracts.replayed(part.must_launch) and part.tensors and not case.raises and record.get("exception") is None \
                 and record.get("not_implemented") is None and not record.get("launch_problem") \
@@ -334,6 +336,20 @@ class Session:
             except (EOFError, MemoryError, OSError, wire.WireError, ValueError) as exc:
                 return self._lost(self._death(f"the relaunch of your kernel after {case.label!r}", exc)), {}
         return None, record
+
+
+def replay_salt() -> int:
+    """The secret part of the seed of the inputs a kernel is launched again on: drawn fresh for every graded
+    part, so that the grading seed (shown in the report, and readable in the grader's command line as
+    ``flashlab grade --seed N``) does not predict them. ``FLASHLAB_GRADER_REPLAY_SALT`` (an integer) fixes it,
+    for the project's own tests; a grading child never sees the ``FLASHLAB_GRADER*`` variables."""
+    fixed = os.environ.get("FLASHLAB_GRADER_REPLAY_SALT")
+    if fixed is not None:
+        try:
+            return int(fixed)
+        except ValueError:
+            raise ValueError(f"FLASHLAB_GRADER_REPLAY_SALT={fixed!r} must be an integer") from None
+    return secrets.randbits(63)
 
 
 def _case_scale(case: Case) -> float:
@@ -559,8 +575,9 @@ def _live_problem(case: Case, live) -> dict | None:
 def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previous_cpu: float | None) -> dict | None:
     """The verdict on one call, from the record the child sent (every field is a claim to check)."""
     if record.get("unmeasurable"):
-        return dict(kind="memory", message="the grader could not measure this check's memory (/proc/<pid>/clear_refs "
-                    "was refused after your module was loaded; e.g. by prctl(PR_SET_DUMPABLE, 0)): no credit")
+        return dict(kind="memory", message="the grader could not measure this check's memory (/proc/<pid>/clear_refs, "
+                    "smaps, status or io, readable when your module was loaded, was refused around the call; e.g. "
+                    "after prctl(PR_SET_DUMPABLE, 0)): no credit")
     if record.get("not_implemented") is not None:
         return dict(kind="not_implemented", message=_text(record["not_implemented"], 300),
                     where=_where(record.get("where")))
@@ -571,11 +588,12 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         return dict(kind="forbidden", message=(f"called {', '.join(calls)} instead of implementing {part.function}: "
                                                "not rewarded; write the computation yourself"))
     if record.get("exception"):
-        refused = any(words in record["exception"] for words in ("[Errno 1] Operation not permitted",
+        refused = any(words in record["exception"] for words in ("Operation not permitted",
                                                                   "[Errno 13] Permission denied"))
         return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}" + (
                     " (while grading, code may not start processes, read flashlab's files or the course's answers, "
-                    "change files outside its working folder, signal other processes or open network connections)"
+                    "change files outside its working folder, map memory shared with a file or another process, "
+                    "signal other processes or open network connections)"
                     if refused else ""),
                     traceback=_text(record.get("traceback"), 1500), where=_where(record.get("where")))
     digests = record.get("digests") if isinstance(record.get("digests"), dict) else {}
@@ -762,6 +780,7 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
     whys = PUBLIC_WHY.get((exercise.name, part.function), ())
     public = [c if c.why or i >= len(whys) else dataclasses.replace(c, why=whys[i]) for i, c in enumerate(public)]
     hidden_rng = np.random.default_rng([seed, index])
+    salt = replay_salt()  # the relaunch's inputs: not predictable from the seed the report shows
     hidden = [] if public_only else part.hidden(hidden_rng)
     result["public"], result["hidden"] = [0, len(public)], [0, len(hidden)]
     on_cuda = loaded.get("device") == "cuda"
@@ -793,7 +812,7 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                     continue
             expected = None if case.raises else part.reference(**(case.reference_kwargs or case.kwargs))
             answers = expected if isinstance(expected, tuple) else (expected,)
-            replay_seed = int(np.random.default_rng([seed, index, len(result["cases"]), 7]).integers(2**31))
+            replay_seed = int(np.random.default_rng([seed, index, len(result["cases"]), 7, salt]).integers(2**31))
             lost, record = session.call(part, case, limit, measure=case.max_peak_bytes is not None,
                                         expected_bytes=sum(getattr(a, "nbytes", 0) for a in answers),
                                         replay_seed=replay_seed)
@@ -1176,8 +1195,9 @@ def _grade(exercises, exercises_dir, solutions, seed, public_only, fn, time_limi
             return exercise, {p.function: failed_result(exercise, p, "missing", f"no file {path}", seed=seed)
                               for p in exercise.parts}
         real = path.resolve()
-        if not real.is_relative_to(folder.resolve()) and any(real.is_relative_to(h) for h in hidden_paths()):
-            message = f"{path.name} is a link to {real}, which the grader does not grade: submit the file itself"
+        if not real.is_relative_to(folder.resolve()):  # a link out of the folder: the answers, a classmate's, tests
+            message = (f"{path.name} is a link to {real}, outside {folder}, which the grader does not grade: submit "
+                       "the file itself")
             return exercise, {p.function: failed_result(exercise, p, "load", message, case="import", seed=seed)
                               for p in exercise.parts}
         return exercise, grade_exercise(exercise, str(path), seed, public_only, time_limit_s=time_limit_s)

@@ -19,8 +19,14 @@ children, whatever Python code runs afterwards.
   process (fork, vfork, clone without CLONE_THREAD fail with EPERM), and may open Unix sockets
   but no network socket (UDP included, which Landlock does not cover) nor an io_uring. Closes:
   work moved to a forked process, where the grader's memory and CPU measurements do not see it,
-  fork bombs, and a remote oracle that computes the answers. Not used for Triton on a GPU, whose
-  compiler runs as a process.
+  fork bombs, and a remote oracle that computes the answers. It also refuses the ways to hold
+  memory that the grader's measurements from outside do not see: shared mappings (``mmap`` with
+  MAP_SHARED: a memfd or file written through a mapping whose pages are then dropped with
+  ``madvise(MADV_DONTNEED)`` keeps its data in the file; also ``torch.from_file(shared=True)`` and
+  System V ``shmat``), pages pushed to swap (``madvise`` MADV_COLD and MADV_PAGEOUT,
+  ``process_madvise``), and ``prctl(PR_SET_DUMPABLE)``, which makes the child's
+  ``/proc/<pid>/smaps`` and ``io`` unreadable. Not used for Triton on a GPU, whose compiler runs
+  as a process and whose driver maps device memory shared.
 
 Each returns whether it took effect; elsewhere (macOS, old kernels) grading still runs, with the
 weaker guarantees docs/ARCHITECTURE.md states.
@@ -44,9 +50,15 @@ _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 # seccomp: (audit arch, seccomp syscall, clone, clone3, socket, syscalls refused outright: fork, vfork,
-# io_uring_setup)
-_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425)),
-           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425,))}
+# io_uring_setup, shmat, process_madvise)
+_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425, 30, 440)),
+           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425, 196, 440))}
+# syscalls refused for some arguments only: mmap (MAP_SHARED), madvise (MADV_COLD, MADV_PAGEOUT), prctl
+# (PR_SET_DUMPABLE)
+_MMAP = {"x86_64": 9, "aarch64": 222}
+_MADVISE = {"x86_64": 28, "aarch64": 233}
+_PRCTL = {"x86_64": 157, "aarch64": 167}
+_MAP_SHARED, _MADV_COLD, _MADV_PAGEOUT, _PR_SET_DUMPABLE = 0x01, 20, 21, 4
 _CLONE_THREAD = 0x00010000
 _AF_UNIX = 1
 
@@ -140,7 +152,8 @@ def _bpf(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 
 def forbid_processes() -> bool:
-    """Let threads be started but no process, in this process and every thread of it; True when in force."""
+    """Let threads be started but no process, and refuse memory the grader cannot measure (shared mappings,
+    pages sent to swap, an undumpable process), in this process and every thread of it; True when in force."""
     arch = _ARCHES.get(platform.machine()) if platform.system() == "Linux" else None
     if arch is None:
         return False
@@ -153,6 +166,17 @@ def forbid_processes() -> bool:
             _bpf(jge, 0x40000000, 0, 1), _bpf(ret, eperm)]  # x32 syscall numbers
     for nr in refused:
         prog += [_bpf(jeq, nr, 0, 1), _bpf(ret, eperm)]
+    machine = platform.machine()
+    arg = lambda i: 16 + 8 * i  # noqa: E731  seccomp_data.args[i], its low half
+    prog += [_bpf(jeq, _MMAP[machine], 0, 4),
+             _bpf(ld, arg(3)),  # mmap's flags: a shared mapping keeps its pages outside the process
+             _bpf(jset, _MAP_SHARED, 0, 1), _bpf(ret, eperm), _bpf(ret, allow),
+             _bpf(jeq, _MADVISE[machine], 0, 5),
+             _bpf(ld, arg(2)),  # madvise's advice: pages sent to swap leave the resident size
+             _bpf(jeq, _MADV_COLD, 1, 0), _bpf(jeq, _MADV_PAGEOUT, 0, 1), _bpf(ret, eperm), _bpf(ret, allow),
+             _bpf(jeq, _PRCTL[machine], 0, 4),
+             _bpf(ld, arg(0)),  # prctl's option: a process that is not dumpable hides its /proc records
+             _bpf(jeq, _PR_SET_DUMPABLE, 0, 1), _bpf(ret, eperm), _bpf(ret, allow)]
     prog += [_bpf(jeq, socket, 0, 4),
              _bpf(ld, 16),  # socket's domain
              _bpf(jeq, _AF_UNIX, 0, 1), _bpf(ret, allow), _bpf(ret, eperm),
