@@ -377,6 +377,12 @@ BROKEN_CASES = [
     ("count_tiles_skip_one_off", "ex04_causal_tiles", "count_computed_tiles", "value",
      "looks like the skip rule is one off (>= for >)"),
     ("quiz_typical_wrong_answers", "ex11_quiz", "Q5", "value", "looks like K and V were counted as read once"),
+    ("kernel_padded_keys_in_the_softmax", "ex07_kernel_inner_loop", "flash_forward", "value",
+     "looks like the keys past N_K in the last, partial key block count in the softmax"),
+    ("bwd_causal_p_unmasked", "ex10_tiled_backward", "tiled_attention_backward", "value",
+     "looks like the recomputed P is not causally masked"),
+    ("kernel_k_not_transposed", "ex07_kernel_inner_loop", "flash_forward", "value",
+     "looks like the scores are Q K_j, not Q K_j^T"),
     ("scores_in_a_shared_mapping_dropped_page_by_page", "ex03_tiled_forward", "tiled_attention", "exception",
      "map memory shared with a file or another process"),
     ("scores_in_a_shared_mapping_through_ctypes", "ex03_tiled_forward", "tiled_attention", "exception",
@@ -835,6 +841,17 @@ def test_the_count_of_tensors_held_at_once_is_required_where_a_case_asks_for_it(
     assert failure["kind"] == "memory" and "(1, 8, 8192) float64 from aten.bmm (512 KiB)" in failure["message"]
     assert checks.judge(part, case, dict(record, live=dict(tensor_peak=case.max_live_bytes, at_peak=[])),
                         expected, False, None) is None
+
+
+def test_tritons_shape_refusal_of_a_dot_is_explained():
+    from flashlab.grading.registry import get_exercise
+
+    part = get_exercise("ex07_kernel_inner_loop").parts[0]
+    case = part.public(np.random.default_rng(0))[0]
+    record = dict(op="result", exception="InterpreterError: AssertionError('input and other must have equal "
+                  "reduction dimensions')", digests={})
+    failure = checks.judge(part, case, record, None, False, None)
+    assert failure["kind"] == "exception" and "load K as a (HEAD_DIM, BLOCK_N) tile" in failure["message"], failure
 
 
 def test_a_memory_check_the_grader_cannot_measure_gets_no_credit():

@@ -382,3 +382,16 @@ def test_bench_mine_table_shows_times_speed_and_a_wrong_result():
     assert "2,16,8192,64" in lines[2] and "0.50x" in lines[2] and lines[2].endswith("ok")
     tflops = 4 * 2 * 16 * 8192**2 * 64 / 2e-3 / 1e12
     assert f"{tflops:.1f}" in lines[2] and "WRONG" in lines[3]
+
+
+def test_a_check_of_the_learners_file_counts_in_progress_fast(folder):
+    shutil.copy(REPO / "solutions" / "ex02_softmax.py", folder / "ex02_softmax.py")
+    assert check("ex02_softmax", exercises_dir=folder, seed=3).passed
+    item = {i.name: i for i in progress(folder, fast=True).items}["ex02_softmax"]
+    assert item.earned == item.possible and item.status.startswith("done (cached "), item.status
+    (folder / "ex02_softmax.py").write_text((folder / "ex02_softmax.py").read_text() + "\n# edited\n")
+    assert {i.name: i for i in progress(folder, fast=True).items}["ex02_softmax"].earned is None
+    cache = REPO / "solutions" / ".flashlab_progress.json"
+    before = cache.exists() and cache.read_bytes()
+    assert check("ex02_softmax", exercises_dir=REPO / "solutions", seed=3).passed
+    assert (cache.exists() and cache.read_bytes()) == before, "a check of the course's answers is not remembered"

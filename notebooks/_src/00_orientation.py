@@ -118,13 +118,18 @@ print(f"{heads} heads x {n} x {n} bf16 = {format_bytes(matrix_bytes)}; write + r
 # Read a cell, predict its output, run it, then change a parameter and run it again. Graded
 # exercises live in `exercises/` (stubs you complete); a cell `check("...")` grades yours.
 # `flashlab grade` does the same from a shell.
+#
+# Each open notebook keeps a Python kernel of its own, about 450 MB once torch is loaded (11
+# kernels, one per notebook, held 5.3 GB on a CPU machine; measured for this repository,
+# 2026-12-02). When you move on to the next notebook, close the one you finished with
+# File > Close and Shut Down Notebook; the Running panel in the left sidebar lists the others.
 
 # %% [markdown]
 # ## Your progress
 #
 # Every exercise and every notebook's self-test, with points earned / possible, and what to do
-# next. `fast=True` runs nothing: an exercise shows the result of the last graded run while its file
-# is unchanged, else only whether it is still a stub. `progress()` (or `flashlab progress` in a
+# next. `fast=True` runs nothing: an exercise shows the result of its last graded run (a `check("...")`
+# cell, or `progress()`) while its file is unchanged, else only whether it is still a stub. `progress()` (or `flashlab progress` in a
 # shell) first grades the public cases of the exercises changed since its last run (an untouched
 # stub and a finished, unchanged exercise are not run again): about 0.1 s for each NumPy exercise
 # and 1.7 s for each Triton or torch one, on a 2-core CPU machine (measured for this repository,

@@ -57,7 +57,7 @@ for n in (1024, 8192, 65536):
 # and the intensity is two orders of magnitude higher. A decode step's time is therefore about
 # (bytes of the KV cache) / (HBM bandwidth). For a model with 32 query heads, d = 128, fp16, one
 # layer: no step can be faster than the cache's bytes at the datasheet's 4.8 TB/s; a kernel that
-# only reads gets close to that (flash_decode reads at up to 4.7 TB/s in the tables below), above
+# only reads gets close to that (flash_decode reads at up to 4.6 TB/s in the tables below), above
 # the 4.3 TB/s a device-to-device copy measures (bytes read plus bytes written).
 
 # %%
@@ -180,8 +180,8 @@ print(decode_results.results_table())
 # What the table says (`benchmarks/results/bench_decode.json`; `benchmarks/NOTES.md`, decode
 # section), counted in the summary under this cell. From 32k keys up `flash_decode` reads K and V
 # near the rate of the device copy on every row but the smallest, one sequence with 8 kv heads
-# (134 MB), where SDPA is no faster. There even a kernel that does nothing but read those 134 MB
-# takes 42.7 us (3.1 TB/s). Part of it is the timing method, not the kernel: before each run the
+# (134 MB, that is 128 MiB), where SDPA is no faster. There even a kernel that does nothing but
+# read those 134 MB takes 42.7 us (3.1 TB/s). Part of it is the timing method, not the kernel: before each run the
 # bench empties L2 by writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those
 # dirty lines back to HBM while the kernel reads. After a flush that only reads, the pure read
 # takes 34.1 us (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us

@@ -60,7 +60,7 @@ def results_table(payload: dict | None = None) -> str:
     for r in payload["rows"]:
         head = f"{r['B']:>3} {r['H']:>3} {r['Hkv']:>3} {r['Nk']:>7}"
         if r.get("skipped"):
-            lines.append(f"{head} skipped: {r['skipped']}")
+            lines.append(f"{head} skipped: {r['skipped']} (the benchmark's cap: SDPA's and naive's buffers come on top)")
             continue
         res = r["results"]
         cells = [f"{res[n]['us']:>12.1f}" if "us" in res.get(n, {}) else f"{'-':>12}" for n in names]

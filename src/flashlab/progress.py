@@ -12,7 +12,8 @@ Where the points come from (the output says which):
   run, with the same flashlab (:func:`grader_key`), keeps that run's result where it was done or not
   started (the public cases have a fixed seed; a failing exercise is graded again). Grading the rest costs about 0.1 s per NumPy exercise and 1.7 s per Triton or torch
   exercise (the child process imports torch), so a first run over all 15 solved exercises took
-  about 10 s on a 2-core CPU machine, and a later run with nothing changed 0.3 s. Each graded run is
+  about 10 s on a 2-core CPU machine, and a later run with nothing changed 0.3 s. Each graded run,
+  and each ``check(name)`` of a learner's file in a notebook (:func:`remember`), is
   cached in the exercises folder (``.flashlab_progress.json``, with a digest of each file;
   ``flashlab grade`` never reads it). The cache is the learner's own file and can be edited: progress
   believes no more of it than a graded run could have written (:func:`_cached`: an entry of another
@@ -199,6 +200,37 @@ def _cached(hit, exercise) -> dict | None:
     return dict(hit, earned=earned)
 
 
+def _standing(results) -> tuple:
+    """(points earned, status) of one exercise's graded parts, as the progress table words them."""
+    results = list(results)
+    earned = sum(r["points"] for r in results if r["status"] in ("passed", "public passed"))
+    statuses = {r["status"] for r in results}
+    if statuses <= {"passed"}:
+        return earned, "done"
+    if statuses <= {"passed", "public passed"}:
+        return earned, "done (public cases)"
+    if statuses == {"not attempted"}:
+        return earned, "not started"
+    failing = [r["function"] for r in results if r["status"] not in ("passed", "public passed")]
+    return earned, f"in progress ({', '.join(failing)} to do)"
+
+
+def remember(folder, name: str, results) -> None:
+    """Keep one exercise's graded run (``check(name)`` in a notebook, every part of it graded from the file in
+    ``folder``) in the progress cache, as a progress run would: ``progress(fast=True)`` then shows it while the
+    file is unchanged. A folder that cannot be written keeps nothing."""
+    folder = Path(folder)
+    path = folder / f"{name}.py"
+    earned, status = _standing(results)
+    cache = _load_cache(folder)
+    cache[name] = dict(digest=_digest(path), grader=grader_key(), earned=earned, status=status,
+                       time=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    try:
+        (folder / CACHE_FILE).write_text(json.dumps(cache, indent=1), encoding="utf-8")
+    except OSError:
+        pass
+
+
 def _save_cache(folder: Path, items: list[Item], key: str, times: dict) -> None:
     """Remember each graded exercise's result with its file's digest and flashlab's ``key``, for
     --fast runs and for the next graded run. ``times``: when each result was graded (default now)."""
@@ -256,18 +288,7 @@ def _exercise_items(folder: Path, fast: bool, notebooks: dict, files: dict) -> l
         if name in stubs:
             items.append(Item(nb, "exercise", name, 0, exercise.points, "not started", todo))
             continue
-        results = graded[name].values()
-        earned = sum(r["points"] for r in results if r["status"] in ("passed", "public passed"))
-        statuses = {r["status"] for r in results}
-        if statuses <= {"passed"}:
-            status = "done"
-        elif statuses <= {"passed", "public passed"}:
-            status = "done (public cases)"
-        elif statuses == {"not attempted"}:
-            status = "not started"
-        else:
-            failing = [r["function"] for r in results if r["status"] not in ("passed", "public passed")]
-            status = f"in progress ({', '.join(failing)} to do)"
+        earned, status = _standing(graded[name].values())
         items.append(Item(nb, "exercise", name, earned, exercise.points, status, todo))
     if not fast:
         _save_cache(folder, items, key, {name: hit["time"] for name, hit in kept.items() if "time" in hit})

@@ -304,7 +304,7 @@ QUESTIONS: tuple[Question, ...] = (
     _q("02.5", "Is the online softmax exact?",
        "Yes: the rescale by exp(m_old - m_new) turns sums relative to the old max into exactly the sums "
        "relative to the new one. The notebook measures a difference from safe softmax at rounding level "
-       "(about 1e-16 in float64).",
+       "(of order 1e-15 in float64).",
        ("yes: it equals safe softmax up to floating-point rounding", "no: it is an approximation with a small "
         "bias", "only when the chunk size divides N", "only in float64")),
     # 03: tiled attention

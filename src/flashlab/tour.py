@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     print("   Both grow as N^2: naive writes and re-reads S and P (4 N^2 elements); FlashAttention-2 re-reads K and V"
           "\n   once per query block (2 N^2 d / block_q elements), so the ratio is about 2 * block_q / d."
           "\n   On a GPU the L2 cache absorbs most K/V re-reads (notebook 04, benchmarks/results/).")
-    print("\n4. Next: `make lab` opens the course at notebooks/00_orientation.ipynb;"
+    print("\n4. Next: `make lab` copies the course into work/ and opens work/00_orientation.ipynb there;"
           " `flashlab doctor` checks this machine; `flashlab grade` grades your exercises.")
     if not ok:
         print("\nSomething above disagreed: please report it.")

@@ -455,7 +455,7 @@ def _text(value, limit: int) -> str:
     return str(value)[:limit] if value is not None else ""
 
 
-def clip_message(message: str, limit: int = 240) -> str:
+def clip_message(message: str, limit: int = 480) -> str:
     """A failure message shortened for an "also failed" line: whole clauses (ending in ". " or
     "; ") up to ``limit`` characters, then " ..."; never cut inside a number or a formula."""
     if len(message) <= limit:
@@ -531,6 +531,13 @@ def judge_raises(part: Part, case: Case, record: dict) -> dict | None:
     return dict(kind="value", message=f"expected {wanted}; it returned a result instead of refusing the argument")
 
 
+# Triton's own words for a shape mistake, and what they mean in the kernel exercises
+TRITON_ADVICE = (
+    ("must have equal reduction dimensions",
+     "tl.dot(a, b) multiplies a (M, K) tile by a (K, N) one: a's last dimension must be b's first. For the scores "
+     "Q K^T load K as a (HEAD_DIM, BLOCK_N) tile (offsets of d down the rows, of keys across) or pass tl.trans(k)"),
+)
+
 MAX_TILE = (128, 256)  # exercise 15: the largest tile (query rows x key rows) its docstring allows
 
 
@@ -590,7 +597,8 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if record.get("exception"):
         refused = any(words in record["exception"] for words in ("Operation not permitted",
                                                                   "[Errno 13] Permission denied"))
-        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}" + (
+        advice = next((f" ({text})" for words, text in TRITON_ADVICE if words in record["exception"]), "")
+        return dict(kind="exception", message=f"raised {_text(record['exception'], 1500)}{advice}" + (
                     " (while grading, code may not start processes, read flashlab's files or the course's answers, "
                     "change files outside its working folder, map memory shared with a file or another process, "
                     "signal other processes or open network connections)"
@@ -1226,4 +1234,26 @@ def check(name: str, fn=None, *, exercises_dir=None, solutions: bool = False, hi
 
     if hint is not None and (type(hint) is not int or hint < 0):
         raise ValueError(f"hint={hint!r} must be an int >= 0 (hint levels to show)")
-    return Report(grade([name], exercises_dir, solutions, seed, public_only, fn, time_limit_s), hint=hint)
+    graded = grade([name], exercises_dir, solutions, seed, public_only, fn, time_limit_s)
+    if fn is None and not solutions:
+        _remember(name, exercises_dir, graded)
+    return Report(graded, hint=hint)
+
+
+def _remember(name: str, exercises_dir, graded: list) -> None:
+    """A learner's check of their own exercise file counts in ``progress(fast=True)``
+    (:func:`flashlab.progress.remember`); not the self-test (progress reads its answers), nor a check of the
+    course's answers (solutions/)."""
+    from flashlab import progress
+    from flashlab.selftest import EXERCISE
+
+    if name == EXERCISE:
+        return
+    try:
+        folder = find_exercises_dir(exercises_dir, False)
+    except (ValueError, OSError):
+        return
+    root = _repo_root()
+    if root is not None and folder.resolve() == (root / "solutions").resolve():
+        return
+    progress.remember(folder, name, graded[0][1].values())

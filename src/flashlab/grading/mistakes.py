@@ -123,6 +123,51 @@ def causal_ignored(kw, blocks):
     return _attention(kw["q"], kw["k"], kw["v"], False, _scale(kw))
 
 
+PADDED_KEYS_UNMASKED = ("the keys past N_K in the last, partial key block count in the softmax: masked loads give them "
+                        "K = 0 and V = 0, so their scores are 0, not -inf, and each adds exp(0 - m) to l; set the scores "
+                        "of keys at or past N_K to -inf before the row max (tl.where(offs_n[None, :] < N_K, qk, "
+                        "float(\"-inf\")))")
+
+
+def padded_keys_unmasked(kw, blocks):
+    """The kernel's attention with the last key block's padding (keys N_K .. a multiple of BLOCK_N) loaded as
+    K = V = 0 and left in the softmax; None where N_K fills its blocks or the case is causal (the causal mask
+    then hides the padding from every row)."""
+    bn = blocks.get("BLOCK_N")
+    k, v = np.asarray(kw["k"]), np.asarray(kw["v"])
+    nk = k.shape[-2]
+    if not isinstance(bn, int) or bn <= 0 or nk % bn == 0 or kw.get("causal"):
+        return None
+    pad = lambda x: np.concatenate([x, np.zeros(x.shape[:-2] + (bn - nk % bn, x.shape[-1]), x.dtype)], -2)  # noqa: E731
+    return _attention(kw["q"], pad(k), pad(v), False, _scale(kw))
+
+
+K_NOT_TRANSPOSED = ("the scores are Q K_j, not Q K_j^T: K_j is loaded as a (BLOCK_N, HEAD_DIM) tile and passed to "
+                    "tl.dot as it is, which fits only where HEAD_DIM equals BLOCK_N (Triton refuses the other shapes); "
+                    "load K_j^T, a (HEAD_DIM, BLOCK_N) tile (offsets of d down its rows, of keys across), or pass "
+                    "tl.trans(k)")
+
+
+def k_not_transposed(kw, blocks):
+    """The kernel's attention with each key block's scores computed as Q K_j (K_j a (BLOCK_N, d) tile, keys past
+    N_K loaded as 0): score (m, j0 + c) = sum_r q[m, r] k[j0 + r, c]. None unless BLOCK_N equals d."""
+    bn = blocks.get("BLOCK_N")
+    q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
+    nq, nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    if bn != d:
+        return None
+    tiles = -(-nk // bn)
+    padded = np.concatenate([k, np.zeros(k.shape[:-2] + (tiles * bn - nk, d))], -2)
+    s = np.einsum("...mr,...trc->...mtc", q, padded.reshape(k.shape[:-2] + (tiles, bn, d)))
+    s = _scale(kw) * s.reshape(s.shape[:-2] + (tiles * bn,))[..., :nk]  # (..., Nq, Nk)
+    if kw.get("causal"):
+        s = np.where(np.arange(nk)[None, :] > np.arange(nq)[:, None], -np.inf, s)
+        v = np.where(np.isnan(v), 0.0, v)  # the keys no query sees (NaN in the causal cases) weigh 0
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        return ((p / p.sum(axis=-1, keepdims=True)) @ v).astype(np.asarray(kw["q"]).dtype)
+
+
 def diagonal_unmasked(kw, blocks):
     """Causal loop bound kept, the mask inside the visited blocks forgotten: a query row of block b
     sees every key of the key blocks the loop visits, i.e. keys below the first multiple of BLOCK_N
@@ -333,7 +378,9 @@ _TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled), (MAX_N
           (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
           ) + _ATTENTION
 _TILED_LOOP = _TILED + ((RAGGED_ROWS_DROPPED, _ragged_dropped(rows=True)), (RAGGED_KEYS_DROPPED, _ragged_dropped(rows=False)))
-_KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (EXP_WITH_LOG2E, exp_with_log2e),
+_KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (PADDED_KEYS_UNMASKED, padded_keys_unmasked),
+                    (K_NOT_TRANSPOSED, k_not_transposed),
+                    (EXP_WITH_LOG2E, exp_with_log2e),
                     (EXP2_WITHOUT_LOG2E, exp2_without_log2e),
                     (ACC_NOT_DIVIDED, lambda kw, blocks: _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False),
                                                                      _scale(kw), normalise_in_loop="never")),
@@ -659,13 +706,19 @@ D_WITHOUT_O = ("D is rowsum(dO) without the factor O: D = rowsum(dO * O), with t
                "once, before the loops (FlashAttention-2 Algorithm 2, line 4)")
 
 
-def _tile_loop(kw, tile_softmax=False, dk_untransposed=False):
+BWD_CAUSAL_UNMASKED = ("the recomputed P is not causally masked: in a causal backward the scores of keys after the "
+                       "query row (key c > row r) are -inf before P = exp(S - lse), as in the forward; the tiles on "
+                       "the diagonal hold such keys, so P there is not 0 where it must be")
+
+
+def _tile_loop(kw, tile_softmax=False, dk_untransposed=False, mask=True):
     """Exercise 10's loops tile by tile as the solution runs them (key blocks outside, query blocks
     inside, fully masked tiles skipped), float64, in the input dtype, with one mistake:
     tile_softmax: P = softmax of the tile's masked scores over the tile's keys (NaN in a row whose keys
     in the tile are all masked, which spreads to that tile's dK_j, dV_j and the row's dQ, as in the
     learner's loop); dk_untransposed: dK_j += scale dS Q_i, None unless every visited tile is square
-    (the learner's code raises there). At most 4096 tiles (the memory case has 1024)."""
+    (the learner's code raises there); mask=False: the causal tiles visited, their scores not masked. At most
+    4096 tiles (the memory case has 1024)."""
     q, k, v, o, do, lse = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do", "lse"))
     scale, causal = _scale(kw), kw.get("causal", False)
     nq, nk = q.shape[-2], k.shape[-2]
@@ -686,7 +739,7 @@ def _tile_loop(kw, tile_softmax=False, dk_untransposed=False):
                     return None  # ds @ q_i raises on this tile
                 q_i, do_i = q[..., q0:q1, :], do[..., q0:q1, :]
                 s = scale * (q_i @ np.swapaxes(k_j, -1, -2))  # (..., Bq, Bk)
-                if causal:
+                if causal and mask:
                     s = np.where(np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None], -np.inf, s)
                 if tile_softmax:
                     p = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -724,7 +777,9 @@ _TILED_BACKWARD = ((D_PER_TILE, _tiled_backward_mistake(d_per_tile=True)),
                     else None),
                    (P_TILE_SOFTMAX, _tile_softmax),
                    (DK_UNTRANSPOSED, lambda kw, blocks: _tile_loop(kw, dk_untransposed=True)),
-                   (D_WITHOUT_O, _tiled_backward_mistake(d_times_o=False)))
+                   (D_WITHOUT_O, _tiled_backward_mistake(d_times_o=False)),
+                   (BWD_CAUSAL_UNMASKED, _causal_only(lambda kw, blocks: _tile_loop(kw, mask=False))),
+                   (BWD_CAUSAL_UNMASKED, _causal_only(lambda kw, blocks: _tiled_backward(dict(kw, causal=False)))))
 
 AUTOGRAD_NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d) (S = scale Q K^T, in forward and backward)"
 AUTOGRAD_ORDER = ("the gradients come back in the wrong order: backward returns one gradient per input of forward, "
