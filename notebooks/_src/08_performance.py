@@ -302,8 +302,11 @@ print(mine())
 # %% [markdown]
 # **Predict, then check.** Before the table below: how many GiB did Nsight Compute measure through
 # DRAM for one naive forward at N = 4096, B = 1, H = 16, d = 64, fp16 (its S and P are 16 x 4096 x
-# 4096 each)? Write your number in place of `None` and run the cell: `predict` shows your number, the
-# course's value and the relative error, and records them. Within 25% counts: a measured number.
+# 4096 each)? Notebook 04's model counted this shape; the question is what the hardware did: does
+# anything in PyTorch's naive attention move bytes the model leaves out, or does the L2 cache keep
+# some away from DRAM? Write your number in place of `None` and run the cell: `predict` shows your
+# number, the course's value and the relative error, and records them. Within 25% counts: a
+# measured number.
 
 # %%
 from flashlab.selftest import predict

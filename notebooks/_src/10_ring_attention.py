@@ -106,16 +106,6 @@ print(ring_viz.ring_results_table(results) if results else "no committed two-GPU
 # explains. Non-causal at 16,384 the ring still wins (1.53x): twice the work per pair.
 
 # %% [markdown]
-# ## Summary
-#
-# - Partial attention results over disjoint key sets merge exactly through their lse: the same
-#   combine as tiles (notebook 03) and split-KV chunks (notebook 09).
-# - Ring attention keeps each rank's queries in place and moves K/V shards around a ring, one hop
-#   per step, overlapped with the block's attention; `distributed.ring_attention` runs it on any
-#   `torch.distributed` group (gloo on CPUs, NCCL on GPUs).
-# - Causal attention needs a balanced layout: zigzag gives every rank one early and one late chunk.
-
-# %% [markdown]
 # ## Self-test
 #
 # Under each question, replace `None` with your answer and run the cell: `answer` grades it at once,
@@ -157,3 +147,13 @@ answer("10.2", None)  # your letter, e.g. "b"
 
 # %%
 answer("10.3", None)  # your letter, e.g. "b"
+
+# %% [markdown]
+# ## Summary
+#
+# - Partial attention results over disjoint key sets merge exactly through their lse: the same
+#   combine as tiles (notebook 03) and split-KV chunks (notebook 09).
+# - Ring attention keeps each rank's queries in place and moves K/V shards around a ring, one hop
+#   per step, overlapped with the block's attention; `distributed.ring_attention` runs it on any
+#   `torch.distributed` group (gloo on CPUs, NCCL on GPUs).
+# - Causal attention needs a balanced layout: zigzag gives every rank one early and one late chunk.

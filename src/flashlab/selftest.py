@@ -50,8 +50,9 @@ def exercises() -> dict:
     def part(q: Question) -> Part:
         reference = (lambda: q.stored) if q.kind == "choice" else q.compute
         hint = f'Notebook {q.notebook}, self-test: answer("{q.qid}", ...) grades it and shows why.'
-        return Part(q.function, f"{q.qid} {q.prompt[:48]}", POINTS, reference, lambda rng: [Case(q.function, {})],
-                    kind=q.kind, hints=(hint,))
+        why = f'your first answer to question {q.qid}, recorded by answer("{q.qid}", ...) in notebook {q.notebook}'
+        return Part(q.function, f"{q.qid} {q.prompt[:48]}", POINTS, reference,
+                    lambda rng: [Case(f"question {q.qid}", {}, why=why)], kind=q.kind, hints=(hint,))
 
     return {EXERCISE: Exercise(EXERCISE, "self-test questions of notebooks 01-10 (first answers)",
                                tuple(part(q) for q in QUESTIONS))}
