@@ -20,7 +20,9 @@ def online_softmax_kernel(X, Out, stride_xm, stride_om, n_cols, BLOCK_N: tl.cons
         p_j = exp(x_j - m) / l,   m = max_j x_j,   l = sum_j exp(x_j - m)
 
     Row r starts at X + r * stride_xm (Out + r * stride_om); columns are contiguous. Registers hold
-    one block of BLOCK_N values at a time, never the row. Compute in float32; store in Out's dtype.
+    one block of BLOCK_N values at a time, never the row: every tensor the kernel builds is at most
+    BLOCK_N long in each dimension (several rows per program too). Compute in float32; store in
+    Out's dtype.
     """
     pass  # your code here
 

@@ -381,6 +381,8 @@ BROKEN_CASES = [
      "looks like the keys past N_K in the last, partial key block count in the softmax"),
     ("bwd_causal_p_unmasked", "ex10_tiled_backward", "tiled_attention_backward", "value",
      "looks like the recomputed P is not causally masked"),
+    ("kernel_key_block_count_of_its_own", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "Your kernel also takes NUM_KB, which the grader passes as your launch had it"),
     ("kernel_k_not_transposed", "ex07_kernel_inner_loop", "flash_forward", "value",
      "looks like the scores are Q K_j, not Q K_j^T"),
     ("scores_in_a_shared_mapping_dropped_page_by_page", "ex03_tiled_forward", "tiled_attention", "exception",
@@ -417,6 +419,8 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))
     if module == "fills_disk":
         monkeypatch.setenv("FLASHLAB_GRADER_DISK_LIMIT", str(16 << 20))
+    if module == "materialises_in_mmap" and CONFINED:  # Python's mmap.mmap(-1, n) is shared: refused outright
+        kind, words = "exception", "map memory shared with a file or another process"
     shutil.copy(BROKEN / f"{module}.py", tmp_path / f"{exercise}.py")
     report = check(exercise, exercises_dir=tmp_path, seed=3, time_limit_s=2 if module == "never_returns" else None)
     results = report.graded[0][1]

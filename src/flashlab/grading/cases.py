@@ -549,13 +549,8 @@ def flash_case(rng, z, nq, nk, d, dtype, causal=None, q_scale=1.0, why=""):
 def flash_hidden(rng, causal):
     cases = []
     if causal:  # first: a kernel that loads fully masked key blocks fails here, after one launch
-        # Nq = 128: for any BLOCK_M, BLOCK_N dividing 128 the last query block ends at row 127 and the
-        # key blocks from 128 on are skipped; a loop bound one too far loads the poisoned block at 128.
-        first = 128
-        base = flash_case(rng, 1, first, 160, 16, "float32", True)
-        poisoned, clean = poison_keys(base.kwargs, first)
-        cases.append(Case(f"Nq={first} Nk=160 d=16 float32 causal, K/V poisoned from row {first}", poisoned,
-                          clean, why=POISON_WHY.format(first=first), hint=1))
+        cases.append(Case("Nq=128 causal, K/V poisoned past the key block of row 127 (built from your BLOCK_N)", {},
+                          build=poison_past_128_case, hint=1))
         cases.append(Case("ragged causal case, K/V poisoned past the last query row (built from your BLOCK_M, "
                           "BLOCK_N)", {}, build=ragged_poison_case, hint=1))
         cases.append(flash_case(rng, 1, int(rng.integers(40, 60)), int(rng.integers(17, 30)), 16, "float32",
@@ -575,6 +570,20 @@ def flash_hidden(rng, causal):
     cases.append(Case(attn_label(kw, bool(causal), " large logits"), kw, why=LARGE_LOGITS,
                       tolerance={"float32": (1e-3, 1e-3)}))  # float32 scores near 1e3: ~1e-4 rounding
     return cases
+
+
+def poison_past_128_case(blocks: dict, rng) -> Case:
+    """Causal, Nq = 128, K/V NaN from round_up(128, BLOCK_N) on (row 128 for any BLOCK_N up to 128): the last
+    query block ends at row 127, so the key blocks past the one holding key 127 are skipped; a loop bound one
+    too far loads the poisoned block. A wider key block (BLOCK_N = 256) holds keys past 127 that the diagonal
+    block must load, so the poison starts after it. ``blocks``: the constexprs of the learner's last launch."""
+    bn = blocks.get("BLOCK_N")
+    first = -(-128 // bn) * bn if isinstance(bn, int) and 128 < bn <= 1024 else 128
+    nk = first + 32
+    base = flash_case(rng, 1, 128, nk, 16, "float32", True)
+    poisoned, clean = poison_keys(base.kwargs, first)
+    return Case(f"Nq=128 Nk={nk} d=16 float32 causal, K/V poisoned from row {first}", poisoned, clean,
+                why=POISON_WHY.format(first=first))
 
 
 def ragged_poison_case(blocks: dict, rng) -> Case:

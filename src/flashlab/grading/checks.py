@@ -388,6 +388,10 @@ def _decode_replay(replay, buffers: list):
         if not isinstance(scalars, dict) or not all(type(v) in (int, float, bool) for v in scalars.values()):
             raise wire.WireError("replay scalars malformed")
         decoded["scalars"] = dict(scalars)
+        own = launch.get("own_scalars", [])
+        if not isinstance(own, list) or len(own) > 8 or not all(type(x) is str for x in own):
+            raise wire.WireError("replay own_scalars malformed")
+        decoded["own_scalars"] = [x[:40] for x in own]
         out["launches"].append(decoded)
     return out
 
@@ -737,8 +741,9 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
         wider = sorted(f"{_text(kernel, 80)} built a tile of {tile}" for kernel, tile in tiles.items() if tile > asked)
         if wider:
             return (f"{', '.join(wider)} beside {constexpr}={asked} (a tensor dimension: tl.arange's extent, a "
-                    f"load's shape): a tile wider than {argument} holds more than one block of the row; keep one "
-                    f"block of {argument} values at a time")
+                    f"load's shape): every tensor the kernel builds is at most {argument} long in each dimension, so "
+                    f"that no tile holds more than one block of a row; keep one block of {argument} values at a "
+                    f"time (rows per program, if several, at most {argument} too)")
     limit = part.max_launch_block
     over = sorted((kernel, tile) for kernel, tile in tiles.items() if limit and tile > limit)
     if over:

@@ -397,13 +397,17 @@ class LaunchTracker:
     _span, _bytes = staticmethod(span), staticmethod(byte_view)
 
     @staticmethod
-    def _all_zero(t) -> bool:
-        """Every element 0 (and no float -0.0: a sign bit carries information too)."""
+    def _fill(t) -> float | None:
+        """The one value every element holds where it starts a result: 0 (no float -0.0: a sign bit carries
+        information too), an accumulator's start, or -inf, an empty state's lse (a split with no keys, which
+        the kernel may leave as the wrapper filled it); None otherwise."""
         import torch
 
-        if bool((t != 0).any()):
-            return False
-        return not (t.is_floating_point() and bool(torch.signbit(t).any()))
+        if not bool((t != 0).any()):
+            return None if t.is_floating_point() and bool(torch.signbit(t).any()) else 0.0
+        if t.is_floating_point() and bool((t == float("-inf")).all()):
+            return float("-inf")
+        return None
 
     @staticmethod
     def _poison_bits(t, n: int):
@@ -444,7 +448,7 @@ class LaunchTracker:
         import torch
 
         self.pending = []
-        self.zero_spans = set()  # (start, bytes) of this launch's buffers that held only zeros (accumulators)
+        self.fill_spans = {}  # (start, bytes) -> the value this launch's buffers held everywhere (0, -inf)
         self.read_only = []  # (start, bytes) of this launch's arguments that are no output: expanded views, derived inputs
         self.scalars += [float(x) for x in scalars]
         if not all(self._same_bytes(x, o) for x, o in zip(self.inputs, self.originals)):
@@ -467,9 +471,10 @@ class LaunchTracker:
                 continue  # as the last launch that had it left it
             vetted.append((start, start + nbytes))
             before = t.clone()
-            if self._all_zero(t):  # an accumulator: nothing handed in
+            fill = self._fill(t)
+            if fill is not None:  # an accumulator, or empty states: nothing handed in
                 self.pending.append((t, before, None))
-                self.zero_spans.add((start, nbytes))
+                self.fill_spans[(start, nbytes)] = fill
             else:
                 with torch.no_grad():  # a leaf that requires grad (an nn.Parameter) is filled too
                     self.pending.append((t, before, self._poison(t)))
@@ -571,9 +576,9 @@ class LaunchTracker:
             signature = (repr(sorted(constexprs.items())), tuple(
                 (tuple(v.shape), str(v.dtype)) if hasattr(v, "untyped_storage") else repr(v)
                 for v in flat if hasattr(v, "untyped_storage") or isinstance(v, (int, float, bool))))
-            zeroed = frozenset(p for p, v in _bound_args(kernel, args, kwargs).items()
-                               if hasattr(v, "untyped_storage") and self._span(v) in self.zero_spans)
-            self.launched_of.setdefault(name, []).append((index, signature, (kernel, args, kwargs, zeroed)))
+            filled = {p: self.fill_spans[self._span(v)] for p, v in _bound_args(kernel, args, kwargs).items()
+                      if hasattr(v, "untyped_storage") and self._span(v) in self.fill_spans}
+            self.launched_of.setdefault(name, []).append((index, signature, (kernel, args, kwargs, filled)))
         self.tiles[name] = max(self.tiles.get(name, 0), tile)
         if name in self.required:  # what torch made for this launch's arguments prepared it
             for t in tensors:
@@ -1364,10 +1369,14 @@ def _tile_of(result) -> int:
     return TILE_BUILT[0]
 
 
+KERNEL_NAMES: dict = {}  # id(the kernel's Python function) -> the name the learner's module binds it to
+
+
 def _tracked_run(run):
     def tracked(self, *args, **kwargs):
         fn = getattr(self, "fn", None)
         module, name = getattr(fn, "__module__", "") or "", getattr(fn, "__name__", "?")
+        name = KERNEL_NAMES.get(id(fn), name)
         if module == "flashlab" or module.startswith("flashlab."):
             _forbidden(f"{module}.{name} (a flashlab kernel)")
         if kwargs.get("warmup"):
@@ -1730,10 +1739,21 @@ class GradientGuard:
                    "then backward on its output)"
         grads = [g for g in (value[1:] if isinstance(value, (tuple, list)) else ()) if isinstance(g, torch.Tensor)]
         returned = [g for g in self.calls[-1] if g is not None]
-        if len(grads) != len(returned) or not all(
-                g.shape == r.shape and torch.equal(g.detach().to(r.dtype), r) for g, r in zip(grads, returned)):
+        if len(grads) != len(returned) or not all(g.shape == r.shape and self._same(g.detach(), r)
+                                                  for g, r in zip(grads, returned)):
             return f"the gradients returned are not the ones {self.name}.backward computed"
         return None
+
+    @staticmethod
+    def _same(g, r) -> bool:
+        """g is backward's r, or r rounded to g's dtype (a float64 backward whose gradients autograd or the
+        learner cast to the inputs' float32)."""
+        import torch
+
+        if torch.equal(g.to(r.dtype), r):
+            return True
+        return g.dtype != r.dtype and torch.finfo(g.dtype).bits < torch.finfo(r.dtype).bits \
+            and torch.equal(g, r.to(g.dtype))
 
 
 def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
@@ -1885,7 +1905,7 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
                 f"{first}, and no later launch of it was given what that made: the kernel must finish the result "
                 "itself (normalise by l, take the log, scale). Torch may prepare the inputs of a launch before it; "
                 "after the launches the wrapper may only allocate, view, copy, join (stack, cat along the first "
-                "dimension) or check (isnan, any)")
+                "dimension) or check (isnan, any; a sum or torch.allclose on the result counts as computing)")
     tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
     for t in tensors:
         problem = TRACKER.written_by_launch(t)
@@ -2204,11 +2224,12 @@ REPLAY_SIZES = ("N_Q", "N_K", "HEAD_DIM", "n_cols", "n_elements")
 
 
 def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers: list,
-                zeroed: frozenset = frozenset(), budget: list | None = None) -> dict | None:
+                filled: dict | None = None, budget: list | None = None) -> dict | None:
     """One recorded launch of ``name`` run again on the grader's own tensors: its record (scalars, the
     contract's inputs and outputs as float64 arrays), or None when it has nothing to write (no rows).
-    Outputs start as NaN (what the kernel leaves unwritten shows), or as zeros where the learner's buffer
-    held only zeros before its launch (``zeroed``: an accumulator the kernel adds into, atomically).
+    Outputs start as NaN (what the kernel leaves unwritten shows), or as the one value the learner's buffer
+    held everywhere before its launch (``filled``: zeros, an accumulator the kernel adds into atomically;
+    -inf, empty states the kernel leaves as they are).
     ``budget``: [elements the launches run again may still lay out] (REPLAY_MAX_ELEMENTS in all)."""
     budget = [REPLAY_MAX_ELEMENTS] if budget is None else budget
     import torch
@@ -2234,6 +2255,10 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
     if "CAUSAL" in bound:  # the causal flag, read as the kernel reads it
         sizes["call_CAUSAL"] = bool(bound["CAUSAL"])
     record = dict(scalars=dict(spec["scalars"], **sizes), inputs={}, outputs={})
+    # numbers of the learner's own beyond the contract's, passed as the launch had them (its tiles aside)
+    record["own_scalars"] = [p for p, v in bound.items() if p not in needed and p not in spec["tensors"]
+                             and p not in fresh and not p.startswith("BLOCK") and isinstance(v, (int, float))
+                             and not isinstance(v, bool)][:8]
     for p, seen in spec.get("observed", {}).items():  # the learner's tensors as the call left them
         record["inputs"][p] = wire.encode(seen.detach().cpu().to(torch.float64).numpy(), buffers)
     made = {}
@@ -2248,7 +2273,7 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
         if role == "inputs":
             flat = torch.randn(n, generator=generator, dtype=torch.float64).to(given.dtype)
         else:
-            flat = torch.full((n,), 0.0 if p in zeroed else float("nan"), dtype=given.dtype)
+            flat = torch.full((n,), (filled or {}).get(p, float("nan")), dtype=given.dtype)
         fresh[p] = flat.to(given.device)  # addressed by the strides the kernel is given; bounded by the buffer
         made[p] = fresh[p].as_strided(size, strides, 0)
     if spec.get("derive"):  # inputs computed from the others (the backward's LSE, D and O)
@@ -2302,8 +2327,8 @@ def replay(seed: int) -> tuple[dict | None, list]:
     generator = torch.Generator().manual_seed(seed)
     try:
         budget = [REPLAY_MAX_ELEMENTS]
-        records = [_replay_one(name, kernel, args, kwargs, generator, buffers, zeroed, budget)
-                   for kernel, args, kwargs, zeroed in launches]
+        records = [_replay_one(name, kernel, args, kwargs, generator, buffers, filled, budget)
+                   for kernel, args, kwargs, filled in launches]
         records = [r for r in records if r is not None]
         if not records:
             raise ReplayRefused("every launch of it had an empty output (no query rows)")
@@ -2381,6 +2406,12 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         return
     kernels = {name: type(value).__name__ for name, value in namespace.items()
                if type(value).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics")}
+    for name in kernels:  # a kernel written under a name of the learner's and bound to the stub's name
+        fn = namespace[name]
+        while fn is not None and not isinstance(fn, types.FunctionType):
+            fn = getattr(fn, "fn", None)
+        if fn is not None and fn.__name__ != name and name in REPLAY_LAYOUTS:  # the stub's kernel names
+            KERNEL_NAMES[id(fn)] = name
     wire.send(fd_out, dict(op="loaded", device=device, dropped=dropped, namespaced=namespaced, confined=confined,
                            no_processes=no_processes, kernels=kernels,
                            names=sorted(k for k in namespace if not k.startswith("__"))[:200],

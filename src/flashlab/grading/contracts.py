@@ -422,8 +422,14 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict
         if problem.startswith("malformed"):
             return f"the record of {name} launched again by the grader was {problem}"
         which = f", launch {i + 1} of the {len(launches)} run again" if len(launches) > 1 else ""
+        own = launch.get("own_scalars") or []
+        stale = (f". Your kernel also takes {', '.join(own)}, which the grader passes as your launch had "
+                 f"{'them' if len(own) > 1 else 'it'}: a number computed "
+                 "from the scale or the sizes (the scale in log2 units, a count of key blocks) no longer matches "
+                 "what the grader gives the contract's parameters, so compute it inside the kernel from them"
+                 if own else "")
         return (f"{name}, launched again by the grader on inputs of its own ({_setting(name, launch)}; your grid, "
                 f"tiles and other scalars{which}), did not compute {what}: {problem}. The kernel alone must compute "
                 "it for any inputs it is given: check the masks of a last, partial block, and that the result does "
-                "not come from what the wrapper prepared")
+                f"not come from what the wrapper prepared{stale}")
     return None
