@@ -381,6 +381,12 @@ BROKEN_CASES = [
      "looks like the keys past N_K in the last, partial key block count in the softmax"),
     ("bwd_causal_p_unmasked", "ex10_tiled_backward", "tiled_attention_backward", "value",
      "looks like the recomputed P is not causally masked"),
+    ("kernel_body_writes_with_torch", "ex06_triton_primer", "vector_add", "forbidden",
+     ("changed where no tl.store of the launch reached", "launched again by the grader")),
+    ("kernel_body_reads_and_writes_through_ctypes", "ex07_kernel_inner_loop", "flash_forward", "forbidden",
+     ("reading memory through ctypes", "launched again by the grader")),
+    ("kernel_relaunch_inputs_zeroed_by_a_patched_randn", "ex07_kernel_inner_loop", "flash_forward", "launch",
+     "they were not what it drew"),
     ("kernel_key_block_count_of_its_own", "ex07_kernel_inner_loop", "flash_forward", "launch",
      "Your kernel also takes NUM_KB, which the grader passes as your launch had it"),
     ("kernel_k_not_transposed", "ex07_kernel_inner_loop", "flash_forward", "value",
@@ -389,6 +395,7 @@ BROKEN_CASES = [
      "map memory shared with a file or another process"),
     ("scores_in_a_shared_mapping_through_ctypes", "ex03_tiled_forward", "tiled_attention", "exception",
      "map memory shared with a file or another process"),
+    ("scores_spliced_into_a_memfd", "ex03_tiled_forward", "tiled_attention", "exception", "PermissionError"),
     ("autograd_scores_in_files_mapped_shared", "ex15_autograd_flash", "flash_forward_lse", "exception",
      "map memory shared with a file or another process"),
     ("prefaulted_pool_behind_an_undumpable_process", "ex03_tiled_forward", "tiled_attention", "memory",
@@ -411,10 +418,12 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
     if module in ("forks_to_hide_memory", "resets_peak_memory", "library_in_fork", "tampers_import_guard",
                   "reads_solutions_from_disk", "loads_library_copy", "asks_remote_oracle",
                   "scores_in_a_shared_mapping_dropped_page_by_page", "scores_in_a_shared_mapping_through_ctypes",
-                  "autograd_scores_in_files_mapped_shared") and not CONFINED:
+                  "autograd_scores_in_files_mapped_shared", "scores_spliced_into_a_memfd") and not CONFINED:
         pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
     if module == "claims_gpu" and has_gpu_driver():
         pytest.skip("this machine has a GPU: the claim is true here")
+    if module in ("kernel_body_writes_with_torch", "kernel_body_reads_and_writes_through_ctypes") and has_gpu_driver():
+        pytest.skip("a cheat of the CPU interpreter, where a kernel's body is Python; a GPU compiles it")
     if module == "memory_hog":  # the grader's setting (the child never sees it), lowered to keep the test small
         monkeypatch.setenv("FLASHLAB_GRADER_MEMORY_LIMIT", str(1 << 29))
     if module == "fills_disk":
@@ -596,6 +605,23 @@ def test_a_batch_submission_that_links_out_of_its_folder_is_not_graded(tmp_path)
             assert "is a link to" in result["failure"]["message"] and "outside" in result["failure"]["message"]
 
 
+def test_a_hard_link_to_the_answers_and_a_linked_student_folder_are_not_graded(tmp_path):
+    # a hard link has no "outside" to see: it is the answer file itself under another name
+    try:
+        os.link(REPO / "solutions" / "ex01_naive.py", tmp_path / "ex01_naive.py")
+    except OSError:
+        pytest.skip("no hard link from here to the repository (another file system)")
+    report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
+    assert report.score == 0 and "is a hard link to" in report.results[0]["failure"]["message"], report.results
+    from flashlab.grading.classroom import grade_batch
+
+    (tmp_path / "batch").mkdir()
+    (tmp_path / "batch" / "mallory").symlink_to(REPO / "solutions")
+    batch = dict(grade_batch(tmp_path / "batch", ["ex01_naive"], seed=3, public_only=True, progress=lambda line: None))
+    result = batch["mallory"][0][1]["naive_attention"]
+    assert result["earned"] == 0 and "the folder mallory is a link to" in result["failure"]["message"], result
+
+
 @pytest.mark.skipif(not CONFINED, reason="needs Linux with Landlock and seccomp (flashlab.grading.confine)")
 def test_the_childs_seccomp_filter_refuses_shared_mappings_and_keeps_private_memory(tmp_path):
     # run in a process of its own: the filter cannot be lifted once set
@@ -617,7 +643,11 @@ def test_the_childs_seccomp_filter_refuses_shared_mappings_and_keeps_private_mem
         "anonymous.madvise(mmap.MADV_DONTNEED)  # what malloc does: allowed\n"
         "assert refused(lambda: anonymous.madvise(21))  # MADV_PAGEOUT: to swap, out of the resident size\n"
         "import ctypes\n"
-        "assert ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == -1  # PR_SET_DUMPABLE\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.prctl(4, 0, 0, 0, 0) == -1  # PR_SET_DUMPABLE\n"
+        "r, w = os.pipe()\n"
+        "assert libc.splice(r, None, fd, None, 4096, 0) == -1 and ctypes.get_errno() == 1  # not counted by wchar\n"
+        "assert libc.vmsplice(w, None, 0, 0) == -1 and ctypes.get_errno() == 1\n"
         "x = np.random.default_rng(0).standard_normal((512, 512)); assert np.isfinite((x @ x).sum())\n"
         "print('ok')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -65,6 +65,7 @@ class MemoryBounds:
 
     def __init__(self):
         self.spans: list = []  # (start, end, parameter name, shape, element size) of the launch running
+        self.stored: list = []  # the addresses the launch's stores and atomics reached (arrays)
 
     def set(self, named: list) -> None:
         spans = []
@@ -72,7 +73,31 @@ class MemoryBounds:
             start, nbytes = span(t)
             if nbytes:
                 spans.append((start, start + nbytes, name, tuple(t.shape), t.element_size()))
-        self.spans = spans
+        self.spans, self.stored = spans, []
+
+    def unstored(self, before: list) -> str | None:
+        """After the launch: the parameter name of a tensor whose elements changed at an address no store or
+        atomic of the launch reached, or None. ``before``: (name, tensor, its copy from before the launch). In
+        the interpreter a kernel's body is Python: anything but its own stores changing its tensors (ctypes,
+        NumPy or torch on them) is not the kernel computing."""
+        import numpy as np
+        import torch
+
+        stored = np.unique(np.concatenate(self.stored)) if self.stored else np.zeros(0, np.uint64)
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        for name, t, copy in before:
+            if t.is_complex() or t.element_size() not in bits:
+                continue
+            same = bits[t.element_size()]
+            changed = (t != copy) if t.dtype == torch.bool else (t.view(same) != copy.view(same))
+            where = changed.nonzero()  # (n, ndim)
+            if not len(where):
+                continue
+            offsets = (where * torch.tensor(t.stride(), dtype=torch.int64)).sum(1).numpy().astype(np.uint64)
+            addrs = np.uint64(t.data_ptr()) + offsets * np.uint64(t.element_size())
+            if not np.isin(addrs, stored).all():
+                return name
+        return None
 
     def check(self, what: str, ptrs, mask=None) -> None:
         import numpy as np
@@ -85,6 +110,8 @@ class MemoryBounds:
         addrs = addrs.reshape(-1)
         if not addrs.size:
             return
+        if what != "tl.load":
+            self.stored.append(addrs.copy())
         inside = np.zeros(addrs.shape, dtype=bool)
         for start, end, *_ in self.spans:
             inside |= (addrs >= start) & (addrs < end)

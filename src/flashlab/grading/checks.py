@@ -1208,9 +1208,16 @@ def _grade(exercises, exercises_dir, solutions, seed, public_only, fn, time_limi
             return exercise, {p.function: failed_result(exercise, p, "missing", f"no file {path}", seed=seed)
                               for p in exercise.parts}
         real = path.resolve()
+        root = _repo_root()
+        answer = None if root is None else root / "solutions" / path.name
         if not real.is_relative_to(folder.resolve()):  # a link out of the folder: the answers, a classmate's, tests
             message = (f"{path.name} is a link to {real}, outside {folder}, which the grader does not grade: submit "
                        "the file itself")
+        elif answer is not None and answer.is_file() and real != answer.resolve() and os.path.samefile(path, answer):
+            message = f"{path.name} is a hard link to {answer}, which the grader does not grade: submit your own file"
+        else:
+            message = None
+        if message is not None:
             return exercise, {p.function: failed_result(exercise, p, "load", message, case="import", seed=seed)
                               for p in exercise.parts}
         return exercise, grade_exercise(exercise, str(path), seed, public_only, time_limit_s=time_limit_s)

@@ -828,10 +828,13 @@ def _bridge_refused(name: str) -> None:
     _bridge_forbidden(f"Tensor.{name}")
 
 
+BRIDGE_WHY = ["exercise 15 computes with torch tensors: {what} moves the work out of the grader's sight; keep the "
+              "tiles as torch tensors"]  # a Triton exercise in the interpreter sets its own
+
+
 def _bridge_forbidden(qual: str, what: str | None = None) -> None:
     """Refuse ``qual`` (what the learner called; ``what``: what it did, if not the call itself)."""
-    why = (f"exercise 15 computes with torch tensors: {what or qual} moves the work out of the grader's sight; "
-           "keep the tiles as torch tensors")
+    why = BRIDGE_WHY[0].format(what=what or qual)
     shown = f"{qual} ({why})"  # the report names the call with this
     if shown not in CALLS:
         CALLS.append(shown)
@@ -1446,15 +1449,27 @@ def _run_checked(run, kernel, args: tuple, kwargs: dict, active: bool):
     named = _named_tensors(kernel, args, kwargs)
     if GUARDS is not None:
         return GUARDS.launch(run, kernel, args, kwargs, named, policy)
+    before = []
     if BOUNDS is not None:
         BOUNDS.set(named)
+        before = [(name, t, t.clone()) for name, t in named if hasattr(t, "untyped_storage") and t.device.type == "cpu"]
     policy(True)
     try:
-        return run(kernel, *args, **kwargs)
+        result = run(kernel, *args, **kwargs)
     finally:
         policy(False)
         if BOUNDS is not None:
             BOUNDS.spans = []
+    if BOUNDS is not None:
+        changed = BOUNDS.unstored(before)
+        if changed is not None:
+            shown = (f"torch, NumPy or ctypes on {changed} inside the kernel (a Triton kernel computes with its loads "
+                     f"and stores: in the CPU interpreter its body is Python, and {changed} changed where no tl.store "
+                     "of the launch reached)")
+            if shown not in CALLS:
+                CALLS.append(shown)
+            raise ForbiddenCall(shown)
+    return result
 
 
 # ----------------------------------------------------------------------------- isolation
@@ -2389,7 +2404,13 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
         try:
-            if job.get("torch_only"):
+            # exercise 15, and a Triton kernel in the interpreter (whose body is Python: through ctypes it could
+            # read and write its tensors' memory with NumPy, unseen by the checks of its loads and stores)
+            if job.get("torch_only") or (job.get("triton") and device == "cpu"):
+                if not job.get("torch_only"):
+                    BRIDGE_WHY[0] = ("a Triton kernel computes with tl.load and tl.store: {what} reaches its tensors' "
+                                     "memory out of the grader's sight (in the CPU interpreter a kernel's body is "
+                                     "Python); read and write tensors only through the kernel's loads and stores")
                 RAW_MEMORY[0] = True
                 _install_audit()
                 _refuse_ctypes_copies()

@@ -101,6 +101,18 @@ def students(submissions) -> list[Path]:
     return folders
 
 
+def _linked_folder(folder: Path, names: list[str], seed: int) -> list:
+    """Every exercise of a student folder that is a link (to the answers, to another student's folder) not
+    graded, as a failed load."""
+    from flashlab.grading.checks import failed_result
+    from flashlab.grading.registry import get_exercise
+
+    message = f"the folder {folder.name} is a link to {folder.resolve()}, which the grader does not grade: submit " \
+              "the files themselves"
+    return [(e, {p.function: failed_result(e, p, "load", message, case="import", seed=seed) for p in e.parts})
+            for e in (get_exercise(name) for name in names)]
+
+
 def grade_batch(submissions, names: list[str], seed: int, jobs: int = 2, public_only: bool = False,
                 progress=None) -> list[tuple[str, list]]:
     """[(student id, graded)] for every student folder; ``progress(line)`` after each (default stderr)."""
@@ -113,7 +125,8 @@ def grade_batch(submissions, names: list[str], seed: int, jobs: int = 2, public_
         start = time.perf_counter()
         BATCH_FOLDERS[:] = [str(f) for f in folders if f != folder]  # what this student's code may not read
         try:
-            graded = grade(names, exercises_dir=folder, seed=seed, public_only=public_only, jobs=jobs)
+            graded = (_linked_folder(folder, names, seed) if folder.is_symlink() else
+                      grade(names, exercises_dir=folder, seed=seed, public_only=public_only, jobs=jobs))
         finally:
             BATCH_FOLDERS.clear()
         report = Report(graded)

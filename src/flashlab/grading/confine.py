@@ -23,8 +23,9 @@ children, whatever Python code runs afterwards.
   memory that the grader's measurements from outside do not see: shared mappings (``mmap`` with
   MAP_SHARED: a memfd or file written through a mapping whose pages are then dropped with
   ``madvise(MADV_DONTNEED)`` keeps its data in the file; also ``torch.from_file(shared=True)`` and
-  System V ``shmat``), pages pushed to swap (``madvise`` MADV_COLD and MADV_PAGEOUT,
-  ``process_madvise``), and ``prctl(PR_SET_DUMPABLE)``, which makes the child's
+  System V ``shmat``), data moved into a memfd or file without a ``write()`` the grader counts
+  (``splice``, ``tee``, ``vmsplice``, Linux AIO's ``io_submit``), pages pushed to swap (``madvise``
+  MADV_COLD and MADV_PAGEOUT, ``process_madvise``), and ``prctl(PR_SET_DUMPABLE)``, which makes the child's
   ``/proc/<pid>/smaps`` and ``io`` unreadable. Not used for Triton on a GPU, whose compiler runs
   as a process and whose driver maps device memory shared.
 
@@ -50,9 +51,10 @@ _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 # seccomp: (audit arch, seccomp syscall, clone, clone3, socket, syscalls refused outright: fork, vfork,
-# io_uring_setup, shmat, process_madvise)
-_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425, 30, 440)),
-           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425, 196, 440))}
+# io_uring_setup, shmat, process_madvise, and the writes /proc/<pid>/io's wchar does not count: splice, tee,
+# vmsplice, io_setup, io_submit)
+_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425, 30, 440, 275, 276, 278, 206, 209)),
+           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425, 196, 440, 76, 77, 75, 0, 2))}
 # syscalls refused for some arguments only: mmap (MAP_SHARED), madvise (MADV_COLD, MADV_PAGEOUT), prctl
 # (PR_SET_DUMPABLE)
 _MMAP = {"x86_64": 9, "aarch64": 222}

@@ -382,6 +382,27 @@ def _sizes_problem(name: str, launches: list, case_kwargs: dict) -> str | None:
     return f"was never launched at the problem's sizes ({case}); its launches had {seen}"
 
 
+RANDOM_INPUTS = ("X", "Y", "Q", "K", "V", "dO")  # drawn from a standard normal for every relaunch
+
+
+def _not_drawn(launch: dict) -> str | None:
+    """What is wrong with a relaunch's random inputs as they came back (their spread far from the standard
+    normal's 1, or not finite), or None. Checked here, in the grader's process: a learner's module that
+    replaces torch.randn in its own process made them zeros, and every expected value with them."""
+    inputs = launch.get("inputs") if isinstance(launch.get("inputs"), dict) else {}
+    for key in RANDOM_INPUTS:
+        x = inputs.get(key)
+        if not isinstance(x, np.ndarray) or x.size < 8:
+            continue
+        if not np.all(np.isfinite(x)):
+            return f"with {key} not finite"
+        spread = float(np.std(x))
+        # 256 draws or more: their spread lies within 0.7..1.4 but for a chance far below 1e-9
+        if spread == 0.0 or (x.size >= 256 and not 0.7 <= spread <= 1.4):
+            return f"with {key} spread {spread:.3g} around its mean (a standard normal draw spreads about 1)"
+    return None
+
+
 def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict | None = None) -> str | None:
     """None when every launch run again wrote what its kernel's contract says; else the message. ``replay``:
     the child's record (``child.replay``: the kernel, and each launch's scalars, input and output views) with
@@ -399,6 +420,12 @@ def judge_replay(must_launch, replay, case_scale: float = 1.0, case_kwargs: dict
     launches = replay.get("launches")
     if not isinstance(launches, list) or not launches:
         return f"the record of {name} launched again by the grader was malformed"
+    for launch in launches:
+        drawn = _not_drawn(launch) if isinstance(launch, dict) else None
+        if drawn:
+            return (f"the inputs the grader drew to launch {name} again came back {drawn}: they were not what it "
+                    "drew (torch's random functions or generators changed in your process?); the relaunch cannot "
+                    "judge the kernel, so no credit")
     if case_kwargs:
         problem = _sizes_problem(name, launches, case_kwargs)
         if problem:
