@@ -430,6 +430,9 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         monkeypatch.setenv("FLASHLAB_GRADER_DISK_LIMIT", str(16 << 20))
     if module == "materialises_in_mmap" and CONFINED:  # Python's mmap.mmap(-1, n) is shared: refused outright
         kind, words = "exception", "map memory shared with a file or another process"
+    if module == "kernel_idle_while_a_thread_writes" and not has_gpu_driver():
+        kind = ("forbidden", kind)  # in the interpreter the thread may also write during the launch itself
+        words = (*words, "changed where no tl.store of the launch reached")
     shutil.copy(BROKEN / f"{module}.py", tmp_path / f"{exercise}.py")
     report = check(exercise, exercises_dir=tmp_path, seed=3, time_limit_s=2 if module == "never_returns" else None)
     results = report.graded[0][1]
@@ -446,7 +449,9 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         # is NaN, and the launch is never rerun on the real values
         assert result["failure"]["kind"] == "nan", result["failure"]
         return
-    assert result["failure"]["kind"] == kind, result["failure"]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    assert result["failure"]["kind"] in kinds, result["failure"]
+    kind = result["failure"]["kind"]
     choices = (words,) if isinstance(words, str) else words  # one of several phrasings, where the device decides
     words = next((w for w in choices if w in result["failure"]["message"]), choices[0])
     assert words in result["failure"]["message"], result["failure"]["message"]
@@ -1146,7 +1151,9 @@ def test_plausible_mistake_fails_its_exercise(tmp_path, exercise, mistake, old, 
     report = check(exercise, exercises_dir=tmp_path, seed=seed)
     result = report.graded[0][1][part]
     assert result["status"] == "failed" and result["earned"] == 0 and not report.passed, result
-    assert result["failure"]["kind"] == kind, result["failure"]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    assert result["failure"]["kind"] in kinds, result["failure"]
+    kind = result["failure"]["kind"]
 
 
 def test_public_only_never_counts_as_passed_and_html_says_so():
