@@ -8,6 +8,10 @@ before every run, and reports per row: the ratio of medians, each round's ratio,
 flash_decode was the faster, and the two-sided sign-test p-value of that count (the chance of a split
 at least that uneven if either were equally likely to win a round).
 
+``--control`` adds an A/A column: SDPA default timed against itself (a second closure over the same
+call, in the same alternating rounds). Its ratio and sign test are what the method reports for two
+identical kernels: the resolution below which a row's gap says nothing.
+
 Run on a GPU (bf16, d = 128, Nq = 1; rows as bench_decode's, or ``--only-over FILE``: the rows over
 1.0x in a bench_decode results file)::
 
@@ -49,7 +53,7 @@ def row_entry(ours: list, base: list) -> dict:
             "sign_test_p": sign_test_p(wins, len(decided))}
 
 
-def time_row(B, H, Hkv, nk, rounds: int) -> dict:
+def time_row(B, H, Hkv, nk, rounds: int, control: bool = False) -> dict:
     import torch
 
     from flashlab import decode
@@ -60,15 +64,25 @@ def time_row(B, H, Hkv, nk, rounds: int) -> dict:
     v = torch.randn(B, Hkv, nk, bench_decode.D, device="cuda", dtype=torch.bfloat16, generator=g)
     variants = bench_decode.make_variants(H, Hkv, bench_decode.D ** -0.5)
     fns = {name: (lambda f=variants[name]: f(q, k, v)) for name in ("flash_decode", "sdpa_default")}
+    if control:
+        fns["sdpa_again"] = lambda f=variants["sdpa_default"]: f(q, k, v)
+    order = list(fns)
     choice = decode.choice_for(q, k)
     runs = {name: [] for name in fns}
     with torch.no_grad():
         err = _common.rel_err(fns["flash_decode"](), fns["sdpa_default"]().float())
         for r in range(rounds):
-            for name in (("flash_decode", "sdpa_default") if r % 2 == 0 else ("sdpa_default", "flash_decode")):
+            for name in (order if r % 2 == 0 else order[::-1]):
                 runs[name].append(bench_decode.bench_us(fns[name]))
-    return {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "num_splits": choice.splits, "wide_config": choice.wide,
-            "rel_err_vs_sdpa_default": err, **row_entry(runs["flash_decode"], runs["sdpa_default"])}
+    entry = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "num_splits": choice.splits, "wide_config": choice.wide,
+             "rel_err_vs_sdpa_default": err, **row_entry(runs["flash_decode"], runs["sdpa_default"])}
+    if control:
+        aa = row_entry(runs["sdpa_again"], runs["sdpa_default"])
+        entry["control"] = {"sdpa_again_us": aa["flash_decode_us"], "ratio_of_medians": aa["ratio_of_medians"],
+                            "min_round_ratio": aa["min_round_ratio"], "max_round_ratio": aa["max_round_ratio"],
+                            "rounds_again_faster": aa["rounds_flash_decode_faster"],
+                            "rounds_decided": aa["rounds_decided"], "sign_test_p": aa["sign_test_p"]}
+    return entry
 
 
 def main(argv=None) -> int:
@@ -76,6 +90,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--only-over", type=Path, default=None,
                         help="a bench_decode results file: time only its rows over 1.0x SDPA default")
+    parser.add_argument("--control", action="store_true",
+                        help="also time SDPA default against itself (an A/A column: the method's resolution)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "decode_repeat.json")
     args = parser.parse_args(argv)
     if args.rounds < 2:
@@ -94,14 +110,16 @@ def main(argv=None) -> int:
         todo = [row for row in todo if row in over]
     out = []
     for B, H, Hkv, nk in todo:
-        entry = time_row(B, H, Hkv, nk, args.rounds)
+        entry = time_row(B, H, Hkv, nk, args.rounds, control=args.control)
         torch.cuda.empty_cache()  # the row's K and V, freed with time_row's frame
         out.append(entry)
         print(f"B={B:>2} H={H} Hkv={Hkv:>2} Nk={nk:>6}: ratio of medians {entry['ratio_of_medians']:.4f}, rounds "
               f"{entry['min_round_ratio']:.4f}-{entry['max_round_ratio']:.4f}, flash_decode faster in "
               f"{entry['rounds_flash_decode_faster']} of {entry['rounds_decided']} (sign test p = "
-              f"{entry['sign_test_p']:.3f})", flush=True)
-    _common.write_json(args.out, {"environment": _common.environment(), "rounds": args.rounds,
+              f"{entry['sign_test_p']:.3f})" + (
+                  f"; SDPA against itself {entry['control']['ratio_of_medians']:.4f} (p = "
+                  f"{entry['control']['sign_test_p']:.3f})" if args.control else ""), flush=True)
+    _common.write_json(args.out, {"environment": _common.environment(), "rounds": args.rounds, "control": args.control,
                                   "method": __doc__.split("\n\n")[1].replace("\n", " "), "rows": out})
     return 0
 
