@@ -597,7 +597,8 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
         if all("(" in c for c in calls):  # each says why itself (exercise 15's bridges out of torch, threads)
             return dict(kind="forbidden", message=f"called {', '.join(calls)}: not rewarded")
         return dict(kind="forbidden", message=(f"called {', '.join(calls)} instead of implementing {part.function}: "
-                                               "not rewarded; write the computation yourself"))
+                                               "not rewarded; write the computation yourself. This holds anywhere in the call, including a "
+                                               "check of your own result against a library's: remove such checks before grading"))
     if record.get("exception"):
         refused = any(words in record["exception"] for words in ("Operation not permitted",
                                                                   "[Errno 13] Permission denied"))
