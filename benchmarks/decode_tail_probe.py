@@ -17,16 +17,12 @@ the median finish the last program ends, the slowest and fastest program's durat
 duration of programs alone on their TPC (SM pair) against those sharing it. The kernel is also timed
 with and without the timer reads (do_bench median), to show the reads cost nothing.
 
-``--tails``: the lead this opens, timed. Each key range becomes a head and short tail chunks
-(``DecodeConfig.tail_blocks``): every head starts before any tail chunk, so the programs that finish
-their heads first take up the tail chunks and the GPU's block scheduler balances the end of the step.
-Per row the rule's choice, the wide config with ``(splits, tail_blocks)`` of ``TAIL_VARIANTS`` and SDPA's
-default are timed in ``--rounds`` rotated rounds (do_bench median, L2 cleared before every run).
+The tail chunks this led to were timed with ``--tails`` in commit bd5b111 (benchmarks/NOTES.md, decode,
+session 21) and removed with the kernel option they needed.
 
 Run on a GPU::
 
     python benchmarks/decode_tail_probe.py --runs 20 --out results/decode_tail_probe.json
-    python benchmarks/decode_tail_probe.py --tails --rounds 5 --out results/decode_tail_chunks.json
 """
 from __future__ import annotations
 
@@ -42,9 +38,6 @@ import bench_decode  # noqa: E402
 
 ROWS = ((4, 32, 32, 32768), (16, 32, 8, 32768), (4, 32, 32, 131072), (16, 32, 8, 131072),
         (4, 32, 32, 4096), (16, 32, 8, 4096), (16, 32, 32, 4096))  # unsplit rows: over SDPA, and level ones
-TAIL_VARIANTS = ((5, 4), (9, 2), (9, 4), (13, 2), (17, 2), (9, 8), (17, 4))  # (splits, tail_blocks)
-TAIL_ROWS = ((4, 32, 32, 32768), (16, 32, 8, 32768), (4, 32, 32, 131072), (16, 32, 8, 131072),
-             (4, 32, 32, 4096), (16, 32, 8, 4096))
 _TIMER = 'tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)'
 _SMID = 'tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)'
 
@@ -157,42 +150,9 @@ def time_row(B, H, Hkv, nk, runs: int, kernel) -> dict:
             "do_bench_us": {name: bench_decode._median(xs) for name, xs in us.items()}, "do_bench_rounds_us": us}
 
 
-def tail_row(B, H, Hkv, nk, rounds: int) -> dict:
-    """The rule, the tail-chunk variants and SDPA's default at one row, in rotated rounds."""
-    import dataclasses
-
-    import torch
-
-    from flashlab import decode
-    from flashlab.kernels import decode_plan
-
-    g = torch.Generator(device="cuda").manual_seed(B * 1000003 + nk + Hkv)  # bench_decode's inputs
-    q = torch.randn(B, H, 1, bench_decode.D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, H, 1, d)
-    k = torch.randn(B, Hkv, nk, bench_decode.D, device="cuda", dtype=torch.bfloat16, generator=g)  # (B, Hkv, Nk, d)
-    v = torch.randn(B, Hkv, nk, bench_decode.D, device="cuda", dtype=torch.bfloat16, generator=g)
-    scale = bench_decode.D ** -0.5
-    variants = bench_decode.make_variants(H, Hkv, scale)
-    fns = {"sdpa_default": lambda: variants["sdpa_default"](q, k, v),
-           "flash_decode": lambda: variants["flash_decode"](q, k, v)}
-    wide = decode.config_of(q, decode.choice_for(q, k)._replace(wide=True))
-    for splits, tail in TAIL_VARIANTS:
-        config = dataclasses.replace(wide, tail_blocks=tail)
-        fns[f"tail{splits}x{tail}"] = (lambda s=splits, c=config: decode_plan.forward(q, k, v, None, scale, False, s, c)[0])
-    with torch.no_grad():
-        ref = variants["sdpa_default"](q, k, v).float()
-        errors = {name: _common.rel_err(fn(), ref) for name, fn in fns.items()}
-        runs = bench_decode.rotated_rounds(fns, rounds)
-    med = {name: bench_decode._median(xs) for name, xs in runs.items()}
-    return {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "rule": list(decode.choice_for(q, k)), "rel_err_vs_sdpa_default": errors,
-            "us": med, "us_runs": runs, "vs_sdpa_default": {name: med[name] / med["sdpa_default"] for name in med},
-            "vs_rule": {name: med[name] / med["flash_decode"] for name in med}}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--tails", action="store_true", help="time the tail-chunk variants beside the rule and SDPA")
-    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "decode_tail_probe.json")
     args = parser.parse_args(argv)
     refusal = _common.timing_refusal()
@@ -201,19 +161,6 @@ def main(argv=None) -> int:
         return 1
     import torch
 
-    if args.tails:
-        out = []
-        for B, H, Hkv, nk in TAIL_ROWS:
-            entry = tail_row(B, H, Hkv, nk, args.rounds)
-            torch.cuda.empty_cache()
-            out.append(entry)
-            print(f"B={B:>2} H={H} Hkv={Hkv:>2} Nk={nk:>6}: SDPA {entry['us']['sdpa_default']:.1f} us; / SDPA: "
-                  + ", ".join(f"{name} {x:.4f}" for name, x in entry["vs_sdpa_default"].items() if name != "sdpa_default")
-                  + "; worst rel. error " + f"{max(entry['rel_err_vs_sdpa_default'].values()):.1e}", flush=True)
-        _common.write_json(args.out, {"environment": _common.environment(), "rounds": args.rounds, "variants":
-                                      [list(x) for x in TAIL_VARIANTS], "method": __doc__.split("\n\n")[3].replace("\n", " "),
-                                      "rows": out})
-        return 0
     kernel = timed_kernel()
     out = []
     for B, H, Hkv, nk in ROWS:

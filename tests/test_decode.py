@@ -516,37 +516,6 @@ def test_staggered_walk_gives_the_reference(splits, poison):
     assert torch.equal(walked[0], plain[0]) and torch.equal(walked[1], plain[1]), "a paged cache was not walked from the start"
 
 
-@pytest.mark.interpreter
-@pytest.mark.parametrize("splits", [2, 4, 7])
-def test_tail_chunks_give_the_reference(splits, poison):
-    """A head and short tail chunks (``DecodeConfig.tail_blocks``) cut each key range differently from
-    equal splits: every key must still be counted once. Ragged lengths (some shorter than the tail
-    chunks together, leaving the head or chunks empty), NaN past them, bottom-right causal, the walk
-    order, both combines and a paged cache give the reference's answer."""
-    from flashlab.kernels import decode_plan
-    from flashlab.kernels import flash_decode as kernels
-
-    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
-    d = 128 if DEVICE == "cuda" else 16
-    n_max = 5000 if DEVICE == "cuda" else 70
-    lengths = [5000, 77, 4096, 1000] if DEVICE == "cuda" else [70, 7, 33, 50]
-    q, k, v, seqlens = _inputs(4, 8, 2, 3, n_max, d, dtype, lengths, seed=61)
-    ref_o, ref_lse = decode.decode_reference(q, k, v, seqlens, scale=d ** -0.5)
-    base = kernels.config_for(d, dtype, DEVICE == "cuda")
-    for tail, stagger, fused in ((1, 0, True), (2, 2, True), (3, 0, False), (5, 2, False)):
-        config = dataclasses.replace(base, tail_blocks=tail, stagger=stagger, fused_combine=fused)
-        o, lse = decode_plan.forward(q, k, v, seqlens, d ** -0.5, True, splits, config)
-        what = f"tail_blocks={tail}, stagger={stagger}, fused={fused}, splits={splits}"
-        assert (o.double().cpu() - ref_o).abs().max().item() < 2e-2, f"{what}: o off"
-        assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3, f"{what}: lse off"
-    q, k, v, table, seqlens = _paged_inputs(3, 4, 2, 2, 32, 16, 5, 20, [80, 17, 33], seed=67)
-    small = kernels.default_config(32, torch.float32)
-    tailed, equal = (decode_plan.forward(q, k, v, seqlens, 32 ** -0.5, True, splits,
-                                         dataclasses.replace(small, tail_blocks=t), block_table=table) for t in (2, 0))
-    assert (tailed[0] - equal[0]).abs().max().item() < 1e-5, "paged cache: tail chunks off the equal splits' o"
-    assert (tailed[1] - equal[1]).abs().max().item() < 1e-5, "paged cache: tail chunks off the equal splits' lse"
-
-
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's

@@ -73,8 +73,10 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
       ``.L2::256B`` 5-8 % slower), and pipelines of other depths (``benchmarks/decode_flush_probe.py``:
       4 stages 0.4-1.7 % slower, 2 stages or 64-key tiles 4-26 % slower), and a load schedule
       written by hand (the warp-specialised Gluon forward, ``benchmarks/decode_gluon_probe.py``: within
-      0.3 % of SDPA on either side, as flash_decode). cuDNN's kernel there issues the same copies from
-      the same grid (``benchmarks/decode_ncu_compare.py``).
+      0.3 % of SDPA on either side, as flash_decode), and short tail chunks launched after every
+      range's head for the SMs that finish first (``benchmarks/decode_tail_probe.py``, commit bd5b111:
+      0.996-1.38x the rule's time). cuDNN's kernel there issues the same copies from the same grid
+      (``benchmarks/decode_ncu_compare.py``).
     * **small grid**: split, so that every SM runs one wide program: the fewest splits that fill
       ``ONE_WAVE_FILL`` of the SMs (8 programs: 16 splits; 32 programs: 4); where those splits
       would spill into a second wave (124 programs: 2 splits, 248 programs for 132 SMs), the most

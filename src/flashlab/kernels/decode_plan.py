@@ -82,7 +82,6 @@ class DecodePlan:
                       EVICT_FIRST=config.evict_first, STAGGER=0 if paged else config.stagger,
                       HAS_SEQLENS=seqlens is not None, CAUSAL=bool(causal), SPLIT=split, FUSED_COMBINE=fused,
                       COMBINE_STEP=combine_step_for(config, block_m, head_dim_padded(d)),
-                      TAIL_BLOCKS=config.tail_blocks if split else 0,
                       DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
         self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors

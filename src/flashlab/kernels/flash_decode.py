@@ -82,10 +82,6 @@ class DecodeConfig:
     stagger: int = 0  # s > 1: program p starts its chunk at block (p mod s) * blocks // s and walks round
     # to it, so that programs streaming at once read different offsets of their caches; 0 or 1: every
     # program from its chunk's start. A paged cache is always walked from the start
-    tail_blocks: int = 0  # t > 0: split 0 of a sequence is its head, every block but the last
-    # (splits - 1) * t, and the other splits are chunks of t blocks; every head starts before any tail
-    # chunk, so the programs that finish their heads first take up the tails (the GPU's block scheduler
-    # balances the end of the step). 0: splits of equal length
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -172,17 +168,12 @@ def _decode_split_kv(
     H_KV, GROUP, N_Q, N_MAX, NUM_SPLITS, NUM_BLOCKS,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGE_PREFETCH: tl.constexpr, EVICT_FIRST: tl.constexpr, STAGGER: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr, FUSED_COMBINE: tl.constexpr,
-    COMBINE_STEP: tl.constexpr, TAIL_BLOCKS: tl.constexpr,
+    COMBINE_STEP: tl.constexpr,
     DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     # -- which chunk of the cache, which (batch, kv head), which rows of the group
     split = tl.program_id(0)
     off_zh = tl.program_id(1)
-    if TAIL_BLOCKS > 0:
-        # -- heads first: programs start in launch order (axis 0 fastest), so number them split-major
-        launch = tl.program_id(0) + NUM_SPLITS * tl.program_id(1)
-        split = launch // tl.num_programs(1)
-        off_zh = launch % tl.num_programs(1)
     off_z = (off_zh // H_KV).to(tl.int64)
     off_hkv = (off_zh % H_KV).to(tl.int64)
     if HAS_SEQLENS:
@@ -203,17 +194,9 @@ def _decode_split_kv(
     q_ptrs = Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm + offs_d[None, :] * stride_qk
     q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)  # (BLOCK_M, HEAD_DIM)
     # -- this split's keys: [lo, hi), whole BLOCK_N blocks except at the sequence's end
-    if TAIL_BLOCKS > 0:
-        # -- split 0 the head, every block but the last (NUM_SPLITS - 1) * TAIL_BLOCKS; then tail
-        #    chunks of TAIL_BLOCKS blocks, which programs that finished early take up
-        blocks = tl.cdiv(seqlen, BLOCK_N)
-        head = tl.maximum(blocks - (NUM_SPLITS - 1) * TAIL_BLOCKS, 0)
-        lo = tl.where(split == 0, 0, (head + (split - 1) * TAIL_BLOCKS) * BLOCK_N)
-        hi = tl.minimum(tl.where(split == 0, head * BLOCK_N, lo + TAIL_BLOCKS * BLOCK_N), seqlen)
-    else:
-        per_split = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        lo = split * per_split
-        hi = tl.minimum(lo + per_split, seqlen)
+    per_split = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(lo + per_split, seqlen)
     last_key = seqlen - N_Q + off_i  # (BLOCK_M,) bottom-right causal: query i sees keys j <= last_key
     if PAGED:  # K, V: (num_blocks, Hkv, PAGE_SIZE, d); stride_kz steps one physical block
         k_base = K + off_hkv * stride_kh
