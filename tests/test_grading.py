@@ -583,6 +583,27 @@ def test_in_a_batch_a_student_cannot_read_a_classmates_folder(tmp_path):
     assert all(r["status"] == "public passed" for r in batch["b_honest"][0][1].values())
 
 
+def test_graded_alone_a_student_cannot_read_a_classmate_nor_another_copy_of_the_answers(tmp_path):
+    # an instructor regrading one folder of a class (--exercises-dir), or a copy of the course elsewhere on
+    # the machine: the child reads only where Python and its libraries live and the folder graded
+    if not CONFINED:
+        pytest.skip("needs Linux with Landlock (flashlab.grading.confine)")
+    for student, source in (("a_copier", BROKEN / "copies_classmate.py"),
+                            ("b_honest", REPO / "solutions" / "ex01_naive.py")):
+        (tmp_path / student).mkdir()
+        shutil.copy(source, tmp_path / student / "ex01_naive.py")
+    shutil.copytree(REPO / "solutions", tmp_path / "another_copy" / "solutions")
+    (tmp_path / "c_elsewhere").mkdir()
+    (tmp_path / "c_elsewhere" / "ex01_naive.py").write_text(
+        f"exec(open({str(tmp_path / 'another_copy' / 'solutions' / 'ex01_naive.py')!r}).read())\n")
+    for student in ("a_copier", "c_elsewhere"):
+        report = check("ex01_naive", exercises_dir=tmp_path / student, seed=3, public_only=True)
+        failure = report.results[0]["failure"]
+        assert report.score == 0 and failure["kind"] == "load" and "Permission denied" in failure["message"], failure
+    assert check("ex01_naive", exercises_dir=tmp_path / "b_honest", seed=3, public_only=True).results[0]["status"] \
+        == "public passed"
+
+
 def test_a_submission_that_links_to_the_solutions_is_not_graded(tmp_path):
     (tmp_path / "ex01_naive.py").symlink_to(REPO / "solutions" / "ex01_naive.py")
     report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
@@ -709,6 +730,18 @@ def test_what_the_child_may_read_leaves_out_hidden_folders_and_links_to_them(tmp
     assert str(tmp_path / "other") in readable and str(tmp_path / "course" / "src") in readable
     hidden, above = str(tmp_path / "course" / "solutions"), (str(tmp_path), str(tmp_path / "course"))
     assert not any(p.startswith(hidden) or p in above for p in readable), readable
+
+
+def test_what_the_child_may_read_is_its_roots_less_the_hidden_folders(tmp_path):
+    for name in ("venv/lib", "course/src/flashlab", "course/src/other", "course/solutions", "elsewhere"):
+        (tmp_path / name).mkdir(parents=True)
+    roots = [str(tmp_path / "venv"), str(tmp_path / "course" / "src"), str(tmp_path / "course" / "solutions" )]
+    readable = confine._everything_but([str(tmp_path / "course" / "src" / "flashlab"),
+                                        str(tmp_path / "course" / "solutions")], roots)
+    assert readable == sorted([str(tmp_path / "venv"), str(tmp_path / "course" / "src" / "other")]), readable
+    roots = confine.readable_roots([str(tmp_path / "elsewhere")])
+    assert sys.prefix in roots and "/usr" in roots and str(tmp_path / "elsewhere") in roots
+    assert str(tmp_path) not in roots and str(Path.home()) not in roots
 
 
 def test_gradescope_results_file(tmp_path):

@@ -2394,7 +2394,9 @@ def serve(fd_in: int, fd_out: int, job: dict, functions: dict | None = None) -> 
         THREADS.install()  # threads the learner's module starts run under the torch watch
         install_forbidden()
         dropped = drop_privileges(job.get("drop_uid"))
-        confined = bool(job.get("home")) and confine.confine_files(job["home"], job.get("hidden") or ())
+        own = [job.get("exercises_dir")] + [os.path.dirname(f) for f in filenames if os.path.isabs(f)]
+        confined = bool(job.get("home")) and confine.confine_files(job["home"], job.get("hidden") or (),
+                                                                   confine.readable_roots(own))
         if confined:  # flashlab's modules can no longer be read: those not loaded yet are hidden names,
             HIDDEN[0] = True  # and the original code of the loaded ones (kept for imports) would only
             _ORIGINALS.clear()  # serve a learner's tampering

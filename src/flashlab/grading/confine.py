@@ -10,11 +10,12 @@ children, whatever Python code runs afterwards.
   read the files under ``hidden`` (flashlab's package, ``solutions/``, the instructor's pack:
   the answer key on the grading machine, which a student release leaves out); it may not open
   TCP connections; on kernels with Landlock ABI 6 (6.12+) it may not signal processes outside
-  itself (the grader, other students' children). Everything else stays readable (imports).
-  Closes: bytecode or ``.pth`` files planted for the grader's next run, rewritten solutions or
-  classmates' submissions, ``/proc/self/clear_refs`` (which would reset the peak memory the
-  grader measures), killing or stopping the grader, loading the library or the solutions from
-  the grader's disk.
+  itself (the grader, other students' children). It reads only where Python, its libraries and
+  the system live, and its own folder (:func:`readable_roots`): not another copy of the course,
+  nor a classmate's folder beside the one graded. Closes: bytecode or ``.pth`` files planted for
+  the grader's next run, rewritten solutions or classmates' submissions, ``/proc/self/clear_refs``
+  (which would reset the peak memory the grader measures), killing or stopping the grader,
+  loading the library or the solutions from the grader's disk or from any other copy of them.
 - :func:`forbid_processes` (Linux seccomp, x86-64 and arm64): the child may start threads but no
   process (fork, vfork, clone without CLONE_THREAD fail with EPERM), and may open Unix sockets
   but no network socket (UDP included, which Landlock does not cover) nor an io_uring. Closes:
@@ -80,34 +81,72 @@ def landlock_abi() -> int:
     return max(int(version), 0)
 
 
-def _everything_but(hidden) -> list[str]:
-    """Paths whose trees together hold every file but those under ``hidden``: the other entries of
-    each folder on the way from / down to a hidden path."""
+# where Python, its libraries and the system's live: what a grading child reads besides its own folder
+SYSTEM_ROOTS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/opt",
+                "/run", "/nix", "/gnu", "/snap")
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def _everything_but(hidden, roots=("/",)) -> list[str]:
+    """Paths whose trees together hold every file beneath ``roots`` but those under ``hidden``: a root
+    with no hidden path beneath it whole, and for one with, the other entries of each folder on the way
+    from it down to a hidden path."""
     hidden = {os.path.realpath(h) for h in hidden if os.path.exists(h)}
+    roots = {os.path.realpath(r) for r in roots if os.path.exists(r)}
     on_the_way = {os.path.dirname(h) for h in hidden}
     for h in list(on_the_way):
         while h != os.path.dirname(h):
             h = os.path.dirname(h)
             on_the_way.add(h)
     def reaches_hidden(path: str) -> bool:  # a hidden path, below one, or above one (a symlink may lead there)
-        return path in on_the_way or any(path == h or path.startswith(h + os.sep) for h in hidden)
+        return path in on_the_way or any(_under(path, h) for h in hidden)
 
     keep = set()
-    for folder in on_the_way:
-        try:
-            entries = os.listdir(folder)
-        except OSError:
+    for root in roots:
+        if any(_under(root, h) for h in hidden):
             continue
-        for entry in entries:
-            path = os.path.join(folder, entry)
-            if not reaches_hidden(path) and not reaches_hidden(os.path.realpath(path)):
-                keep.add(os.path.realpath(path))
-    return sorted(keep) if hidden else ["/"]
+        if root not in on_the_way:
+            keep.add(root)
+            continue
+        for folder in (f for f in on_the_way if _under(f, root)):
+            try:
+                entries = os.listdir(folder)
+            except OSError:
+                continue
+            for entry in entries:
+                path = os.path.join(folder, entry)
+                if not reaches_hidden(path) and not reaches_hidden(os.path.realpath(path)):
+                    keep.add(os.path.realpath(path))
+    return sorted(keep)
 
 
-def confine_files(home: str, hidden=()) -> bool:
-    """Allow file changes only beneath ``home`` and no reading under ``hidden`` (see the module
-    docstring); True when in force."""
+def readable_roots(extra=()) -> list[str]:
+    """What a grading child needs to read: ``SYSTEM_ROOTS``, Python's prefixes and import path, the
+    library folders (``LD_LIBRARY_PATH``, and those of every file the process has mapped: shared
+    libraries loaded from elsewhere), and ``extra`` (the learner's own folder). Not the rest of the
+    machine: another copy of the course, other students' work, the user's home. Call before any learner
+    code runs (the process's state is trusted here)."""
+    import sys
+
+    roots = list(SYSTEM_ROOTS) + [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    roots += [p for p in sys.path if p and os.path.isabs(p)]
+    roots += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and os.path.isabs(p)]
+    try:
+        with open("/proc/self/maps") as maps:
+            mapped = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+    except OSError:
+        mapped = set()
+    roots += [os.path.dirname(p) for p in mapped if p.startswith("/") and os.path.isfile(p)]
+    roots += [p for p in extra if p]
+    return sorted(set(roots))
+
+
+def confine_files(home: str, hidden=(), readable=("/",)) -> bool:
+    """Allow file changes only beneath ``home``, reading only beneath ``home`` and ``readable`` and
+    never under ``hidden`` (see the module docstring); True when in force."""
     abi = landlock_abi()
     if abi < 1:
         return False
@@ -124,7 +163,7 @@ def confine_files(home: str, hidden=()) -> bool:
     try:
         devices = ["/dev/null", *glob.glob("/dev/nvidia*"), "/dev/kfd", *glob.glob("/dev/dri/*")]
         rules = ([(home, handled)] + [(path, file_rights) for path in devices]
-                 + [(path, _READ_FILE) for path in _everything_but(hidden)])
+                 + [(path, _READ_FILE) for path in _everything_but(hidden, readable)])
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
