@@ -42,6 +42,7 @@ lab: install  ## set up your work area (work/) and open the course there at note
 TEST_WORKERS_MAX ?= 4
 
 test: install  ## every test: library, interpreter kernels, grader, notebooks, browser
+	@test -d tests || { echo "make test: no tests/ folder here (a student release leaves the test suite out; grade your work with flashlab grade)"; exit 2; }
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=$(TEST_WORKERS_MAX) --ignore=tests/test_notebooks.py
 	$(BIN)/python -m pytest -q tests/test_notebooks.py
 

@@ -53,8 +53,8 @@ def split_kv_partials(q, k, v, num_splits, scale=None):
 def combine_splits(o_part, lse_part):
     """Merge the partial states: o_part (Z, S, d), lse_part (Z, S) float32 tensors -> o (Z, d) float32.
 
-    torch (or NumPy on .cpu() copies) is fine here, except torch's softmax functions: the weights
-    exp(lse_s - lse) are this function's lesson, so write them. Empty splits (lse = -inf, o = 0) weigh nothing,
+    torch (or NumPy on .cpu() copies) is fine here, except torch's softmax functions and flashlab's
+    combine_states: the weights exp(lse_s - lse) are this function's lesson, so write them. Empty splits (lse = -inf, o = 0) weigh nothing,
     and a row whose splits are all empty (no key) gives o = 0; no NaN may appear.
     Graded: random split sizes, an empty split, one split, lse near 1000, a row with no key.
     """

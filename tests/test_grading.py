@@ -200,6 +200,7 @@ BROKEN_CASES = [
     ("memory_hog", "ex01_naive", "naive_attention", "memory_limit", "used more than 0.5 GiB of memory"),
     # 8. honest mistakes that passed every seed
     ("ignores_scale", "ex03_tiled_forward", "tiled_attention", "value", "max abs error"),
+    ("tiled_zero_when_blocks_exceed_sequence", "ex03_tiled_forward", "tiled_attention", "value", "max abs error"),
     ("kernel_loop_bound_no_nq", "ex08_kernel_causal", "flash_forward", "nan", "NaN at index"),
     # honest mistakes named by grading.mistakes (each was 'max abs error' or 'NaN at index' alone)
     ("softmax_max_over_rows", "ex02_softmax", "safe_softmax", "value", "looks like the max is taken over the wrong axis"),
@@ -402,10 +403,22 @@ BROKEN_CASES = [
      ("not even in a buffer allocated", "could not measure")),
     ("kernel_answer_for_relaunch_from_a_known_seed", "ex06_triton_primer", "vector_add", "launch",
      "launched again by the grader on inputs of its own"),
+    ("autograd_reads_values_through_repr", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
+     "printing tensors of more than"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
 CONFINED = confine.available()  # Linux with Landlock and seccomp
+
+
+def test_blocks_many_times_the_sequence_are_a_hidden_case_on_every_seed():
+    import numpy as np
+
+    from flashlab.grading import cases
+
+    for seed in range(20):
+        kw = [c.kwargs for c in cases.tiled_hidden(np.random.default_rng(seed))]
+        assert any(k["q"].shape[-2] * 4 < k["block_q"] for k in kw), seed
 
 
 def test_every_broken_submission_has_a_case():

@@ -89,6 +89,26 @@ def test_check_grades_in_the_student_release_stub_zero_solution_full(student, tm
     assert score == total
 
 
+def test_a_release_run_by_another_python_says_which_python_it_needs(student, tmp_path):
+    other = tmp_path / "course"
+    shutil.copytree(student, other)
+    for compiled in (other / "src" / "flashlab").rglob("*.pyc"):  # as if compiled by another minor version
+        data = bytearray(compiled.read_bytes())
+        data[0] ^= 0x01
+        compiled.write_bytes(bytes(data))
+    message = release.compiled_python_mismatch(other / "src" / "flashlab")
+    made = (student / "RELEASE.md").read_text().split("with Python ", 1)[1].split()[0].rstrip(".")
+    assert message and f"compiled with Python {made}" in message and "python=" in message, message
+    assert release.compiled_python_mismatch(student / "src" / "flashlab") is None
+    env = dict(os.environ, PYTHONPATH=str(other / "src"))
+    out = subprocess.run([sys.executable, "-c", "from flashlab.grading import check"], cwd=other, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and f"compiled with Python {made}" in out.stderr, out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-m", "flashlab.cli", "doctor"], cwd=other, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert f"compiled with Python {made}" in out.stdout and "no known problems" not in out.stdout, out.stdout
+
+
 @pytest.mark.notebooks
 def test_a_student_release_notebook_executes(student, monkeypatch):
     import nbformat

@@ -224,7 +224,9 @@ else:
 # In `exercises/ex14_split_kv_decode.py` write `decode_partial_kernel`, one program per
 # (sequence, split) computing the split's normalised partial output and log-sum-exp, its wrapper
 # `split_kv_partials(q, k, v, num_splits)`, and `combine_splits(o_part, lse_part)`, which merges
-# the partial states (torch is fine there). Some splits may be empty.
+# the partial states in torch. Write the weights $e^{\mathrm{lse}_s - \mathrm{lse}}$ yourself: torch's
+# softmax and flashlab's `combine_states` (the cells above use it) do that merge for you and get no
+# credit there. Some splits may be empty.
 
 # %%
 from flashlab.grading import check

@@ -211,7 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"flashlab bench: refusing to time: {why}", file=sys.stderr)
             return 2
     path = find_script(SCRIPTS[which])
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"flashlab bench [{' | '.join(SCRIPTS)}] [ARGS...] runs benchmarks/{SCRIPTS[which]} (here: {which}); "
+              "`flashlab bench --mine --help`: time your own kernel.\n")
     spec = importlib.util.spec_from_file_location(f"flashlab_bench_{which}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return int(module.main(argv) or 0)
+    program, sys.argv[0] = sys.argv[0], f"flashlab bench {which}"  # the script's usage line names the command
+    try:
+        return int(module.main(argv) or 0)
+    finally:
+        sys.argv[0] = program

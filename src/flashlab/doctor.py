@@ -188,6 +188,12 @@ def diagnose() -> Diagnosis:
                   grading=grading_confinement())
     add = d.findings.append
 
+    from flashlab.release import compiled_python_mismatch
+
+    mismatch = compiled_python_mismatch()
+    if mismatch:
+        add(Finding("error", mismatch.split(". Use", 1)[0], "use" + mismatch.split(". Use", 1)[1]
+                    if ". Use" in mismatch else ""))
     if sys.version_info < (3, 10):
         add(Finding("error", f"Python {d.python} is too old", "use Python 3.10 or newer (the course is tested on 3.11)"))
     for name in PACKAGES:

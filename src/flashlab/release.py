@@ -36,6 +36,42 @@ LEFT_OUT = ("solutions", "instructor", "tests", "notebooks/_src", "notebooks/_bu
 _SKIP_NAMES = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis", ".DS_Store"}
 
 
+def compiled_python_mismatch(package: Path | None = None) -> str | None:
+    """In a student release whose withheld modules were compiled by another Python minor version than the
+    one running: what to tell the learner (they will not import); else None. Reads the ``.pyc`` headers."""
+    import importlib.util
+
+    package = Path(package) if package is not None else Path(__file__).resolve().parent
+    for rel in WITHHELD:
+        compiled = (package / rel).with_suffix(".pyc")
+        if (package / rel).exists() or not compiled.is_file():
+            continue
+        try:
+            magic = compiled.read_bytes()[:4]
+        except OSError:
+            return None
+        if magic == importlib.util.MAGIC_NUMBER:
+            return None
+        note = package.parents[1] / "RELEASE.md"
+        made = ""
+        if note.is_file():
+            words = note.read_text(encoding="utf-8", errors="replace").split("with Python ", 1)
+            made = f" {words[1].split()[0].rstrip('.')}" if len(words) == 2 else ""
+        return (f"this student release was compiled with Python{made or ' of another version'} and this is Python "
+                f"{platform.python_version()}: its compiled modules ({', '.join(WITHHELD[:3])}, ...; RELEASE.md) and "
+                "so the grader will not import. Use that Python version (e.g. `conda create -n flashlab "
+                f"python={'.'.join(made.split('.')[:2]).strip() or '3.11'}`), or ask for a release made with yours")
+    return None
+
+
+def require_compiled_python() -> None:
+    """Raise ImportError with :func:`compiled_python_mismatch`'s words where it has any (the grader imports
+    the compiled modules; Python's own error would say "bad magic number")."""
+    mismatch = compiled_python_mismatch()
+    if mismatch:
+        raise ImportError(mismatch)
+
+
 def repository() -> Path:
     """The course checkout the package runs from (a release is made from a checkout, not a wheel)."""
     from flashlab.course import repo_root
@@ -102,6 +138,9 @@ def _release_note(package: Path) -> str:
 Made by `flashlab release student` with Python {platform.python_version()}. Start with `make lab`.
 
 Left out: the worked solutions, the instructor's test pack, the test suite and the notebook sources.
+Where README.md or exercises/README.md mention `solutions/`, `tests/`, `make test` or
+`flashlab grade --solutions`, they describe the course repository, not this copy: here you grade your
+own work with `check("ex01_naive")` in a notebook or `flashlab grade`.
 These library modules hold the NumPy reference of an exercise and are shipped compiled; they load
 only under Python {version}:
 

@@ -278,6 +278,8 @@ def tiled_hidden(rng):
                              (True, (int(rng.integers(5, 29)), int(rng.integers(30, 70)))),
                              (False, (5, 3))]:
         bq, bk = (int(b) for b in rng.choice([4, 8, 16, 32, 128], 2))
+        if (nq, nk) == (5, 3):  # on every seed: blocks many times the sequence's length
+            bq, bk = 128, 32
         batch = tuple(int(b) for b in rng.integers(1, 3, size=int(rng.integers(0, 2))))
         kw = dict(qkv(rng, nq, nk, int(rng.choice([4, 8])), int(rng.integers(2, 9)), batch, random_dtype(rng)),
                   causal=causal, block_q=bq, block_k=bk)

@@ -21,6 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from flashlab.release import require_compiled_python
+
+require_compiled_python()  # a student release compiled by another Python: say so first
 from flashlab.grading import contracts, wire
 from flashlab.grading.cases import PUBLIC_WHY
 from flashlab.grading.mistakes import MISTAKES
@@ -540,6 +543,10 @@ TRITON_ADVICE = (
     ("must have equal reduction dimensions",
      "tl.dot(a, b) multiplies a (M, K) tile by a (K, N) one: a's last dimension must be b's first. For the scores "
      "Q K^T load K as a (HEAD_DIM, BLOCK_N) tile (offsets of d down the rows, of keys across) or pass tl.trans(k)"),
+    ("active drivers",
+     "@triton.autotune times its configs on a GPU, and Triton's CPU interpreter has none: on a CPU launch one "
+     "config yourself, e.g. my_kernel.fn[grid](..., BLOCK_M=32, BLOCK_N=32) (.fn is the kernel under the autotuner), "
+     "or drop the decorator; keep it for a GPU"),
 )
 
 MAX_TILE = (128, 256)  # exercise 15: the largest tile (query rows x key rows) its docstring allows
@@ -749,10 +756,13 @@ def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:
     over = sorted((kernel, tile) for kernel, tile in tiles.items() if limit and tile > limit)
     if over:
         kernel, tile = over[0]
+        helper = "" if kernel in part.must_launch else (
+            f" The cap holds for every kernel the part launches, a helper of yours too (a row reduction such as D "
+            f"works as well in blocks of {limit} rows)")
         return (f"{_text(kernel, 80)} built a tile of {tile} (a tensor dimension: tl.arange's extent, a load's "
                 f"shape): tiles here hold at most {limit} rows or keys; a tile as long as the sequence (or the "
                 f"split) leaves the kernel's loop nothing to walk. Keep each tile at most {limit} and let the loop "
-                "go block by block")
+                "go block by block." + helper)
     return ""
 
 
@@ -964,7 +974,8 @@ def _protected_files() -> list[Path]:
 
 def hidden_paths() -> list[str]:
     """What the grading child may not read: flashlab's package (the references), solutions/, the
-    instructor's pack and, in a batch, the other students' folders (flashlab.grading.confine)."""
+    instructor's pack, the test suite (its honest variants are worked answers), the git history (every
+    file ever committed) and, in a batch, the other students' folders (flashlab.grading.confine)."""
     import flashlab
     from flashlab.grading import classroom
 
@@ -975,7 +986,7 @@ def hidden_paths() -> list[str]:
     paths = [Path(flashlab.__file__).resolve().parent]
     paths += [Path(p) / "flashlab" for p in sys.path if p and (Path(p) / "flashlab" / "grading").is_dir()]
     for root in roots:
-        paths += [root / "src" / "flashlab", root / "solutions", root / "instructor"]
+        paths += [root / "src" / "flashlab", root / "solutions", root / "instructor", root / "tests", root / ".git"]
     if classroom.PACK_FOLDER[0] is not None:
         paths.append(Path(classroom.PACK_FOLDER[0]).resolve())
     paths += [Path(folder).resolve() for folder in classroom.BATCH_FOLDERS]

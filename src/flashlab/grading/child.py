@@ -382,8 +382,8 @@ class LaunchTracker:
         self.tiles: dict = {}  # kernel name: the largest tensor dimension any of its launches built
         self.elsewhere: list = []  # (kernel, module) launched from a module other than the learner's
         # torch operators outside TORCH_ALLOWED run after a launch of a required kernel, with the learner's
-        # line: preparation when a later launch of one takes what they made (flow), else finishing the result
-        # in torch (open, refused at the end of the call)
+        # line: preparation when a later launch of one takes what they made (flow), finishing the result in
+        # torch when what they made reaches a returned tensor (refused at the end of the call), else a check
         self.after_launch: list = []
         self.open_notes: set = set()  # indices into after_launch that no later launch consumed
         self.flow: dict = {}  # storage address -> indices of the noted operators whose results reached it
@@ -863,7 +863,8 @@ def _note_after_launch(name: str, args: tuple, kwargs: dict, out) -> None:
     """After a launch of the part's required kernel: an operator outside TORCH_ALLOWED is noted, and what
     any operator makes inherits the notes of what it was made from (a copy of a noted result carries its
     note). A later required launch given a tensor that carries notes consumes them (it was prepared for
-    that launch); a note no launch consumed is refused at the end of the call (:func:`_verify_launch`)."""
+    that launch); a note no launch consumed that reaches a returned tensor is refused at the end of the call
+    (:func:`_verify_launch`): the result finished in torch. One that reaches nothing returned was a check."""
     if TRACKER is None or not TORCH_POLICY["strict"] or not any(
             launch["kernel"] in TRACKER.required for launch in TRACKER.launches):
         return
@@ -1123,7 +1124,34 @@ def _install_torch_mode(policy: str) -> None:
     names.__enter__()
     TORCH_POLICY["names"] = names
     _forbid_dlpack_functions(torch)
+    _count_printed_tensors(torch)
     _install_audit()
+
+
+def _count_printed_tensors(torch) -> None:
+    """repr, str, format or print of a tensor turns its values into text, outside torch, and torch's printing
+    reads them with the watch popped: in a torch_only part's watched call every element of a printed tensor
+    counts as a number read into Python (SCALAR_READ_LIMIT), so a debug print passes and bulk reading does not."""
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._str
+    if getattr(original, "_flashlab_bridge", False):
+        return
+
+    def counting(self, *args, **kwargs):
+        if _bridge_watched():
+            n = 1
+            for size in getattr(self, "shape", ()):
+                n *= int(size)
+            SCALAR_READS["numbers"] += n
+            if SCALAR_READS["numbers"] > SCALAR_READ_LIMIT:
+                _bridge_forbidden("repr or print of a tensor", f"printing tensors of more than {SCALAR_READ_LIMIT} "
+                                  "numbers in all (repr, str, format, print: each element is counted as a number read "
+                                  "into Python; remove debug prints of whole tensors)")
+        return original(self, *args, **kwargs)
+
+    counting._flashlab_bridge = True
+    tensor_str._str = counting
 
 
 def _forbid_dlpack_functions(torch) -> None:
@@ -1913,15 +1941,18 @@ def _verify_launch(value, must_launch: tuple) -> str | None:
     if TRACKER.changed_inputs:
         return ("an input held other values when your kernel was launched (an input is read, never written: "
                 "the kernel must compute from the inputs it was given)")
-    if TRACKER.open_notes:
-        name, line = TRACKER.after_launch[min(TRACKER.open_notes)]
+    tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
+    reached = set()
+    for t in tensors:  # notes no later launch consumed that reach what the call returns
+        reached |= TRACKER.flow.get(t.untyped_storage().data_ptr(), set()) & TRACKER.open_notes
+    if reached:
+        name, line = TRACKER.after_launch[min(reached)]
         first = next(launch["kernel"] for launch in TRACKER.launches if launch["kernel"] in TRACKER.required)
         return (f"your wrapper ran torch's aten.{name}{f' at line {line}' if line else ''} after launching "
-                f"{first}, and no later launch of it was given what that made: the kernel must finish the result "
+                f"{first}, and what that made is in the result it returns: the kernel must finish the result "
                 "itself (normalise by l, take the log, scale). Torch may prepare the inputs of a launch before it; "
-                "after the launches the wrapper may only allocate, view, copy, join (stack, cat along the first "
-                "dimension) or check (isnan, any; a sum or torch.allclose on the result counts as computing)")
-    tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value]) if hasattr(v, "untyped_storage")]
+                "after the launches the wrapper may allocate, view, copy or join (stack, cat along the first "
+                "dimension) what it returns, and check it (torch.allclose, sums, prints) without changing it")
     for t in tensors:
         problem = TRACKER.written_by_launch(t)
         if problem:
@@ -2018,14 +2049,14 @@ def _own_scale(args: dict, overrides: dict, scalars: dict, name: str = "qk_scale
 
 def _layout_flash_fwd(args: dict) -> dict:
     """Q, K, V and Out with the learner's strides where they keep every element apart (else the grader's
-    own, contiguous, passed instead), as many batch elements as the learner's Out holds, REPLAY_EXTRA_KEYS
+    own, contiguous, passed instead), as many batch elements as the learner's Out holds, replay_extra_keys
     more keys, and the grader's own scale: a zero scale, a zero stride or a single key of the learner's
     would make the contract a mean or a copy of V's rows."""
     n_q, n_k, d, block_m = (_whole(args, n) for n in ("N_Q", "N_K", "HEAD_DIM", "BLOCK_M"))
     if min(n_q, n_k, d, block_m) < 1:
         raise ReplayRefused(f"N_Q={n_q}, N_K={n_k}, HEAD_DIM={d}, BLOCK_M={block_m}: each must be >= 1")
     z = _batch_of(args, "Out", "stride_oz", (n_q, d), (_whole(args, "stride_om"), _whole(args, "stride_ok")))
-    longer = n_k + REPLAY_EXTRA_KEYS
+    longer = n_k + replay_extra_keys(n_k)
     tensors, overrides = {}, {"N_K": longer}
     for who, rows, role in (("Q", n_q, "inputs"), ("K", n_k, "inputs"), ("V", n_k, "inputs"), ("Out", n_q, "outputs")):
         low = "o" if who == "Out" else who.lower()
@@ -2181,7 +2212,16 @@ def _attention_inputs(made: dict, scalars: dict) -> None:
     made["Delta"].copy_((do * out).sum(-1).to(made["Delta"].dtype))
 
 
-REPLAY_EXTRA_KEYS = 37  # keys the flash forward's replay adds to the learner's N_K (not a multiple of any tile)
+REPLAY_EXTRA_KEYS = 37  # keys the flash forward's replay adds to the learner's N_K, at least (see replay_extra_keys)
+
+
+def replay_extra_keys(n_k: int) -> int:
+    """The keys the flash forward's replay adds to ``n_k``: REPLAY_EXTRA_KEYS rounded up to a multiple of the
+    largest power of two (up to 128) that divides n_k. A launch whose N_K was a whole number of tiles stays
+    one (a kernel told so by a flag of its own, EVEN_N, may skip the masks of a last partial tile); a ragged
+    N_K stays ragged."""
+    tile = min(n_k & -n_k, 128) if n_k > 0 else 1
+    return tile * -(-REPLAY_EXTRA_KEYS // tile)
 REPLAY_SCALE = 0.3  # the flash forward's qk_scale in the replay (natural log; an exp2 kernel reads it as 0.3 ln 2)
 
 _BWD_PARAMS = ("Q", "K", "V", "dO", "LSE", "Delta", "stride_qz", "stride_qm", "stride_kz", "stride_kn", "stride_lz",

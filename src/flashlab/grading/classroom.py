@@ -62,9 +62,12 @@ def load_pack(folder) -> dict[str, Exercise]:
     return changed
 
 
+PACK_MARK = "[instructor's test pack]"  # ends the label of every case a pack adds (reports withhold their inputs)
+
+
 def _extended(hidden, extra):
     def cases(rng):
-        return list(hidden(rng)) + list(extra(rng))
+        return list(hidden(rng)) + [dataclasses.replace(c, label=f"{c.label} {PACK_MARK}") for c in extra(rng)]
 
     return cases
 
@@ -91,14 +94,33 @@ BATCH_FOLDERS: list = []  # in --batch, the other students' folders, which the l
 
 
 def students(submissions) -> list[Path]:
-    """One folder per student, named by the student's id, in name order."""
+    """One folder per student, named by the student's id, in name order (:func:`not_students` says
+    what else the folder holds)."""
     root = Path(submissions).expanduser()
     if not root.is_dir():
         raise ValueError(f"batch={str(submissions)!r} is not a directory; expected one folder per student")
-    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not _not_a_student(p.name))
     if not folders:
         raise ValueError(f"batch={str(submissions)!r} holds no student folders")
     return folders
+
+
+def _not_a_student(name: str) -> bool:
+    return name.startswith((".", "__"))  # hidden folders; an archive's metadata (__MACOSX)
+
+
+def not_students(submissions) -> list[str]:
+    """What the submissions folder holds besides the student folders, each with why it is not graded."""
+    out = []
+    for p in sorted(Path(submissions).expanduser().iterdir()):
+        if p.name.startswith(".") and not p.is_dir():
+            continue  # .DS_Store and the like
+        if not p.is_dir():
+            out.append(f"{p.name} (a file, not a folder: a submission is one folder per student; unpack archives "
+                       "into a folder of their own)")
+        elif _not_a_student(p.name):
+            out.append(f"{p.name} (a hidden or metadata folder, such as an archive's __MACOSX)")
+    return out
 
 
 def _linked_folder(folder: Path, names: list[str], seed: int) -> list:
@@ -121,6 +143,8 @@ def grade_batch(submissions, names: list[str], seed: int, jobs: int = 2, public_
 
     progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     folders, out = students(submissions), []
+    for entry in not_students(submissions):
+        progress(f"not graded: {entry}")
     for i, folder in enumerate(folders, 1):
         start = time.perf_counter()
         BATCH_FOLDERS[:] = [str(f) for f in folders if f != folder]  # what this student's code may not read
@@ -136,48 +160,40 @@ def grade_batch(submissions, names: list[str], seed: int, jobs: int = 2, public_
     return out
 
 
-def write_csv(path, batch: list[tuple[str, list]], seed: int) -> None:
-    """One row per student: id, points per exercise, total, possible, all checks passed, the seed."""
+def why_points_were_lost(graded: list) -> str:
+    """One line per student: for each exercise that lost points, the first reason the grader gave (a missing
+    file, an import error, the first failed check), clipped; empty when nothing was lost."""
+    reasons = []
+    for exercise, results in graded:
+        lost = [r for r in results.values() if r.get("failure") and r["earned"] < r.get("points", r["earned"] + 1)]
+        if lost:
+            message = " ".join(str(lost[0]["failure"].get("message", "")).split())
+            reasons.append(f"{exercise.name}: {message[:160] + ('...' if len(message) > 160 else '')}")
+    return " | ".join(reasons)
+
+
+def public_checks(results: dict) -> tuple[int, int]:
+    """(public checks passed, public checks) over the parts of one exercise."""
+    return (sum(r["public"][0] for r in results.values()), sum(r["public"][1] for r in results.values()))
+
+
+def write_csv(path, batch: list[tuple[str, list]], seed: int, pack=None, public_only: bool = False) -> None:
+    """One row per student: id, points per exercise, total, possible, all checks passed, the seed, the test
+    pack used (empty: none; regrading needs the same seed and pack), and why points were lost. With
+    ``public_only`` (no points are given) each exercise's cell is its public checks passed, "3/4"."""
     from flashlab.grading.report import Report
 
     names = [exercise.name for exercise, _ in batch[0][1]] if batch else []
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", *names, "total", "possible", "passed", "seed"])
+        writer.writerow(["student", *names, "total", "possible", "passed", "seed", "pack", "why_points_were_lost"])
         for student, graded in batch:
             report = Report(graded)
-            points = {e.name: sum(r["earned"] for r in rs.values()) for e, rs in graded}
-            writer.writerow([student, *(f"{points[n]:g}" for n in names), f"{report.score:g}", f"{report.total:g}",
-                             report.passed, seed])
-
-
-def answer_key() -> str:
-    """Markdown: the right answer and the explanation of every self-test question and quiz item.
-
-    The letters are recovered from their stored hashes by trying each choice, which is exactly
-    why the course says the answers are hidden from a glance and not secret.
-    """
-    from flashlab.grading.spec import answer_hash
-    from flashlab.selftest_bank import QUESTIONS
-
-    lines = ["# Answer key: the notebooks' self-tests and the quiz", "",
-             "Written by `flashlab.grading.classroom.answer_key()` (instructor pack only; numbers computed by "
-             "flashlab).", ""]
-    for q in QUESTIONS:
-        if q.compute is not None:
-            answer = f"{q.compute():.6g}{' ' + q.unit if q.unit else ''} (within 1%; computed by `{q.source}`)"
-        else:
-            letters = "abcdefgh"[: len(q.choices)]
-            right = [c for c in letters if answer_hash(q.function, c) == q.stored]
-            answer = ", ".join(f"({c}) {q.choices[letters.index(c)]}" for c in right) or "(no choice matches)"
-        lines += [f"**{q.qid}** {q.prompt}", "", f"- answer: {answer}", f"- why: {q.why()}", ""]
-    quiz = EXERCISES["ex11_quiz"]
-    lines += ["## Exercise 11 (quiz)", ""]
-    for part in quiz.parts:
-        stored = part.reference()
-        if part.kind == "choice":
-            right = [c for c in "abcd" if answer_hash(part.function, c) == stored]
-            lines.append(f"- {part.function} ({part.title}): {', '.join(right) or '(no letter matches)'}")
-        else:
-            lines.append(f"- {part.function} ({part.title}): {stored:.6g} (within 1%)")
-    return "\n".join(lines) + "\n"
+            if public_only:
+                cells = {e.name: "{}/{}".format(*public_checks(rs)) for e, rs in graded}
+            else:
+                cells = {e.name: f"{sum(r['earned'] for r in rs.values()):g}" for e, rs in graded}
+            writer.writerow([student, *(cells[n] for n in names), f"{report.score:g}", f"{report.total:g}",
+                             report.passed, "public cases only" if public_only else seed,
+                             "" if pack is None else str(Path(pack).expanduser().resolve()),
+                             why_points_were_lost(graded)])

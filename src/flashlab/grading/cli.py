@@ -91,18 +91,29 @@ def _batch(args) -> int:
     """--batch: every student folder graded with one seed; a score line each; the CSV."""
     import secrets
 
-    from flashlab.grading.classroom import grade_batch, write_csv
+    from flashlab.grading.classroom import grade_batch, not_students, public_checks, why_points_were_lost, write_csv
     from flashlab.grading.report import Report
 
     seed = secrets.randbelow(2**31) if args.seed is None else args.seed
     batch = grade_batch(args.batch, args.names or list(EXERCISES), seed, jobs=args.jobs,
                         public_only=args.public_only)
     if args.csv:
-        write_csv(args.csv, batch, seed)
+        write_csv(args.csv, batch, seed, pack=args.tests, public_only=args.public_only)
     for student, graded in batch:
+        if args.public_only:
+            passed, total = (sum(x) for x in zip(*(public_checks(rs) for _, rs in graded)))
+            print(f"{student:<24} {passed:>4}/{total} public checks passed")
+            continue
         report = Report(graded)
         print(f"{student:<24} {report.score:>7g}/{report.total:g}")
-    print(f"{len(batch)} submissions graded with hidden seed {seed}" + (f"; wrote {args.csv}" if args.csv else ""))
+        if report.score == 0 and report.total:
+            print(f"{'':<24} nothing earned; {why_points_were_lost(graded).split(' | ')[0]}")
+    skipped = not_students(args.batch)
+    print(f"{len(batch)} submissions graded " + ("on the public cases only" if args.public_only else
+                                                 f"with hidden seed {seed}")
+          + (f" and the test pack {args.tests}" if args.tests else "")
+          + (f"; wrote {args.csv}" if args.csv else "")
+          + (f"; not graded: {'; '.join(skipped)}" if skipped else ""))
     return 0
 
 

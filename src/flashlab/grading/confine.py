@@ -17,8 +17,9 @@ children, whatever Python code runs afterwards.
   (which would reset the peak memory the grader measures), killing or stopping the grader,
   loading the library or the solutions from the grader's disk or from any other copy of them.
 - :func:`forbid_processes` (Linux seccomp, x86-64 and arm64): the child may start threads but no
-  process (fork, vfork, clone without CLONE_THREAD fail with EPERM), and may open Unix sockets
-  but no network socket (UDP included, which Landlock does not cover) nor an io_uring. Closes:
+  process (fork, vfork, clone without CLONE_THREAD fail with EPERM), and may open no socket at all
+  (the network, UDP included, which Landlock does not cover; a Unix socket, through which another
+  grading child, of this run or a concurrent one, would compute the answers) nor an io_uring. Closes:
   work moved to a forked process, where the grader's memory and CPU measurements do not see it,
   fork bombs, and a remote oracle that computes the answers. It also refuses the ways to hold
   memory that the grader's measurements from outside do not see: shared mappings (``mmap`` with
@@ -26,8 +27,9 @@ children, whatever Python code runs afterwards.
   ``madvise(MADV_DONTNEED)`` keeps its data in the file; also ``torch.from_file(shared=True)`` and
   System V ``shmat``), data moved into a memfd or file without a ``write()`` the grader counts
   (``splice``, ``tee``, ``vmsplice``, Linux AIO's ``io_submit``), pages pushed to swap (``madvise``
-  MADV_COLD and MADV_PAGEOUT, ``process_madvise``), and ``prctl(PR_SET_DUMPABLE)``, which makes the child's
-  ``/proc/<pid>/smaps`` and ``io`` unreadable. Not used for Triton on a GPU, whose compiler runs
+  MADV_COLD and MADV_PAGEOUT, ``process_madvise``), data kept in the kernel (System V message queues
+  and ``shmget``, the key rings, a ``socketpair``'s buffers), and ``prctl(PR_SET_DUMPABLE)``, which makes
+  the child's ``/proc/<pid>/smaps`` and ``io`` unreadable. Not used for Triton on a GPU, whose compiler runs
   as a process and whose driver maps device memory shared.
 
 Each returns whether it took effect; elsewhere (macOS, old kernels) grading still runs, with the
@@ -52,10 +54,14 @@ _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 
 # seccomp: (audit arch, seccomp syscall, clone, clone3, socket, syscalls refused outright: fork, vfork,
-# io_uring_setup, shmat, process_madvise, and the writes /proc/<pid>/io's wchar does not count: splice, tee,
-# vmsplice, io_setup, io_submit)
-_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425, 30, 440, 275, 276, 278, 206, 209)),
-           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425, 196, 440, 76, 77, 75, 0, 2))}
+# io_uring_setup, shmat, process_madvise; the writes /proc/<pid>/io's wchar does not count: splice, tee,
+# vmsplice, io_setup, io_submit; memory in the kernel that outlives the process or escapes its measurements:
+# System V message queues (msgget, msgsnd, msgrcv, msgctl), shmget, the key rings (add_key, request_key,
+# keyctl); and socketpair, whose buffers hold data unseen)
+_ARCHES = {"x86_64": (0xC000003E, 317, 56, 435, 41, (57, 58, 425, 30, 440, 275, 276, 278, 206, 209,
+                                                     68, 69, 70, 71, 29, 248, 249, 250, 53)),
+           "aarch64": (0xC00000B7, 277, 220, 435, 198, (425, 196, 440, 76, 77, 75, 0, 2,
+                                                        186, 189, 188, 187, 194, 217, 218, 219, 199))}
 # syscalls refused for some arguments only: mmap (MAP_SHARED), madvise (MADV_COLD, MADV_PAGEOUT), prctl
 # (PR_SET_DUMPABLE)
 _MMAP = {"x86_64": 9, "aarch64": 222}
@@ -63,7 +69,6 @@ _MADVISE = {"x86_64": 28, "aarch64": 233}
 _PRCTL = {"x86_64": 157, "aarch64": 167}
 _MAP_SHARED, _MADV_COLD, _MADV_PAGEOUT, _PR_SET_DUMPABLE = 0x01, 20, 21, 4
 _CLONE_THREAD = 0x00010000
-_AF_UNIX = 1
 
 
 def _libc():
@@ -218,9 +223,8 @@ def forbid_processes() -> bool:
              _bpf(jeq, _PRCTL[machine], 0, 4),
              _bpf(ld, arg(0)),  # prctl's option: a process that is not dumpable hides its /proc records
              _bpf(jeq, _PR_SET_DUMPABLE, 0, 1), _bpf(ret, eperm), _bpf(ret, allow)]
-    prog += [_bpf(jeq, socket, 0, 4),
-             _bpf(ld, 16),  # socket's domain
-             _bpf(jeq, _AF_UNIX, 0, 1), _bpf(ret, allow), _bpf(ret, eperm),
+    prog += [_bpf(jeq, socket, 0, 1), _bpf(ret, eperm),  # no socket: not the network, nor a Unix socket to
+             # another grading child (a path-named one, which Landlock does not scope, reaches a concurrent run)
              _bpf(jeq, clone3, 0, 1), _bpf(ret, enosys),  # flags out of reach: libc falls back to clone
              _bpf(jeq, clone, 1, 0), _bpf(ret, allow),
              _bpf(ld, 16),  # low half of args[0]: clone's flags

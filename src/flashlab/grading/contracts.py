@@ -5,7 +5,7 @@ After a call that passed its launch checks, the grading child launches the learn
 each with the learner's grid, tiles and other scalars, on tensors the grader lays out (random inputs, NaN
 in the output; the learner's strides where they keep every element apart, else its own), and for the
 flash forward, the backward kernels and the split-KV kernel the grader's own scale (the flash forward
-also gets ``child.REPLAY_EXTRA_KEYS`` more keys, the backward kernels as many more of the rows they loop
+also gets ``child.replay_extra_keys(N_K)`` more keys, the backward kernels as many more of the rows they loop
 over, and the true LSE of the grader's scores). This module, in the parent, computes from those inputs what the
 kernel's docstring promises and compares. The split-KV kernel keeps its own split bounds (N_K and
 keys_per_split, or tensors of bounds the grader passes as given), so each slot it writes is compared

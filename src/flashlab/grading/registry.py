@@ -8,7 +8,10 @@ Nothing here runs at import time beyond defining data: cases are built in the gr
 """
 from __future__ import annotations
 
-from flashlab.grading import cases
+from flashlab.release import require_compiled_python
+
+require_compiled_python()  # a student release compiled by another Python: say so first
+from flashlab.grading import cases  # noqa: E402
 from flashlab.grading.spec import (DEFAULT_TOLERANCE, GRAD_TOLERANCE, KERNEL_GPU_TOLERANCE, Case, Exercise,
                                    Part, answer_hash)
 

@@ -91,10 +91,20 @@ class Report:
 
     def gradescope(self) -> dict:
         """Gradescope's autograder results (results.json): one test per part, points as graded here."""
+        from flashlab.grading.classroom import PACK_MARK
+
+        withheld = ("failed a check of your instructor's test pack: its inputs and values are not shown (the pack's "
+                    "cases stay unseen); the public checks and the hints still apply")
         tests = []
         for exercise, results in self.graded:
             for r in results.values():
-                lines = [counts_line(r)] + self._failure_lines(r) + r["notes"][:3] + self._hints(r)
+                lines = self._failure_lines(r)
+                if PACK_MARK in str((r.get("failure") or {}).get("case", "")):
+                    lines = [withheld] + [x for x in lines if x.startswith("also failed") and PACK_MARK not in x]
+                else:
+                    lines = [x if PACK_MARK not in x else "also failed: a check of your instructor's test pack"
+                             for x in lines]
+                lines = [counts_line(r)] + lines + r["notes"][:3] + self._hints(r)
                 tests.append(dict(name=f"{exercise.name}: {r['function']} ({r['title']})", score=r["earned"],
                                   max_score=r["points"], output="\n".join(lines), visibility="visible"))
         return dict(score=self.score, max_score=self.total, tests=tests,
