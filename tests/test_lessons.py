@@ -393,3 +393,36 @@ def test_backward_ladder_table_sorts_the_rows_of_several_files_by_dtype_then_n()
     lines = perf.backward_ladder_table(files).splitlines()[2:6]
     assert [line.split()[:3] for line in lines] == [["bf16", "64", "2048"], ["bf16", "128", "2048"],
                                                     ["bf16", "64", "16384"], ["fp16", "64", "2048"]]
+
+
+def test_the_instructors_plan_has_every_notebook_and_exercise_with_the_notebooks_study_times():
+    """docs/INSTRUCTORS.md says its study times are the notebooks' own "Study time" lines: each, the
+    week sums and the total agree with them, and every notebook and every graded exercise is planned."""
+    import re
+    from pathlib import Path
+
+    from flashlab.grading.registry import EXERCISES
+
+    repo = Path(__file__).resolve().parents[1]
+    doc = (repo / "docs" / "INSTRUCTORS.md").read_text()
+    own = {}
+    for path in sorted((repo / "notebooks" / "_src").glob("[0-9][0-9]_*.py")):
+        found = re.search(r"\*\*Study time:\*\* about (\d+) minutes", path.read_text())
+        assert found, f"{path.name} has no study time line"
+        own[path.name[:2]] = int(found.group(1))
+    rows = [line for line in doc.splitlines() if re.match(r"\| \d \|", line)]
+    planned, total = {}, 0
+    for row in rows:
+        cell = row.split("|")[2]
+        times = {nb: int(m) for nb, m in re.findall(r"\b(\d\d) [^(|]*\((\d+) min\)", cell)}
+        planned.update(times)
+        week = re.search(r": (\d+) min\s*$", cell.strip())
+        if len(times) > 1:
+            assert week and int(week.group(1)) == sum(times.values()), row
+        total += sum(times.values())
+    assert planned == own, (planned, own)
+    stated = re.search(r"Study time in all: (\d+) minutes", doc)
+    assert stated and int(stated.group(1)) == total == sum(own.values())
+    for name in EXERCISES:
+        if name != "selftest":
+            assert f"`{name}`" in "\n".join(rows), f"{name} is not in the plan"
