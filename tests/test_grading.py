@@ -405,6 +405,23 @@ BROKEN_CASES = [
      "launched again by the grader on inputs of its own"),
     ("autograd_reads_values_through_repr", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
      "printing tensors of more than"),
+    # 11. honest mistakes a sibling exercise named and this one did not (a feedback hunt, round 16)
+    ("tiled_l_not_rescaled", "ex03_tiled_forward", "tiled_attention", "value",
+     "looks like the running sum l_i is not rescaled"),
+    ("kernel_causal_bottom_right", "ex08_kernel_causal", "flash_forward", "nan",
+     "looks like the causal mask is aligned bottom-right"),
+    ("kernel_bwd_p_without_lse", "ex13_triton_backward", "flash_backward_dkdv", "value",
+     "looks like P is exp(S) without the forward's lse subtracted"),
+    ("kernel_bwd_dq_causal_unmasked", "ex13_triton_backward", "flash_backward_dq", "value",
+     "looks like the recomputed P is not causally masked"),
+    ("kernel_split_per_floor", "ex14_split_kv_decode", "split_kv_partials", "value",
+     "looks like the splits are N_K // num_splits keys long"),
+    ("kernel_split_lse_max_only", "ex14_split_kv_decode", "split_kv_partials", "value",
+     "looks like lse_part holds the running max m alone"),
+    ("autograd_backward_without_delta", "ex15_autograd_flash", "forward_and_backward", "value",
+     "looks like dS is P * dP without the D_i term"),
+    ("autograd_forward_o_not_divided", "ex15_autograd_flash", "flash_forward_lse", "value",
+     "looks like o is acc without the division by l_i"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own

@@ -914,10 +914,12 @@ OUTPUT_KEPT = 2000
 
 def _name_mistake(part: Part, mistakes, case: Case, record: dict, failure: dict, on_cuda: bool,
                   records: list) -> dict:
-    """When the learner's output equals what a known mistake gives, name the mistake first."""
-    for description, mistaken in mistakes:
+    """When the learner's output equals what a known mistake gives, name the mistake first: on the reference's
+    inputs, or on the inputs the call had where they differ (a poisoned K read by a mistake shows its NaN)."""
+    inputs = [case.reference_kwargs or case.kwargs] + ([case.kwargs] if case.reference_kwargs else [])
+    for (description, mistaken), given in ((m, given) for given in inputs for m in mistakes):
         try:
-            kw = dict(case.reference_kwargs or case.kwargs)
+            kw = dict(given)
             if case.row_padding:
                 kw["row_padding"] = dict(case.row_padding)
             wrong = mistaken(kw, _launch_info(records))

@@ -17,8 +17,8 @@ DIAGONAL_HIDDEN = ("the causal mask hides the diagonal (it masks j >= i): row 0 
                    "0/0 gives NaN there; mask only keys j > i")
 NO_SCALE = "the scores are not multiplied by scale = 1/sqrt(d)"
 SCALE_IGNORED = "the scale argument is ignored: 1/sqrt(d) is used even when scale is given"
-DIAGONAL_UNMASKED = ("the loop stops at the diagonal block, but the blocks it visits are not masked: keys j > i "
-                     "inside them still count (give those scores -inf, e.g. tl.where(offs_n[None, :] <= "
+DIAGONAL_UNMASKED = ("the loop stops at the diagonal block, but the blocks it visits are not masked (or masked "
+                     "with an offset, as N_K - N_Q for a bottom-right alignment): keys j > i inside them still count (give those scores -inf, e.g. tl.where(offs_n[None, :] <= "
                      "offs_m[:, None], qk, -inf))")
 CAUSAL_IGNORED = ("causal=True, but this is non-causal attention: no key j > i is masked (give those scores "
                   "-inf, e.g. tl.where(offs_n[None, :] <= offs_m[:, None], qk, -inf))")
@@ -27,7 +27,8 @@ EXP_WITH_LOG2E = ("the scores use exp() with log2(e) = 1.4427 folded into the sc
 EXP2_WITHOUT_LOG2E = ("the scores use exp2() but the scale is not multiplied by log2(e) = 1.4427 (exp2(x log2 e) "
                       "= exp(x))")
 ACC_NOT_DIVIDED = "acc is stored without the division by l_i: O_i = acc / l_i once, after the loop (line 12)"
-SCALE_TWICE = "the scale is applied twice: the scores are multiplied by scale^2"
+SCALE_TWICE = ("the scores are multiplied by scale^2: the scale applied twice, or 1/d where 1/sqrt(d) belongs "
+               "(qk_scale = scale, once)")
 MAX_NOT_CARRIED = ("the running max is not carried from one key block to the next (m_new = the block's own row "
                    "max, not max(m_i, rowmax(S_ij))): when a later block scores far below an earlier one, "
                    "alpha = exp(m_i - m_new) overflows to inf and the row turns NaN")
@@ -99,6 +100,18 @@ def acc_not_rescaled(kw, blocks):
         return None
     return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw), block_k=block_k,
                       rescale=("l",))
+
+
+L_NOT_RESCALED = ("the running sum l_i is not rescaled by alpha = exp(m_i_old - m_i_new) when a later key block "
+                  "raises the row max (acc is): l_i = alpha * l_i + rowsum(P_ij)")
+
+
+def l_not_rescaled(kw, blocks):
+    block_k = kw.get("block_k") or blocks.get("BLOCK_N") or 16
+    if kw["k"].shape[-2] <= block_k:
+        return None
+    return _attention(kw["q"], kw["k"], kw["v"], kw.get("causal", False), _scale(kw), block_k=block_k,
+                      rescale=("acc",))
 
 
 def diagonal_hidden(kw, blocks):
@@ -195,23 +208,32 @@ CAUSAL_MASK_FLIPPED = ("the causal mask is on the wrong side: it keeps keys j >=
                        "fully masked gives exp(-inf - (-inf)) = NaN")
 
 
-def _causal_kernel(upper=None, flipped=False):
+CAUSAL_BOTTOM_RIGHT = ("the causal mask is aligned bottom-right (query i sees keys j <= i + N_K - N_Q, the "
+                       "convention of a new chunk against a cache): here query i sees keys j <= i whatever N_K, "
+                       "tl.where(offs_n[None, :] <= offs_m[:, None], qk, -inf), and the loop stops at "
+                       "min((start_m + 1) * BLOCK_M, N_K)")
+
+
+def _causal_kernel(upper=None, flipped=False, shift_mask=False, shift_loop=False):
     """Exercise 08's causal kernel with one mistake, block by block as the kernel runs (float64): query
     block b's loop visits the key blocks that start below ``upper(b, hi, BLOCK_M, BLOCK_N)``, where
     hi = min(N_K, (b + 1) * BLOCK_M, N_Q) is the right bound (None: hi itself), and masks the keys
     j > i (``flipped``: j < i). A row whose loop visits no key is 0/0 = NaN; one whose first visited
     block is fully masked is NaN from exp(-inf - (-inf)). With hi = start_m * BLOCK_M query block 0
     sees no key, its rows NaN and the later blocks' finite but wrong; a case of one query block gives
-    all NaN, which names nothing (checks._name_mistake)."""
+    all NaN, which names nothing (checks._name_mistake). ``shift_mask`` / ``shift_loop``: the mask / the loop's
+    bound aligned bottom-right, shifted by N_K - N_Q (None where N_K = N_Q: the alignments agree)."""
     def detector(kw, blocks):
         if not kw.get("causal") or "BLOCK_M" not in blocks or "BLOCK_N" not in blocks:
             return None
         q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
         bm, bn, nq, nk = blocks["BLOCK_M"], blocks["BLOCK_N"], q.shape[-2], k.shape[-2]
+        if (shift_mask or shift_loop) and nk == nq:
+            return None
         b = np.arange(nq) // bm  # (Nq,) each row's query block
-        hi = np.minimum(nk, np.minimum((b + 1) * bm, nq))
+        hi = np.minimum(nk, np.minimum((b + 1) * bm, nq) + (nk - nq if shift_loop else 0))
         hi = hi if upper is None else np.minimum(nk, upper(b, hi, bm, bn))  # (Nq,) the loop's bound per row
-        rows = np.arange(nq)[:, None]
+        rows = np.arange(nq)[:, None] + (nk - nq if shift_mask else 0)
         s = _scale(kw) * (q @ np.swapaxes(k, -1, -2))  # (..., Nq, Nk)
         m = np.full(s.shape[:-1], -np.inf)
         l, acc = np.zeros(s.shape[:-1]), np.zeros(s.shape[:-1] + (v.shape[-1],))
@@ -374,7 +396,8 @@ def _ragged_dropped(rows: bool):
     return detector
 
 
-_TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled), (MAX_NOT_CARRIED, max_not_carried),
+_TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled), (L_NOT_RESCALED, l_not_rescaled),
+          (MAX_NOT_CARRIED, max_not_carried),
           (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
           ) + _ATTENTION
 _TILED_LOOP = _TILED + ((RAGGED_ROWS_DROPPED, _ragged_dropped(rows=True)), (RAGGED_KEYS_DROPPED, _ragged_dropped(rows=False)))
@@ -390,25 +413,36 @@ _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (PADDED_KEYS_UNMASKE
 # the loop bound at the block's first row (hi = start_m * BLOCK_M), or the right bound less one key block
 _CAUSAL_KERNEL = _KERNEL + ((DIAGONAL_BLOCK_SKIPPED, _causal_kernel(lambda b, hi, bm, bn: b * bm)),
                             (DIAGONAL_BLOCK_SKIPPED, _causal_kernel(lambda b, hi, bm, bn: hi - bn)),
-                            (CAUSAL_MASK_FLIPPED, _causal_kernel(flipped=True)))
+                            (CAUSAL_MASK_FLIPPED, _causal_kernel(flipped=True)),
+                            (CAUSAL_BOTTOM_RIGHT, _causal_kernel(shift_mask=True, shift_loop=True)),
+                            (CAUSAL_BOTTOM_RIGHT, _causal_kernel(shift_mask=True)))
 PARTIAL_NO_SCALE = "the partial scores are not multiplied by scale = 1/sqrt(d) (or the scale argument)"
 PARTIAL_NOT_NORMALISED = ("o_part holds acc, not acc / l: each split's partial output is normalised by its own "
                           "sum l before it is stored (the combine weighs it by exp(lse_s - lse))")
 PARTIAL_LSE_LOG2 = ("lse_part is in log2 units (m + log2(l) with scores in exp2 units): store the natural-log "
                     "lse, (m2 + log2(l)) * ln(2)")
 PARTIAL_LSE_WITHOUT_MAX = "lse_part is log(l) without the running max m: store lse = m + log(l)"
+PARTIAL_LSE_MAX_ONLY = "lse_part holds the running max m alone, without log(l): store lse = m + log(l)"
+SPLIT_PER_FLOOR = ("the splits are N_K // num_splits keys long (rounded down): the last keys then belong to no "
+                   "split; per = ceil(N_K / num_splits) = (N_K + num_splits - 1) // num_splits")
+SPLIT_ONE_KEY_OVER = ("each split reads one key past its end (an upper bound of (s + 1) * per + 1, or <= where < "
+                      "belongs): split s covers keys [s * per, min((s + 1) * per, N_K)), its end excluded")
 
 
-def _partials(kw, scale=None, normalised=True, lse="natural"):
-    """Exercise 14's partial states with one mistake: (o_part, lse_part) as float32."""
+def _partials(kw, scale=None, normalised=True, lse="natural", per_floor=False, one_key_over=False):
+    """Exercise 14's partial states with one mistake: (o_part, lse_part) as float32. per_floor: splits of
+    N_K // num_splits keys (the last keys in none; None where that is the right length); one_key_over: each
+    split reads one key past its end."""
     q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
     z, nk, d = k.shape
     splits = kw["num_splits"]
-    per = -(-nk // splits)
+    per = max(1, nk // splits) if per_floor else -(-nk // splits)
+    if per_floor and per == -(-nk // splits):
+        return None
     scale = _scale(kw) if scale is None else scale
     o_part, lse_part = np.zeros((z, splits, v.shape[-1])), np.full((z, splits), -np.inf)
     for s in range(splits):
-        lo, hi = min(s * per, nk), min((s + 1) * per, nk)
+        lo, hi = min(s * per, nk), min((s + 1) * per + (1 if one_key_over else 0), nk)
         if hi > lo:
             scores = scale * np.einsum("zd,znd->zn", q, k[:, lo:hi])
             m = scores.max(-1, keepdims=True)
@@ -419,6 +453,8 @@ def _partials(kw, scale=None, normalised=True, lse="natural"):
                 lse_part[:, s] = m[:, 0] + np.log(p.sum(-1))
             elif lse == "log2":
                 lse_part[:, s] = (m[:, 0] + np.log(p.sum(-1))) / np.log(2.0)
+            elif lse == "max_only":
+                lse_part[:, s] = m[:, 0]
             else:  # without the max
                 lse_part[:, s] = np.log(p.sum(-1))
     return o_part.astype(np.float32), lse_part.astype(np.float32)
@@ -456,6 +492,9 @@ _PARTIALS = ((PARTIAL_NO_SCALE, lambda kw, blocks: _partials(kw, scale=1.0) if _
              (PARTIAL_NOT_NORMALISED, lambda kw, blocks: _partials(kw, normalised=False)),
              (PARTIAL_LSE_LOG2, lambda kw, blocks: _partials(kw, lse="log2")),
              (PARTIAL_LSE_WITHOUT_MAX, lambda kw, blocks: _partials(kw, lse="without_max")),
+             (PARTIAL_LSE_MAX_ONLY, lambda kw, blocks: _partials(kw, lse="max_only")),
+             (SPLIT_PER_FLOOR, lambda kw, blocks: _partials(kw, per_floor=True)),
+             (SPLIT_ONE_KEY_OVER, lambda kw, blocks: _partials(kw, one_key_over=True)),
              (MAX_NOT_CARRIED, _partials_max_not_carried))
 
 ROW_SUM_NOT_RESCALED = ("the running sum l_i is not rescaled by exp(m_i_old - m_i_new) when a later block raises "
@@ -541,40 +580,45 @@ BWD_CAUSAL_FLIPPED = "the causal mask is on the wrong side: key c counts for que
 
 
 def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, cols=None, flipped=False,
-              hide_diagonal=False):
+              hide_diagonal=False, scale_s=True, subtract_lse=True, mask=True, visited=None):
     """(dq, dk, dv) of exercise 13 with one mistake, float64; P from the given lse, D from the given o.
-    rows / cols: only these query rows / key columns contribute (an overwritten accumulator)."""
+    rows / cols: only these query rows / key columns contribute (an overwritten accumulator); scale_s=False:
+    P from unscaled scores; subtract_lse=False: P = exp(S); mask=False: a causal case's P not masked."""
     q, k, v, o, do = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do"))
     lse = np.asarray(kw["lse"], np.float64)
     scale = _scale(kw)
     nq, nk = q.shape[-2], k.shape[-2]
     r, c = np.arange(nq)[:, None], np.arange(nk)[None, :]
     keep = np.ones((nq, nk), bool)
-    if kw.get("causal"):
+    if kw.get("causal") and mask:
         keep = c >= r if flipped else c < r if hide_diagonal else c <= r
+    elif kw.get("causal") and visited is not None:  # P unmasked in the tiles a causal loop visits
+        keep = visited(r, c, blocks)
     if rows is not None:
         keep = keep & np.isin(np.arange(nq), rows)[:, None]
     if cols is not None:
         keep = keep & np.isin(np.arange(nk), cols)[None, :]
-    p = np.where(keep, np.exp(scale * (q @ np.swapaxes(k, -1, -2)) - lse[..., None]), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.where(keep, np.exp((scale if scale_s else 1.0) * (q @ np.swapaxes(k, -1, -2))
+                                  - (lse[..., None] if subtract_lse else 0.0)), 0.0)
     dp = do @ np.swapaxes(v, -1, -2)
     ds = p * (dp - (do * o).sum(-1)[..., None]) if delta else p * dp
     dk = (scale if scale_dk else 1.0) * (np.swapaxes(ds, -1, -2) @ q)
     dq = (scale if scale_dq else 1.0) * (ds @ k)
     dv = np.swapaxes(p, -1, -2) @ do
-    return dq.astype(np.float32), dk.astype(np.float32), dv.astype(np.float32)
+    return dq, dk, dv
 
 
 def _dkdv(**options):
     def detector(kw, blocks):
         _, dk, dv = _backward(kw, blocks, **options)
-        return dk, dv
+        return dk.astype(np.float32), dv.astype(np.float32)
     return detector
 
 
 def _dq(**options):
     def detector(kw, blocks):
-        return _backward(kw, blocks, **options)[0]
+        return _backward(kw, blocks, **options)[0].astype(np.float32)
     return detector
 
 
@@ -1071,3 +1115,82 @@ _QUIZ[("ex11_quiz", "Q6")] = (  # a full block's ratio (0.9849) and the inverted
 
 MISTAKES.update({("ex14_split_kv_decode", "combine_splits"): _COMBINE,
                  ("ex04_causal_tiles", "count_computed_tiles"): _COUNT_TILES, **_QUIZ})
+
+
+# ----------------------------------------------------------------------------- the same mistakes in sibling exercises
+P_WITHOUT_LSE = ("P is exp(S) without the forward's lse subtracted: P = exp(scale Q_i K_j^T - lse_i) (FlashAttention-2 "
+                 "Algorithm 2, line 11), which is each row's softmax with no max or sum to recompute")
+def _kernel_p(which, option):
+    def detector(kw, blocks):
+        if option == "scale_s" and _scale(kw) == 1.0:
+            return None
+        return (_dq if which == "dq" else _dkdv)(**{option: False})(kw, blocks)
+    return detector
+
+
+
+
+def _visited_dkdv(r, c, blocks):
+    """The (query row, key) pairs exercise 13's causal dK/dV loop visits: key block j walks the query blocks
+    from the one holding row j * BLOCK_N on."""
+    bm, bn = blocks.get("BLOCK_M"), blocks.get("BLOCK_N")
+    return r >= (c // bn * bn) // bm * bm
+
+
+def _visited_dq(r, c, blocks):
+    """The pairs exercise 13's causal dQ loop visits: query block i walks the key blocks below (i + 1) * BLOCK_M."""
+    bm, bn = blocks.get("BLOCK_M"), blocks.get("BLOCK_N")
+    return c < -(-((r // bm + 1) * bm) // bn) * bn
+
+
+def _causal_unmasked(which):
+    def detector(kw, blocks):
+        if not kw.get("causal") or type(blocks.get("BLOCK_M")) is not int or type(blocks.get("BLOCK_N")) is not int:
+            return None
+        visited = _visited_dq if which == "dq" else _visited_dkdv
+        return (_dq if which == "dq" else _dkdv)(mask=False, visited=visited)(kw, blocks)
+    return detector
+
+
+for _which, _part in (("dkdv", "flash_backward_dkdv"), ("dq", "flash_backward_dq")):  # as exercise 10 names them
+    MISTAKES[("ex13_triton_backward", _part)] = MISTAKES[("ex13_triton_backward", _part)] + (
+        (P_SCORES_UNSCALED, _kernel_p(_which, "scale_s")), (P_WITHOUT_LSE, _kernel_p(_which, "subtract_lse")),
+        (BWD_CAUSAL_UNMASKED, _causal_only(_kernel_p(_which, "mask"))), (BWD_CAUSAL_UNMASKED, _causal_unmasked(_which)))
+
+LSE_MAX_ONLY = "lse is the running max m alone, without log(l_i): lse = m_i + log(l_i), after the key loop"
+O_NOT_DIVIDED = ("o is acc without the division by l_i: O_i = acc / l_i once, after the key loop (FlashAttention-2 "
+                 "Algorithm 1, line 12)")
+
+
+def _forward_lse(kw, max_only=False, undivided=False):
+    """Exercise 15's (o, lse) with lse = m alone or o not divided by l, float64 inside."""
+    q, k, v = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v"))
+    s = _scale(kw) * (q @ np.swapaxes(k, -1, -2))  # (..., Nq, Nk)
+    if kw.get("causal"):
+        s = np.where(np.arange(k.shape[-2])[None, :] > np.arange(q.shape[-2])[:, None], -np.inf, s)
+    m = s.max(axis=-1)
+    p = np.exp(s - m[..., None])
+    l = p.sum(axis=-1)
+    o = p @ v if undivided else (p @ v) / l[..., None]
+    lse = m if max_only else m + np.log(l)
+    return o.astype(kw["q"].dtype), lse.astype(kw["q"].dtype)
+
+
+def _autograd_backward(**options):
+    """Exercise 15's (o, dq, dk, dv) with one of exercise 13's backward mistakes (float64 inside)."""
+    def detector(kw, blocks):
+        from flashlab.reference import naive_attention
+
+        f64 = [np.asarray(kw[n], np.float64) for n in ("q", "k", "v")]
+        o, lse = naive_attention(*f64, causal=kw.get("causal", False), scale=_scale(kw), return_lse=True)
+        grads = _backward(dict(kw, o=o, lse=lse), blocks, **options)
+        return tuple(t.astype(kw["q"].dtype) for t in (o, *grads))
+    return detector
+
+
+MISTAKES[("ex15_autograd_flash", "flash_forward_lse")] += (
+    (LSE_MAX_ONLY, lambda kw, blocks: _forward_lse(kw, max_only=True)),
+    (O_NOT_DIVIDED, lambda kw, blocks: _forward_lse(kw, undivided=True)))
+MISTAKES[("ex15_autograd_flash", "forward_and_backward")] += (
+    (BWD_NO_DELTA, _autograd_backward(delta=False)), (BWD_DK_UNSCALED, _autograd_backward(scale_dk=False)),
+    (BWD_DQ_UNSCALED, _autograd_backward(scale_dq=False)), (P_WITHOUT_LSE, _autograd_backward(subtract_lse=False)))
