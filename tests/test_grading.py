@@ -460,6 +460,8 @@ def test_broken_submission_is_reported_for_its_check(tmp_path, monkeypatch, modu
         monkeypatch.setenv("FLASHLAB_GRADER_DISK_LIMIT", str(16 << 20))
     if module == "materialises_in_mmap" and CONFINED:  # Python's mmap.mmap(-1, n) is shared: refused outright
         kind, words = "exception", "map memory shared with a file or another process"
+    if module == "kernel_bwd_p_without_lse" and has_gpu_driver():
+        words = ""  # tf32 dots: exp(S) is far larger than P, and the gap to the float64 mistake passes the tolerance
     if module == "kernel_idle_while_a_thread_writes" and not has_gpu_driver():
         kind = ("forbidden", kind)  # in the interpreter the thread may also write during the launch itself
         words = (*words, "changed where no tl.store of the launch reached")
