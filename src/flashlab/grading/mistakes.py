@@ -510,14 +510,21 @@ ROW_ONE_PASS = ("each block is written with the max and sum of the blocks read s
                 "once for m and l, then a second time to write exp(x - m) / l")
 
 
-def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=False, one_pass=False, carry_max=True):
+def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=False, one_pass=False, carry_max=True,
+                 first_block=False):
     """Exercise 12's blockwise row softmax with one mistake, in the input dtype (None if it cannot show).
-    carry_max=False is worked in float32, as the kernel's, where its overflow shows."""
+    carry_max=False is worked in float32, as the kernel's, where its overflow shows; first_block: the max and
+    the sum of the row's first block only (pass 1 walks one block)."""
     x = np.asarray(kw["x"], np.float64 if carry_max else np.float32)
     bn = kw.get("block_n") or blocks.get("BLOCK_N") or 32
     n = x.shape[-1]
-    if (not rescale or one_pass or not carry_max) and n <= bn or pad_zero and n % bn == 0:
+    if (not rescale or one_pass or not carry_max or first_block) and n <= bn or pad_zero and n % bn == 0:
         return None
+    if first_block:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            m = x[..., :bn].max(axis=-1, keepdims=True)
+            m = np.where(m == -np.inf, 0.0, m)
+            return (np.exp(x - m) / np.exp(x[..., :bn] - m).sum(axis=-1, keepdims=True)).astype(kw["x"].dtype)
     ex = (lambda a: np.exp2(a)) if exp2 else np.exp
     out = np.empty_like(x)
     overflowed = False
@@ -561,7 +568,10 @@ def rows_by_length(kw, blocks):
         return (e / e.sum(axis=1, keepdims=True)).astype(kw["x"].dtype)
 
 
+ROW_FIRST_BLOCK_ONLY = ("the max and the sum come from the row's first block only: pass 1 walks every block of the "
+                        "row, for start in range(0, n_cols, BLOCK_N)")
 _ROW_SOFTMAX = ((ROW_SUM_NOT_RESCALED, lambda kw, blocks: _row_softmax(kw, blocks, rescale=False)),
+                (ROW_FIRST_BLOCK_ONLY, lambda kw, blocks: _row_softmax(kw, blocks, first_block=True)),
                 (ROW_EXP2, lambda kw, blocks: _row_softmax(kw, blocks, exp2=True)),
                 (ROW_NOT_DIVIDED, lambda kw, blocks: _row_softmax(kw, blocks, divide=False)),
                 (ROW_PAD_ZERO, lambda kw, blocks: _row_softmax(kw, blocks, pad_zero=True)),
@@ -975,8 +985,12 @@ def _combine_without_max(work_dtype, log_of_sum: bool):
     return detector
 
 
+COMBINE_MEAN = ("the splits are averaged (o = the mean of o_s): split s weighs exp(lse_s - lse), its share of the "
+                "row's sum exp(lse) = sum_s exp(lse_s), not 1 / num_splits")
 _COMBINE = tuple((COMBINE_WITHOUT_MAX, _combine_without_max(dtype, log_of_sum))
-                 for dtype in (np.float32, np.float64) for log_of_sum in (False, True))
+                 for dtype in (np.float32, np.float64) for log_of_sum in (False, True)) + (
+    (COMBINE_MEAN, lambda kw, blocks: np.asarray(kw["o_part"], np.float64).mean(axis=1).astype(
+        np.asarray(kw["o_part"]).dtype) if np.asarray(kw["o_part"]).shape[1] > 1 else None),)
 
 _COUNT_BUILDS_ON = (" (count_computed_tiles builds on causal_tile_skipped: count the tiles (i, j) it says are "
                     "computed rather than with a rule of its own, and if that part fails too, fix the rule there)")
@@ -1022,7 +1036,22 @@ def _count_with_rule(description):
     return detector
 
 
-_COUNT_TILES = tuple((d, _count_with_rule(d)) for d in _COUNT_RULES)
+COUNT_BLOCKS_FLOORED = ("the blocks are counted as nq // block_q and nk // block_k (rounded down): a ragged last "
+                        "block is a tile too, so there are ceil(nq / block_q) = -(-nq // block_q) query blocks (and "
+                        "the same for the keys)")
+
+
+def _count_floored(kw, blocks):
+    nq, nk, bq, bk = kw["nq"], kw["nk"], kw["block_q"], kw["block_k"]
+    if nq % bq == 0 and nk % bk == 0:
+        return None
+    n_i, n_j = nq // bq, nk // bk
+    if not kw.get("causal"):
+        return n_i * n_j
+    return sum(not (j * bk > min((i + 1) * bq, nq) - 1) for i in range(n_i) for j in range(n_j))
+
+
+_COUNT_TILES = tuple((d, _count_with_rule(d)) for d in _COUNT_RULES) + ((COUNT_BLOCKS_FLOORED, _count_floored),)
 
 
 def _quiz_answer(value):
