@@ -1416,7 +1416,7 @@ def test_a_tile_count_on_a_wrong_skip_rule_names_the_rule(tmp_path, module, word
 
 def test_tile_count_mistakes_give_their_rules_count_and_never_the_right_one():
     from flashlab.grading.cases import count_tiles_reference
-    from flashlab.grading.mistakes import COUNT_BOTH, COUNT_ONE_OFF, COUNT_UNCLIPPED, MISTAKES
+    from flashlab.grading.mistakes import COUNT_BLOCKS_FLOORED, COUNT_BOTH, COUNT_ONE_OFF, COUNT_UNCLIPPED, MISTAKES
 
     def rule_count(nq, nk, bq, bk, unclipped, inclusive):
         count = 0
@@ -1427,6 +1427,7 @@ def test_tile_count_mistakes_give_their_rules_count_and_never_the_right_one():
 
     rules = {COUNT_UNCLIPPED: (True, False), COUNT_ONE_OFF: (False, True), COUNT_BOTH: (True, True)}
     detectors = dict(MISTAKES[("ex04_causal_tiles", "count_computed_tiles")])
+    floored = detectors.pop(COUNT_BLOCKS_FLOORED)  # not a skip rule: the blocks counted rounded down
     assert set(detectors) == set(rules)
     rng = np.random.default_rng(7)
     named = set()
@@ -1434,6 +1435,7 @@ def test_tile_count_mistakes_give_their_rules_count_and_never_the_right_one():
         kw = dict(nq=int(rng.integers(1, 120)), nk=int(rng.integers(1, 120)), block_q=int(rng.integers(1, 20)),
                   block_k=int(rng.integers(1, 20)), causal=bool(rng.integers(4)))
         right = count_tiles_reference(**kw)
+        assert floored(kw, {}) != right, kw
         hits = {d: f(kw, {}) for d, f in detectors.items() if f(kw, {}) is not None}
         assert right not in hits.values(), kw
         assert len(set(hits.values())) == len(hits), ("one count, one name", kw, hits)

@@ -1045,10 +1045,12 @@ def _count_floored(kw, blocks):
     nq, nk, bq, bk = kw["nq"], kw["nk"], kw["block_q"], kw["block_k"]
     if nq % bq == 0 and nk % bk == 0:
         return None
-    n_i, n_j = nq // bq, nk // bk
-    if not kw.get("causal"):
-        return n_i * n_j
-    return sum(not (j * bk > min((i + 1) * bq, nq) - 1) for i in range(n_i) for j in range(n_j))
+    def count(n_i, n_j):
+        if not kw.get("causal"):
+            return n_i * n_j
+        return sum(not (j * bk > min((i + 1) * bq, nq) - 1) for i in range(n_i) for j in range(n_j))
+    floored = count(nq // bq, nk // bk)
+    return None if floored == count(-(-nq // bq), -(-nk // bk)) else floored  # the ragged blocks skipped anyway
 
 
 _COUNT_TILES = tuple((d, _count_with_rule(d)) for d in _COUNT_RULES) + ((COUNT_BLOCKS_FLOORED, _count_floored),)
