@@ -405,6 +405,20 @@ BROKEN_CASES = [
      "launched again by the grader on inputs of its own"),
     ("autograd_reads_values_through_repr", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
      "printing tensors of more than"),
+    # 12. red team round 17: the relaunch judged on inputs the kernel overwrote or with a tile the call never built,
+    # and exercise 15's inputs read through memory the call did not make
+    ("kernel_relaunch_inputs_overwritten", "ex12_triton_online_softmax", "online_row_softmax", "launch",
+     "it wrote into its input X"),
+    ("kernel_relaunch_lse_overwritten", "ex13_triton_backward", "flash_backward_dkdv", "launch",
+     "it wrote into its input LSE"),
+    ("kernel_relaunch_whole_row_tile", "ex12_triton_online_softmax", "online_row_softmax", "launch",
+     "launched again by the grader on inputs of its own, built a tile of"),
+    ("kernel_relaunch_whole_split_tile", "ex14_split_kv_decode", "split_kv_partials", "launch",
+     "launched again by the grader on inputs of its own, built a tile of 256"),
+    ("autograd_reads_values_through_its_own_storage", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
+     "into a tensor the call did not make"),
+    ("autograd_inputs_copied_into_a_numpy_alias", "ex15_autograd_flash", "flash_forward_lse", "forbidden",
+     "into a tensor the call did not make"),
     # 11. honest mistakes a sibling exercise named and this one did not (a feedback hunt, round 16)
     ("tiled_l_not_rescaled", "ex03_tiled_forward", "tiled_attention", "value",
      "looks like the running sum l_i is not rescaled"),
@@ -639,6 +653,20 @@ def test_graded_alone_a_student_cannot_read_a_classmate_nor_another_copy_of_the_
         assert report.score == 0 and failure["kind"] == "load" and "Permission denied" in failure["message"], failure
     assert check("ex01_naive", exercises_dir=tmp_path / "b_honest", seed=3, public_only=True).results[0]["status"] \
         == "public passed"
+
+
+def test_the_child_cannot_list_folders_beyond_its_own_and_the_libraries(tmp_path):
+    # file names in another child's home would carry data between two children graded at once
+    if not CONFINED:
+        pytest.skip("needs Linux with Landlock (flashlab.grading.confine)")
+    (tmp_path / "ex01_naive.py").write_text(
+        "import os\n"
+        "mine = sorted(os.listdir(os.environ['HOME'])), sorted(os.listdir(os.path.dirname(os.path.abspath(__file__))))\n"
+        "try:\n    os.listdir(os.path.dirname(os.environ['HOME']))\n    seen = 'listed'\n"
+        "except PermissionError:\n    seen = 'refused'\n"
+        "raise RuntimeError(f'parent of home {seen}; own folders listed: {bool(mine[1])}')\n")
+    message = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True).results[0]["failure"]["message"]
+    assert "parent of home refused; own folders listed: True" in message, message
 
 
 def test_a_submission_that_links_to_the_solutions_is_not_graded(tmp_path):

@@ -395,6 +395,10 @@ def _decode_replay(replay, buffers: list):
         if not isinstance(own, list) or len(own) > 8 or not all(type(x) is str for x in own):
             raise wire.WireError("replay own_scalars malformed")
         decoded["own_scalars"] = [x[:40] for x in own]
+        tile = launch.get("tile", 0)
+        if type(tile) is not int or tile < 0:
+            raise wire.WireError("replay tile malformed")
+        decoded["tile"] = tile
         out["launches"].append(decoded)
     return out
 
@@ -649,7 +653,7 @@ def judge(part: Part, case: Case, record: dict, expected, on_cuda: bool, previou
     if handed:
         return dict(kind="launch", message="your kernel was handed the answer, computed before the launch: "
                     "the result must be computed by the kernel")
-    blocks = _launch_blocks_problem(part, case, record)
+    blocks = _launch_blocks_problem(part, case, record) or _relaunch_tile_problem(part, case, record.get("replay"))
     if blocks:
         return dict(kind="launch", message=blocks)
     if contracts.replayed(part.must_launch) and part.tensors:
@@ -725,6 +729,22 @@ def _stub_source(exercise: Exercise) -> str | None:
     root = _repo_root()
     path = root / "exercises" / f"{exercise.name}.py" if root else None
     return path.read_text() if path is not None and path.is_file() else None
+
+
+def _relaunch_tile_problem(part: Part, case: Case, replay) -> str:
+    """Why the kernel launched again by the grader built a tile over what the call's launches may build
+    (``Part.max_launch_block``, or the tile a case asks for through ``Part.launch_blocks``), or ''. In the
+    interpreter only the branch a launch runs builds tensors: a kernel that builds a small tile when called
+    and a whole row when launched again is judged on both."""
+    launches = (replay or {}).get("launches") or []
+    built = max((launch.get("tile", 0) for launch in launches), default=0)
+    limits = [part.max_launch_block] if part.max_launch_block else []
+    limits += [case.kwargs[argument] for _, argument in part.launch_blocks if type(case.kwargs.get(argument)) is int]
+    if not built or not limits or built <= min(limits):
+        return ""
+    return (f"{(replay or {}).get('kernel', 'the kernel')}, launched again by the grader on inputs of its own, built a "
+            f"tile of {built} (a tensor dimension: tl.arange's extent, a load's shape) where its launches may build "
+            f"at most {min(limits)}: the kernel must walk its loop block by block whatever inputs it is given")
 
 
 def _launch_blocks_problem(part: Part, case: Case, record: dict) -> str:

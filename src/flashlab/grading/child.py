@@ -904,6 +904,47 @@ def _row_dots(name: str, args: tuple) -> bool:
     return len(shapes) == 2 and all(len(sh) >= 2 for sh in shapes) and shapes[0][-2] == 1 and shapes[1][-1] == 1
 
 
+class OwnStorages:
+    """A torch_only call's storages: those its aten operators allocated (a return that is not a view) and
+    the call's inputs. An operator that writes into any other (in place, out=, set_) writes memory the call
+    did not make: a buffer made at import, a tensor over NumPy memory (torch.from_numpy, torch.frombuffer) or
+    a storage of the learner's own, which NumPy or the storage's address then reads out of the grader's
+    sight. :meth:`after` says so."""
+
+    def __init__(self):
+        self.made: set = set()
+        self.effects: dict = {}
+
+    def reset(self, inputs: list) -> None:
+        self.made = {_storage_key(t) for t in inputs}
+
+    def after(self, func, args: tuple, kwargs: dict, out) -> bool:
+        """Note what ``func`` allocated; True when it wrote into a storage the call did not make."""
+        effects = self.effects.get(func)
+        if effects is None:
+            try:
+                effects = self.effects[func] = LiveBytes._effects(self, func)
+            except AttributeError:  # not an aten operator overload
+                return False
+        returns, written, n_returns = effects
+        targets = []
+        for i, name in written:
+            value = kwargs[name] if name in kwargs else args[i] if i < len(args) else None
+            targets += value if isinstance(value, (tuple, list)) else [value]
+        keys = [_storage_key(t) for t in targets if hasattr(t, "untyped_storage")]
+        foreign = any(key is not None and key not in self.made for key in keys)
+        values = out if n_returns > 1 and isinstance(out, (tuple, list)) else (out,)
+        for i in returns:
+            for t in (values[i] if i < len(values) and isinstance(values[i], (tuple, list)) else
+                      [values[i]] if i < len(values) else []):
+                if hasattr(t, "untyped_storage") and not any(t is w for w in targets):
+                    self.made.add(_storage_key(t))
+        return foreign
+
+
+OWN_STORAGES = OwnStorages()
+
+
 class LiveBytes:
     """The bytes of torch tensors the learner's call holds at once, counted exactly inside the child
     (a memory case only).
@@ -1052,6 +1093,16 @@ def _install_torch_mode(policy: str) -> None:
                     LIVE[0].after(func, args, kwargs or {}, out)
                 finally:
                     TORCH_POLICY["active"] = True
+            if _bridge_watched():
+                TORCH_POLICY["active"] = False
+                try:
+                    foreign = OWN_STORAGES.after(func, args, kwargs or {}, out)
+                finally:
+                    TORCH_POLICY["active"] = True
+                if foreign:
+                    _bridge_forbidden(f"aten.{func.overloadpacket.__name__} into a tensor the call did not make",
+                                      "writing into a tensor the call did not make (one made at import, a view of "
+                                      "NumPy memory such as torch.from_numpy's, or a storage of your own)")
             return out
 
     mode = Watch()
@@ -1811,6 +1862,7 @@ def call(func, kwargs: dict, filenames: set, verify_launch: tuple | None,
     inputs = [v for v in kwargs.values() if hasattr(v, "untyped_storage")]
     if TRACKER is not None:
         TRACKER.reset(inputs, verify_launch or ())
+    OWN_STORAGES.reset(inputs)
     record = dict(exception=None, not_implemented=None, where=None, launch_problem=None)
     value, saved = None, (sys.stdout, sys.stderr)
     start = time.perf_counter()
@@ -2342,11 +2394,23 @@ def _replay_one(name: str, kernel, args: tuple, kwargs: dict, generator, buffers
     run = getattr(type(kernel).run, "untracked", None)  # JITFunction's, or InterpretedFunction's in the interpreter
     if run is None:
         raise ReplayRefused(f"{type(kernel).__name__} is no Triton kernel the grader can launch")
-    _run_checked(run, kernel, new_args, new_kwargs, True)
+    # the inputs as drawn, recorded before the launch: the contract is judged on them, whatever the kernel
+    # then does to its input tensors (writing them turns the contract into one it meets trivially)
+    given = {p: fresh[p].detach().clone() for p, (role, _, _) in spec["tensors"].items() if role == "inputs"}
+    for p, (role, _, _) in spec["tensors"].items():
+        if role == "inputs":
+            record["inputs"][p] = wire.encode(made[p].detach().cpu().to(torch.float64).numpy(), buffers)
+    TILE_BUILT[0] = 0
+    result = _run_checked(run, kernel, new_args, new_kwargs, True)
     if any(t.device.type == "cuda" for t in made.values()):  # the views share the buffers the kernel wrote
         torch.cuda.synchronize()
+    record["tile"] = int(_tile_of(result))  # the largest tensor dimension this launch built (the tile rules)
+    for p, before in given.items():
+        if not torch.equal(fresh[p], before):
+            raise ReplayRefused(f"it wrote into its input {p} (a kernel reads its inputs and writes only its outputs)")
     for p, (role, _, _) in spec["tensors"].items():
-        record[role][p] = wire.encode(made[p].detach().cpu().to(torch.float64).numpy(), buffers)
+        if role == "outputs":
+            record[role][p] = wire.encode(made[p].detach().cpu().to(torch.float64).numpy(), buffers)
     return record
 
 

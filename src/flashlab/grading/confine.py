@@ -10,9 +10,10 @@ children, whatever Python code runs afterwards.
   read the files under ``hidden`` (flashlab's package, ``solutions/``, the instructor's pack:
   the answer key on the grading machine, which a student release leaves out); it may not open
   TCP connections; on kernels with Landlock ABI 6 (6.12+) it may not signal processes outside
-  itself (the grader, other students' children). It reads only where Python, its libraries and
-  the system live, and its own folder (:func:`readable_roots`): not another copy of the course,
-  nor a classmate's folder beside the one graded. Closes: bytecode or ``.pth`` files planted for
+  itself (the grader, other students' children). It reads and lists only where Python, its
+  libraries and the system live, and its own folder (:func:`readable_roots`): not another copy of
+  the course, nor a classmate's folder beside the one graded, nor the names of the files in another
+  grading child's home (a channel between two children graded at once). Closes: bytecode or ``.pth`` files planted for
   the grader's next run, rewritten solutions or classmates' submissions, ``/proc/self/clear_refs``
   (which would reset the peak memory the grader measures), killing or stopping the grader,
   loading the library or the solutions from the grader's disk or from any other copy of them.
@@ -46,7 +47,7 @@ import struct
 # Landlock (include/uapi/linux/landlock.h); the syscall numbers are the same on every architecture
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _VERSION, _RULE_PATH_BENEATH = 1, 1
-_WRITE_FILE, _READ_FILE, _TRUNCATE = 1 << 1, 1 << 2, 1 << 14
+_WRITE_FILE, _READ_FILE, _READ_DIR, _TRUNCATE = 1 << 1, 1 << 2, 1 << 3, 1 << 14
 _MAKE_AND_REMOVE = sum(1 << bit for bit in range(4, 13))  # REMOVE_DIR .. MAKE_SYM
 _REFER = 1 << 13
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2
@@ -156,7 +157,7 @@ def confine_files(home: str, hidden=(), readable=("/",)) -> bool:
     if abi < 1:
         return False
     libc = _libc()
-    handled = (_WRITE_FILE | _READ_FILE | _MAKE_AND_REMOVE | (_REFER if abi >= 2 else 0)
+    handled = (_WRITE_FILE | _READ_FILE | _READ_DIR | _MAKE_AND_REMOVE | (_REFER if abi >= 2 else 0)
                | (_TRUNCATE if abi >= 3 else 0))
     file_rights = _WRITE_FILE | _READ_FILE | (_TRUNCATE if abi >= 3 else 0)
     net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
@@ -168,7 +169,8 @@ def confine_files(home: str, hidden=(), readable=("/",)) -> bool:
     try:
         devices = ["/dev/null", *glob.glob("/dev/nvidia*"), "/dev/kfd", *glob.glob("/dev/dri/*")]
         rules = ([(home, handled)] + [(path, file_rights) for path in devices]
-                 + [(path, _READ_FILE) for path in _everything_but(hidden, readable)])
+                 + [(path, _READ_FILE | (_READ_DIR if os.path.isdir(path) else 0))
+                    for path in _everything_but(hidden, readable)])
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
