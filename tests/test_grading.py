@@ -675,6 +675,27 @@ def test_the_child_cannot_list_folders_beyond_its_own_and_the_libraries(tmp_path
     assert "parent of home refused; own home listed: True" in message, message
 
 
+def test_the_child_may_open_no_socket_message_queue_or_key_ring(tmp_path):
+    # each would hold data out of the grader's measurements, or reach another grading child
+    if not CONFINED:
+        pytest.skip("needs Linux with Landlock and seccomp (flashlab.grading.confine)")
+    (tmp_path / "ex01_naive.py").write_text(
+        "import ctypes, socket\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "seen = []\n"
+        "for name, call in (('unix socket', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)),\n"
+        "                   ('socketpair', socket.socketpair)):\n"
+        "    try:\n        call()\n        seen.append(name + ' opened')\n"
+        "    except OSError:\n        seen.append(name + ' refused')\n"
+        "seen.append('msgget ' + ('refused' if libc.msgget(0, 0o1600) < 0 else 'opened'))\n"
+        "seen.append('add_key ' + ('refused' if libc.syscall(248 if ctypes.sizeof(ctypes.c_void_p) == 8 and "
+        "__import__('platform').machine() == 'x86_64' else 217, b'user', b'k', b'v', 1, -3) < 0 else 'opened'))\n"
+        "raise RuntimeError('; '.join(seen))\n")
+    message = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True).results[0]["failure"]["message"]
+    for name in ("unix socket", "socketpair", "msgget", "add_key"):
+        assert f"{name} refused" in message, message
+
+
 def test_a_submission_that_links_to_the_solutions_is_not_graded(tmp_path):
     (tmp_path / "ex01_naive.py").symlink_to(REPO / "solutions" / "ex01_naive.py")
     report = check("ex01_naive", exercises_dir=tmp_path, seed=3, public_only=True)
