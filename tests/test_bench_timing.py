@@ -97,3 +97,13 @@ def test_the_unpacked_probe_views_a_grouped_cache_as_multi_head_without_copying(
     want = torch.softmax(q @ k.repeat_interleave(H // Hkv, 1).transpose(-1, -2), -1) @ v.repeat_interleave(H // Hkv, 1)
     got = (torch.softmax(qe @ ke.transpose(-1, -2), -1) @ ve).reshape(q.shape)
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.interpreter
+def test_the_pool_probe_kernel_gives_the_reference():
+    """benchmarks/decode_pool_probe.py: the persistent kernel whose programs share the ends of the key
+    ranges counts every key once (own parts, pieces clipped at their lanes' ends, extra programs, the
+    walk order) and leaves its scratch clean for the next call; in the interpreter here, compiled on a GPU."""
+    torch = pytest.importorskip("torch")
+    probe = pytest.importorskip("decode_pool_probe")
+    assert probe.check("cuda" if torch.cuda.is_available() else "cpu") == []
