@@ -753,6 +753,9 @@ P_TILE_SOFTMAX = ("P is recomputed as each key tile's own softmax (a max and a s
                   "forward's probabilities over the whole row, P = exp(scale Q_i K_j^T - lse_i) with the lse the "
                   "forward saved, no max or sum per tile (FlashAttention-2 Algorithm 2, line 11); a causal row "
                   "whose keys in a tile are all masked then gives 0/0 = NaN")
+P_TILE_MAX = ("P is recomputed as exp(S - the tile's own row max): the forward's lse is what makes P the "
+              "softmax over the whole row, P = exp(scale Q_i K_j^T - lse_i) (FlashAttention-2 Algorithm 2, line 11); "
+              "no max per tile, since exp(S - lse) <= 1 cannot overflow")
 DK_UNTRANSPOSED = ("dK_j is accumulated as dS Q_i, without the transpose: dS is (query rows x keys), so dK_j += "
                    "scale dS^T Q_i (np.swapaxes(ds, -1, -2) @ q_i); on square tiles the shapes fit and only the "
                    "numbers are wrong (a ragged tile raises)")
@@ -765,12 +768,13 @@ BWD_CAUSAL_UNMASKED = ("the recomputed P is not causally masked: in a causal bac
                        "the diagonal hold such keys, so P there is not 0 where it must be")
 
 
-def _tile_loop(kw, tile_softmax=False, dk_untransposed=False, mask=True):
+def _tile_loop(kw, tile_softmax=False, dk_untransposed=False, mask=True, tile_max=False):
     """Exercise 10's loops tile by tile as the solution runs them (key blocks outside, query blocks
     inside, fully masked tiles skipped), float64, in the input dtype, with one mistake:
     tile_softmax: P = softmax of the tile's masked scores over the tile's keys (NaN in a row whose keys
     in the tile are all masked, which spreads to that tile's dK_j, dV_j and the row's dQ, as in the
-    learner's loop); dk_untransposed: dK_j += scale dS Q_i, None unless every visited tile is square
+    learner's loop); tile_max: P = exp(S - the tile's row max), the max taken before the causal mask (no
+    NaN: masked scores still give 0); dk_untransposed: dK_j += scale dS Q_i, None unless every visited tile is square
     (the learner's code raises there); mask=False: the causal tiles visited, their scores not masked. At most
     4096 tiles (the memory case has 1024)."""
     q, k, v, o, do, lse = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do", "lse"))
@@ -793,9 +797,12 @@ def _tile_loop(kw, tile_softmax=False, dk_untransposed=False, mask=True):
                     return None  # ds @ q_i raises on this tile
                 q_i, do_i = q[..., q0:q1, :], do[..., q0:q1, :]
                 s = scale * (q_i @ np.swapaxes(k_j, -1, -2))  # (..., Bq, Bk)
+                row_max = s.max(axis=-1, keepdims=True)  # the tile's, before the mask
                 if causal and mask:
                     s = np.where(np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None], -np.inf, s)
-                if tile_softmax:
+                if tile_max:
+                    p = np.exp(s - row_max)
+                elif tile_softmax:
                     p = np.exp(s - s.max(axis=-1, keepdims=True))
                     p = p / p.sum(axis=-1, keepdims=True)
                 else:
@@ -830,6 +837,7 @@ _TILED_BACKWARD = ((D_PER_TILE, _tiled_backward_mistake(d_per_tile=True)),
                    (P_SCORES_UNSCALED, lambda kw, blocks: _tiled_backward(kw, scale_s=False) if _scale(kw) != 1.0
                     else None),
                    (P_TILE_SOFTMAX, _tile_softmax),
+                   (P_TILE_MAX, lambda kw, blocks: _tile_loop(kw, tile_max=True)),
                    (DK_UNTRANSPOSED, lambda kw, blocks: _tile_loop(kw, dk_untransposed=True)),
                    (D_WITHOUT_O, _tiled_backward_mistake(d_times_o=False)),
                    (BWD_CAUSAL_UNMASKED, _causal_only(lambda kw, blocks: _tile_loop(kw, mask=False))),
@@ -1222,6 +1230,28 @@ def _autograd_backward(**options):
 MISTAKES[("ex15_autograd_flash", "flash_forward_lse")] += (
     (LSE_MAX_ONLY, lambda kw, blocks: _forward_lse(kw, max_only=True)),
     (O_NOT_DIVIDED, lambda kw, blocks: _forward_lse(kw, undivided=True)))
+AUTOGRAD_K_TILES = (16, 32, 64, 128, 256)  # the key tiles a learner's K_TILE is tried at (it is not passed in)
+
+
+def _autograd_tiles(**options):
+    """Exercise 15's (o, dq, dk, dv) with P recomputed per key tile (``_tile_loop``'s tile_max or tile_softmax),
+    one detector per tile size of AUTOGRAD_K_TILES (query tiles as large)."""
+    def at(block_k):
+        def detector(kw, blocks):
+            from flashlab.reference import naive_attention
+
+            if options.get("tile_softmax") and kw["k"].shape[-2] <= block_k:
+                return None  # one key tile: its row max and sum are the row's
+            f64 = [np.asarray(kw[n], np.float64) for n in ("q", "k", "v")]
+            o, lse = naive_attention(*f64, causal=kw.get("causal", False), scale=_scale(kw), return_lse=True)
+            grads = _tile_loop(dict(kw, o=o, lse=lse, block_q=block_k, block_k=block_k), **options)
+            return None if grads is None else (o.astype(kw["q"].dtype), *grads)
+        return detector
+    return tuple(at(block_k) for block_k in AUTOGRAD_K_TILES)
+
+
 MISTAKES[("ex15_autograd_flash", "forward_and_backward")] += (
     (BWD_NO_DELTA, _autograd_backward(delta=False)), (BWD_DK_UNSCALED, _autograd_backward(scale_dk=False)),
-    (BWD_DQ_UNSCALED, _autograd_backward(scale_dq=False)), (P_WITHOUT_LSE, _autograd_backward(subtract_lse=False)))
+    (BWD_DQ_UNSCALED, _autograd_backward(scale_dq=False)), (P_WITHOUT_LSE, _autograd_backward(subtract_lse=False)),
+    *((P_TILE_MAX, d) for d in _autograd_tiles(tile_max=True)),
+    *((P_TILE_SOFTMAX, d) for d in _autograd_tiles(tile_softmax=True)))
