@@ -338,8 +338,8 @@ def time_rows(rounds: int, factors) -> list:
               f"{entry['over_rule']['pool_t0']:.4f}, best {best}/rule {entry['over_rule'][best]:.4f} "
               f"(/SDPA {entry['over_sdpa'][best]:.4f}); rel errors {min(errs.values()):.1e}-{max(errs.values()):.1e}",
               flush=True)
-        del q, k, v, plans, fns
-        torch.cuda.empty_cache()
+        plans.clear()
+        fns.clear()
     return out
 
 
