@@ -9,15 +9,19 @@ gave the balance back (benchmarks/NOTES.md, decode, session 21).
 
 This probe's kernel keeps its programs running instead. Each key range (a *lane*: one sequence's kv head)
 is cut into an *own* part, the first ``blocks - tail`` key blocks, read by one program per lane (or
-``own_splits`` programs per lane, as the split rule's splits), and a *tail* of ``tail`` blocks. The tails
-of all lanes, laid end to end, are a pool. A program that has finished its own part (and the
-``extra`` programs that have none, on the SMs the lanes leave idle) claims pieces of the pool with a
-compare-and-swap on one counter until the pool is empty. Pieces shrink as the pool does (guided
-self-scheduling: a claim takes the pool's remainder over ``programs * factor``, at least ``min_piece``
-blocks, never past its lane's end), so the programs that finish early take large pieces and the end of
-the step is cut fine. Every piece writes a partial state (o, lse) in a slot of its lane; the program whose
-piece completes a lane's count of blocks merges the lane's slots (``combine_states``) and writes o and lse.
-The kernel leaves its counters and slots as it found them (the last program out resets the pool).
+``own_splits`` programs per lane, as the split rule's splits), and a *tail* of ``tail`` blocks in pieces of
+``piece`` blocks. The pieces of all lanes are a pool. A program that has finished its own part (and the
+``extra`` programs that have none, on the SMs the lanes leave idle) claims pieces with a fetch-and-add on
+one counter, a piece ahead, until the pool is empty; the programs on fast SMs take more of them. Every
+piece writes a partial state (o, lse) in a slot of its lane; the program whose piece completes a lane's
+count of blocks merges the lane's slots (``combine_states``) and writes o and lse. A lane with no pieces
+and one own program is written directly, as the unsplit kernel does. The kernel leaves its lane counts
+and slots as it found them; the pool's counter runs on from call to call (each call moves it by its
+pieces plus its programs), so no program waits at the end to reset it.
+
+The first form (commit 81a70ea, ``results/decode_pool_probe_call1.json``) claimed shrinking pieces with a
+compare-and-swap loop: the programs that finished their own parts together then waited one round trip per
+rival's claim, and every pooled row ran 1.26-3.5x the rule's time.
 
 Scope: a probe, not a library path: a contiguous cache with every sequence at full length, no causal mask,
 one row block (group x Nq <= 64). ``--check`` compares it with attention computed in float64 on
@@ -120,22 +124,21 @@ def _finish(acc, m_i, l_i, lane, slot, nblocks, row, row_ok, o_ptrs, OPart, LSEP
         tl.atomic_xchg(LaneCount + lane, 0)
 
 
-@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_KEYS", "LANES", "OWN_SPLITS", "TAIL", "NPROG"])
+@triton.jit(do_not_specialize=["BASE", "H_KV", "GROUP", "N_Q", "N_KEYS", "LANES", "OWN_SPLITS", "TAIL", "PIECE"])
 def _pool_decode(
-    Q, K, V, Out, LSE, OPart, LSEPart, LaneCount, Pool, sm_scale,
+    Q, K, V, Out, LSE, OPart, LSEPart, LaneCount, Pool, BASE, sm_scale,
     stride_qz, stride_qh, stride_qm, stride_qk,
     stride_kz, stride_kh, stride_kn, stride_kk,
     stride_vz, stride_vh, stride_vn, stride_vk,
     stride_oz, stride_oh, stride_om, stride_ok,
-    H_KV, GROUP, N_Q, N_KEYS, LANES, OWN_SPLITS, TAIL, NPROG,
-    FACTOR: tl.constexpr, MIN_PIECE: tl.constexpr,
+    H_KV, GROUP, N_Q, N_KEYS, LANES, OWN_SPLITS, TAIL, PIECE,
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     STAGGER: tl.constexpr, COMBINE_STEP: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     pid = tl.program_id(0)
     NB = tl.cdiv(N_KEYS, BLOCK_N)  # key blocks of a lane
     OWN = NB - TAIL  # the blocks its own programs read
-    SLOTS = OWN_SPLITS + TAIL  # partial states of a lane: one per own split, one per tail block a piece starts at
+    SLOTS = OWN_SPLITS + TAIL // PIECE  # partial states of a lane: one per own split, one per piece
     qk_scale = sm_scale * 1.4426950408889634
     offs_r = tl.arange(0, BLOCK_M)
     row_ok = offs_r < GROUP * N_Q
@@ -164,73 +167,77 @@ def _pool_decode(
                                 HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, STAGGER, DOT_F32, DOT_PRECISION)
         row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i
         o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
-        _finish(acc, m_i, l_i, lane, pid // LANES, b1 - b0, row, row_ok, o_ptrs, OPart, LSEPart, LaneCount, LSE, NB,
-                SLOTS, HEAD_DIM, D_HEAD, BLOCK_M, COMBINE_STEP)
-    # -- the pool: every lane's last TAIL blocks end to end, claimed in shrinking pieces
-    total = LANES * TAIL
-    cur = tl.atomic_add(Pool, 0, sem="relaxed", scope="gpu")
-    while cur < total:
-        size = tl.maximum((total - cur) // (NPROG * FACTOR), MIN_PIECE)
-        size = tl.minimum(size, TAIL - cur % TAIL)  # never past the lane's end
-        old = tl.atomic_cas(Pool, cur, cur + size, sem="relaxed", scope="gpu")
-        if old == cur:
-            lane = cur // TAIL
-            first = cur % TAIL  # the piece's first block in its lane's tail
-            off_z = (lane // H_KV).to(tl.int64)
-            off_hkv = (lane % H_KV).to(tl.int64)
-            off_h = off_hkv * GROUP + offs_r // N_Q
-            q = tl.load(Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm
-                        + offs_d[None, :] * stride_qk, mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)
-            lo = (OWN + first) * BLOCK_N
-            hi = tl.minimum((OWN + first + size) * BLOCK_N, N_KEYS)
-            acc, m_i, l_i = _blocks(q, K + off_z * stride_kz + off_hkv * stride_kh, V + off_z * stride_vz + off_hkv * stride_vh,
-                                    lo, hi, 0, 0, stride_kn, stride_kk, stride_vn, stride_vk, qk_scale,
-                                    HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, 1, DOT_F32, DOT_PRECISION)
-            row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i
-            o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
-            _finish(acc, m_i, l_i, lane, OWN_SPLITS + first, size, row, row_ok, o_ptrs, OPart, LSEPart, LaneCount, LSE,
-                    NB, SLOTS, HEAD_DIM, D_HEAD, BLOCK_M, COMBINE_STEP)
-            cur = tl.atomic_add(Pool, 0, sem="relaxed", scope="gpu")
-        else:
-            cur = old
-    # -- the last program out leaves the pool's counter at 0 for the next call
-    left = tl.atomic_add(Pool + 1, 1, sem="acq_rel", scope="gpu")
-    if left == NPROG - 1:
-        tl.atomic_xchg(Pool, 0)
-        tl.atomic_xchg(Pool + 1, 0)
+        if TAIL + OWN_SPLITS > 1:
+            _finish(acc, m_i, l_i, lane, pid // LANES, b1 - b0, row, row_ok, o_ptrs, OPart, LSEPart, LaneCount, LSE, NB,
+                    SLOTS, HEAD_DIM, D_HEAD, BLOCK_M, COMBINE_STEP)
+        else:  # the lane is this program's alone: o and lse directly, as the unsplit kernel
+            seen = l_i > 0.0
+            tl.store(LSE + row, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, mask=row_ok)
+            tl.store(o_ptrs, (acc / tl.where(seen, l_i, 1.0)[:, None]).to(Out.dtype.element_ty),
+                     mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD))
+    # -- the pool: every lane's last TAIL blocks as pieces of PIECE blocks, piece c = level c // LANES of lane
+    #    c % LANES. A claim is one fetch-and-add (no retry: a compare-and-swap loop made the programs that
+    #    finished together wait for each other, one round trip per claim), made a piece ahead so that its
+    #    latency hides behind the piece in hand. The counter is never reset: each call starts at BASE, and
+    #    every program makes exactly one claim past the pool, so a call moves it by pieces + programs
+    pieces = LANES * (TAIL // PIECE)
+    nxt = tl.atomic_add(Pool, 1, sem="relaxed", scope="gpu") - BASE
+    while nxt < pieces:
+        cur = nxt
+        nxt = tl.atomic_add(Pool, 1, sem="relaxed", scope="gpu") - BASE
+        lane = (cur % LANES).to(tl.int32)
+        level = (cur // LANES).to(tl.int32)
+        off_z = (lane // H_KV).to(tl.int64)
+        off_hkv = (lane % H_KV).to(tl.int64)
+        off_h = off_hkv * GROUP + offs_r // N_Q
+        q = tl.load(Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm
+                    + offs_d[None, :] * stride_qk, mask=row_ok[:, None] & (offs_d[None, :] < D_HEAD), other=0.0)
+        lo = (OWN + level * PIECE) * BLOCK_N
+        hi = tl.minimum((OWN + level * PIECE + PIECE) * BLOCK_N, N_KEYS)
+        acc, m_i, l_i = _blocks(q, K + off_z * stride_kz + off_hkv * stride_kh, V + off_z * stride_vz + off_hkv * stride_vh,
+                                lo, hi, 0, 0, stride_kn, stride_kk, stride_vn, stride_vk, qk_scale,
+                                HEAD_DIM, D_HEAD, BLOCK_M, BLOCK_N, 1, DOT_F32, DOT_PRECISION)
+        row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i
+        o_ptrs = Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om + offs_d[None, :] * stride_ok
+        _finish(acc, m_i, l_i, lane, OWN_SPLITS + level, PIECE, row, row_ok, o_ptrs, OPart, LSEPart, LaneCount, LSE,
+                NB, SLOTS, HEAD_DIM, D_HEAD, BLOCK_M, COMBINE_STEP)
 
 
 class PoolPlan:
     """The pool kernel's launch for one shape: q (B, H, Nq, d), k, v (B, Hkv, N, d), every key valid.
-    ``tail``: blocks per lane in the pool (0: none); ``own_splits``: programs per lane's own part;
-    ``extra``: programs with no own part (None: the SMs the own programs leave idle)."""
+    ``tail``: blocks per lane in the pool (0: none; rounded down to whole pieces); ``piece``: blocks per
+    claim; ``own_splits``: programs per lane's own part; ``extra``: programs with no own part (None: the SMs
+    the own programs leave idle)."""
 
-    def __init__(self, q, k, v, tail: int, own_splits: int = 1, extra: int | None = None, factor: int = 1,
-                 min_piece: int = 1, stagger: int | None = None, config=None):
+    def __init__(self, q, k, v, tail: int, piece: int = 1, own_splits: int = 1, extra: int | None = None,
+                 stagger: int | None = None, config=None):
         B, H, Nq, d = q.shape
         Hkv, n = k.shape[1], k.shape[2]
         group = H // Hkv
         if group * Nq > 64:
             raise ValueError(f"group x Nq = {group * Nq}: the probe takes one row block (at most 64 rows)")
+        if piece < 1:
+            raise ValueError(f"piece = {piece}: at least one block per claim")
         self.config = config or config_for(head_dim_padded(d), q.dtype, wide=True)
         block_n = self.config.block_n
         blocks = triton.cdiv(n, block_n)
-        self.tail = max(0, min(tail, blocks - own_splits))
+        self.tail = max(0, min(tail, blocks - own_splits)) // piece * piece
         lanes = B * Hkv
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         if extra is None:
             extra = max(0, sms - lanes * own_splits) if self.tail else 0
         self.programs = lanes * own_splits + extra
-        slots = own_splits + self.tail
+        self.pieces = lanes * (self.tail // piece)
+        slots = own_splits + self.tail // piece
         f32 = torch.float32
         self.o_part = torch.empty(B * H * Nq, slots, d, dtype=f32, device=q.device)
         self.lse_part = torch.full((B * H * Nq, slots), float("-inf"), dtype=f32, device=q.device)
         self.lane_count = torch.zeros(lanes, dtype=torch.int32, device=q.device)
-        self.pool = torch.zeros(2, dtype=torch.int32, device=q.device)
+        self.pool = torch.zeros(1, dtype=torch.int64, device=q.device)
+        self.calls = 0
         block_m = block_m_for(group * Nq)
         self.consts = dict(H_KV=Hkv, GROUP=group, N_Q=Nq, N_KEYS=n, LANES=lanes, OWN_SPLITS=own_splits, TAIL=self.tail,
-                           NPROG=self.programs, FACTOR=factor, MIN_PIECE=min_piece, HEAD_DIM=head_dim_padded(d), D_HEAD=d,
-                           BLOCK_M=block_m, BLOCK_N=block_n,
+                           PIECE=piece, HEAD_DIM=head_dim_padded(d), D_HEAD=d, BLOCK_M=block_m, BLOCK_N=block_n,
                            STAGGER=self.config.stagger if stagger is None else stagger,
                            COMBINE_STEP=max(2, combine_step_for(self.config, block_m, head_dim_padded(d))),
                            DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
@@ -239,8 +246,10 @@ class PoolPlan:
     def __call__(self, q, k, v, scale: float):
         o = torch.empty(self.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(self.shape[:3], dtype=torch.float32, device=q.device)
-        _pool_decode[(self.programs,)](q, k, v, o, lse, self.o_part, self.lse_part, self.lane_count, self.pool, scale,
-                                       *q.stride(), *k.stride(), *v.stride(), *o.stride(), **self.consts,
+        base = self.calls * (self.pieces + self.programs)  # where this call's claims start on the pool's counter
+        self.calls += 1
+        _pool_decode[(self.programs,)](q, k, v, o, lse, self.o_part, self.lse_part, self.lane_count, self.pool, base,
+                                       scale, *q.stride(), *k.stride(), *v.stride(), *o.stride(), **self.consts,
                                        num_warps=self.config.num_warps, num_stages=self.config.num_stages)
         return o, lse
 
@@ -253,15 +262,16 @@ def check(device: str) -> list[str]:
     d = 128 if device == "cuda" else 16
     scale_n = 64 if device == "cuda" else 1
     failures = []
-    cases = [  # B, H, Hkv, Nq, N, tail, own_splits, extra, factor, min_piece, stagger
-        (2, 4, 4, 1, 40 * scale_n, 1, 1, 3, 1, 1, 2),
-        (2, 4, 2, 3, 37 * scale_n + 5, 2, 1, 0, 2, 1, 0),
-        (1, 8, 2, 1, 70 * scale_n, 3, 3, 2, 1, 2, 2),
-        (3, 4, 1, 1, 33 * scale_n, 0, 2, 0, 1, 1, 0),
-        (2, 2, 2, 1, 50 * scale_n + 9, 10, 1, 5, 1, 1, 2),
-        (3, 3, 3, 1, 96 * scale_n, 5, 1, 1, 1, 1, 0),  # claims of 3 blocks in 5-block tails: clipped at lane ends
+    cases = [  # B, H, Hkv, Nq, N, tail, piece, own_splits, extra, stagger
+        (2, 4, 4, 1, 40 * scale_n, 1, 1, 1, 3, 2),
+        (2, 4, 2, 3, 37 * scale_n + 5, 2, 1, 1, 0, 0),
+        (1, 8, 2, 1, 70 * scale_n, 4, 2, 3, 2, 2),
+        (3, 4, 1, 1, 33 * scale_n, 0, 1, 2, 0, 0),
+        (2, 2, 2, 1, 50 * scale_n + 9, 10, 1, 1, 5, 2),  # a tail of every block but one, a ragged last block
+        (3, 3, 3, 1, 96 * scale_n, 5, 2, 1, 1, 0),  # a tail of 5 in pieces of 2: 4 blocks pooled
+        (2, 2, 1, 1, 24 * scale_n, 0, 1, 1, 0, 2),  # one program per lane, o written directly
     ]
-    for n_case, (B, H, Hkv, Nq, n, tail, own, extra, factor, min_piece, stagger) in enumerate(cases):
+    for n_case, (B, H, Hkv, Nq, n, tail, piece, own, extra, stagger) in enumerate(cases):
         g = torch.Generator().manual_seed(7100 + n_case)
         q = torch.randn(B, H, Nq, d, generator=g).to(device, dtype)
         k = torch.randn(B, Hkv, n, d, generator=g).to(device, dtype)
@@ -270,32 +280,33 @@ def check(device: str) -> list[str]:
         s = q.double().cpu() @ kk.transpose(-1, -2) * d ** -0.5  # (B, H, Nq, N), every key seen (no mask)
         ref_lse = torch.logsumexp(s, -1)
         ref_o = torch.softmax(s, -1) @ vv
-        plan = PoolPlan(q, k, v, tail, own, extra, factor, min_piece, stagger)
+        plan = PoolPlan(q, k, v, tail, piece, own, extra, stagger)
         for call in range(2):
             o, lse = plan(q, k, v, d ** -0.5)
             err_o = (o.double().cpu() - ref_o).abs().max().item()
             err_lse = (lse.double().cpu() - ref_lse).abs().max().item()
-            what = (f"case {n_case} (B={B} H={H} Hkv={Hkv} Nq={Nq} N={n} tail={plan.tail} own={own} extra={extra} "
+            what = (f"case {n_case} (B={B} H={H} Hkv={Hkv} Nq={Nq} N={n} tail={plan.tail} piece={piece} own={own} extra={extra} "
                     f"stagger={stagger}) call {call}")
             if not (err_o < (2e-2 if dtype == torch.bfloat16 else 1e-5) and err_lse < 1e-3):
                 failures.append(f"{what}: o off by {err_o:.2e}, lse by {err_lse:.2e}")
-            if plan.pool.abs().sum().item() or plan.lane_count.abs().sum().item() or \
-                    torch.isfinite(plan.lse_part).any().item():
-                failures.append(f"{what}: scratch not left clean (pool {plan.pool.tolist()})")
+            moved = plan.pool.item() - plan.calls * (plan.pieces + plan.programs)
+            if moved or plan.lane_count.abs().sum().item() or torch.isfinite(plan.lse_part).any().item():
+                failures.append(f"{what}: scratch not left as the next call needs it (the pool's counter "
+                                f"{moved:+d} off where it should stand)")
     return failures
 
 
-ROWS = [  # B, H, Hkv, Nk, own_splits (the rule's splits), tails to try (blocks per lane)
-    (4, 32, 32, 32768, 1, (8, 16, 32)),
-    (16, 32, 8, 32768, 1, (8, 16, 32)),
-    (4, 32, 32, 131072, 1, (16, 32, 64)),
-    (16, 32, 8, 131072, 1, (16, 32, 64)),
-    (1, 32, 32, 131072, 4, (16, 32, 64)),
-    (4, 32, 32, 4096, 1, (2, 4)),
+ROWS = [  # B, H, Hkv, Nk, own_splits (the rule's splits), (tail, piece) pairs to try (blocks per lane, per claim)
+    (4, 32, 32, 32768, 1, ((4, 2), (8, 2), (8, 4), (16, 4))),
+    (16, 32, 8, 32768, 1, ((4, 2), (8, 2), (8, 4), (16, 4))),
+    (4, 32, 32, 131072, 1, ((8, 4), (16, 4), (16, 8), (32, 8))),
+    (16, 32, 8, 131072, 1, ((8, 4), (16, 4), (16, 8), (32, 8))),
+    (1, 32, 32, 131072, 4, ((8, 4), (16, 4), (16, 8))),
+    (4, 32, 32, 4096, 1, ((2, 1), (4, 2))),
 ]
 
 
-def time_rows(rounds: int, factors) -> list:
+def time_rows(rounds: int) -> list:
     import bench_decode
 
     import flashlab
@@ -310,10 +321,11 @@ def time_rows(rounds: int, factors) -> list:
         variants = bench_decode.make_variants(H, Hkv, scale)
         fns = {"rule": lambda: flashlab.flash_decode(q, k, v, scale=scale),
                "sdpa_default": lambda f=variants["sdpa_default"]: f(q, k, v)}
-        plans = {"pool_t0": PoolPlan(q, k, v, 0, own, 0)}
-        for t in tails:
-            for f in factors:
-                plans[f"pool_t{t}_f{f}"] = PoolPlan(q, k, v, t, own, None, f)
+        plans = {"pool_t0": PoolPlan(q, k, v, 0, 1, own, 0)}
+        for t, piece in tails:
+            plans[f"pool_t{t}_p{piece}"] = PoolPlan(q, k, v, t, piece, own, None)
+        t, piece = tails[1]
+        plans[f"pool_t{t}_p{piece}_noextra"] = PoolPlan(q, k, v, t, piece, own, 0)
         ref = fns["sdpa_default"]().float()
         errs = {}
         for name, plan in plans.items():
@@ -331,7 +343,7 @@ def time_rows(rounds: int, factors) -> list:
         entry = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "own_splits": own, "us": runs, "median_us": med,
                  "over_sdpa": {name: med[name] / med["sdpa_default"] for name in med},
                  "over_rule": {name: med[name] / med["rule"] for name in med},
-                 "programs": {name: p.programs for name, p in plans.items()}, "rel_err_vs_sdpa": errs}
+                 "programs": {name: p.programs for name, p in plans.items()}, "pieces": {name: p.pieces for name, p in plans.items()}, "rel_err_vs_sdpa": errs}
         out.append(entry)
         best = min((n for n in med if n.startswith("pool_t") and n != "pool_t0"), key=med.get)
         print(f"B={B:>2} H={H} Hkv={Hkv:>2} Nk={nk:>6}: rule/SDPA {entry['over_sdpa']['rule']:.4f}, pool_t0/rule "
@@ -347,7 +359,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the reference and stop (CPU or GPU)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--factors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "decode_pool_probe.json")
     args = parser.parse_args(argv)
     if args.check:
@@ -363,7 +374,7 @@ def main(argv=None) -> int:
     if failures:
         print("\n".join(failures))
         return 1
-    rows = time_rows(args.rounds, args.factors)
+    rows = time_rows(args.rounds)
     _common.write_json(args.out, {"environment": _common.environment(), "rounds": args.rounds,
                                   "time": "median of triton.testing.do_bench (warmup 25 ms, rep 100 ms, L2 cleared "
                                           "before every run) per round; variants in rotated order", "rows": rows})
