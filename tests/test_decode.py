@@ -516,6 +516,92 @@ def test_staggered_walk_gives_the_reference(splits, poison):
     assert torch.equal(walked[0], plain[0]) and torch.equal(walked[1], plain[1]), "a paged cache was not walked from the start"
 
 
+def test_flat_walk_programs_divide_the_ranges_evenly_over_most_sms():
+    assert decode.flat_programs(512, 132) == 128  # 4 ranges each
+    assert decode.flat_programs(264, 132) == 132
+    assert decode.flat_programs(2048, 132) == 128
+    assert decode.flat_programs(128, 132) == 0  # one wave: the waves' kernel
+    assert decode.flat_programs(132, 132) == 0
+    assert decode.flat_programs(263, 132) == 0  # a prime: no even division
+    assert decode.flat_programs(250, 132) == 0  # 125 < 0.95 x 132 SMs
+    assert decode.flat_programs(6, 3) == 3 and decode.flat_programs(6, 1) == 1 and decode.flat_programs(10, 4) == 0
+    with pytest.raises(ValueError, match="lanes"):
+        decode.flat_programs(0, 132)
+
+
+def _attention64(q, k, v, causal):
+    """(o, lse) in float64 on the CPU, every key valid; ``causal``: bottom-right."""
+    group = q.shape[1] // k.shape[1]
+    kk, vv = (t.double().cpu().repeat_interleave(group, 1) for t in (k, v))  # (B, H, N, d)
+    s = q.double().cpu() @ kk.transpose(-1, -2) * q.shape[-1] ** -0.5  # (B, H, Nq, N)
+    if causal:
+        nq, n = q.shape[-2], k.shape[-2]
+        s = s.masked_fill(torch.arange(n)[None, :] > torch.arange(n - nq, n)[:, None], float("-inf"))
+    return torch.softmax(s, -1) @ vv, torch.logsumexp(s, -1)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("sms", [1, 3, 4])
+def test_flat_walk_gives_the_reference_and_keeps_ranges_apart(sms, monkeypatch, poison):
+    """One program walking several (sequence, kv head, row block) ranges in one loop: every range's o and
+    lse as the reference's, causal or not, either walk order, two row blocks per kv group; a NaN in one
+    sequence's valid keys reaches that range's rows as NaN (not 0, with either kernel) and no other range's
+    (the flat walk's state is not carried into the next range)."""
+    from flashlab.kernels import decode_plan
+    from flashlab.kernels import flash_decode as kernels
+
+    monkeypatch.setattr(decode_plan, "sm_count_of", lambda tensor: sms)
+    decode_plan.clear_plans()  # plans are kept per shape, not per SM count
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    d = 128 if DEVICE == "cuda" else 16
+    n = 300 if DEVICE == "cuda" else 37
+    tol = 2e-2 if DEVICE == "cuda" else 1e-5
+    flat_seen = 0
+    for n_case, (B, H, Hkv, Nq) in enumerate([(3, 4, 2, 1), (3, 16, 2, 9), (5, 2, 2, 1), (2, 8, 8, 3)]):
+        q, k, v, _ = _inputs(B, H, Hkv, Nq, n, d, dtype, None, seed=83 + n_case)
+        base = dataclasses.replace(kernels.config_for(d, dtype, DEVICE == "cuda"), flat=True)
+        rows = (H // Hkv) * Nq
+        lanes = B * Hkv * -(-rows // kernels.block_m_for(rows))
+        programs = decode.flat_programs(lanes, sms)
+        flat_seen += programs > 0
+        for causal in (False, True):
+            ref_o, ref_lse = _attention64(q, k, v, causal)
+            for stagger in (0, 2):
+                config = dataclasses.replace(base, stagger=stagger)
+                plan = decode_plan.plan_for(q, k, v, None, None, causal, 1, config)
+                assert plan.grid == ((programs, 1, 1) if programs else (1, B * Hkv, lanes // (B * Hkv))), plan.grid
+                o, lse = plan(q, k, v, None, None, d ** -0.5, True)
+                what = f"B={B} H={H} Hkv={Hkv} Nq={Nq} sms={sms} programs={programs} causal={causal} stagger={stagger}"
+                assert (o.double().cpu() - ref_o).abs().max().item() < tol, f"{what}: o off"
+                assert (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3, f"{what}: lse off"
+        k[0, 0, n // 2, 0] = float("nan")  # one key of sequence 0, kv head 0
+        o, lse = decode_plan.forward(q, k, v, None, d ** -0.5, False, 1, base)
+        group = H // Hkv
+        assert torch.isnan(o[0, :group]).all(), "the poisoned range's rows should be NaN"
+        o[0, :group] = 0.0
+        assert not torch.isnan(o).any(), f"a NaN reached another range's rows (B={B} H={H} Hkv={Hkv} sms={sms})"
+    decode_plan.clear_plans()
+    assert flat_seen or sms == 4, "no case took the flat walk"
+
+
+@pytest.mark.gpu
+def test_the_rule_walks_many_waves_of_wide_programs_flat():
+    """At 512 (sequence, kv head) ranges the wide config runs as one program per SM walking 4 ranges (on an
+    H200's 132 SMs: 128 programs); with cache_seqlens or a split, the waves."""
+    from flashlab.kernels import decode_plan
+
+    q, k, v, _ = _inputs(16, 32, 32, 1, 1000, 128, torch.bfloat16, None, seed=89, device="cuda")
+    choice = decode.choice_for(q, k)
+    programs = decode.flat_programs(16 * 32, decode.sm_count_of(q))
+    plan = decode_plan.plan_for(q, k, v, None, None, True, choice.splits, decode.config_of(q, choice))
+    assert choice.splits == 1 and choice.wide and programs and plan.grid == (programs, 1, 1), (choice, plan.grid)
+    lens = torch.full((16,), 1000, dtype=torch.int32, device="cuda")
+    assert decode_plan.plan_for(q, k, v, lens, None, True, 1, decode.config_of(q, choice)).grid == (1, 512, 1)
+    ref_o, ref_lse = decode.decode_reference(q, k, v, None, scale=128 ** -0.5)
+    o, lse = decode.flash_decode(q, k, v, return_lse=True)
+    assert (o.double().cpu() - ref_o).abs().max().item() < 2e-2 and (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+
+
 @pytest.mark.gpu
 def test_direct_launch_matches_triton_launch_and_never_syncs(monkeypatch):
     """The steady-state call launches the kept CompiledKernel itself: it must give the JIT launch's

@@ -29,7 +29,8 @@ import math
 from .decode_checks import MAX_NQ, _check_decode_inputs, _check_values, check_lengths  # noqa: F401
 from .split_rule import (FUSED_MAX_SPLITS, INTERPRETER_SMS, MANY_WAVES,  # noqa: F401
                          MAX_SPLITS, MIN_KEYS_PER_SPLIT, ONE_WAVE_FILL, PARTIAL_WAVE_FILL, SECOND_PER_SM_MAX_SPLITS,
-                         SplitChoice, choice_for, config_of, num_splits, sm_count_of, split_rule, splits_for,
+                         SplitChoice, choice_for, config_of, flat_programs, num_splits, sm_count_of, split_rule,
+                         splits_for,
                          wave_efficiency)
 
 DECODE_MIN_NK = 1  # flash_attention takes the split-KV path for Nq <= MAX_NQ from this many keys

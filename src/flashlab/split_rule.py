@@ -135,6 +135,21 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def flat_programs(lanes: int, sms: int) -> int:
+    """Programs of the flat walk (``kernels.flash_decode._decode_flat``) for ``lanes`` unsplit ranges of
+    one wide program each on ``sms`` SMs, or 0 for waves of one program per range. Flat where the ranges
+    fill more than one wave and divide evenly among at least ``ONE_WAVE_FILL`` of the SMs: then every
+    program walks the same number of ranges (512 ranges on 132 SMs: 128 programs of 4). Measured on an
+    H200 (``benchmarks/decode_flat_probe.py``, benchmarks/NOTES.md, decode, session 22): 0.26-0.82 %
+    faster than the waves at 512 ranges of 4k and 32k keys; ranges that do not divide evenly would leave
+    a partial last round, as the waves do."""
+    _check_sizes(lanes=lanes, sms=sms)
+    if lanes <= sms:
+        return 0
+    programs = max(p for p in range(1, sms + 1) if lanes % p == 0)
+    return programs if programs >= ONE_WAVE_FILL * sms else 0
+
+
 def sm_count_of(tensor) -> int:
     """SMs of the tensor's GPU; ``INTERPRETER_SMS`` for a CPU tensor (the interpreter)."""
     if tensor.device.type != "cuda":

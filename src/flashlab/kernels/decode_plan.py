@@ -16,10 +16,11 @@ from __future__ import annotations
 import inspect
 
 from . import _mode
-from .flash_decode import (DecodeConfig, _combine_splits, _decode_split_kv, block_m_for, combine_step_for,
-                           default_config)
+from .flash_decode import (DecodeConfig, _combine_splits, _decode_flat, _decode_split_kv, block_m_for,
+                           combine_step_for, default_config)
 from .flash_fwd import dot_precision, head_dim_padded
 from .launch_plan import hooks_idle, poison_requested
+from ..split_rule import flat_programs, sm_count_of
 
 triton = _mode.triton()
 import torch  # noqa: E402
@@ -27,6 +28,8 @@ import torch  # noqa: E402
 SPLIT_KV_PARAMS = tuple(inspect.signature(_decode_split_kv.fn).parameters)  # the kernel's arguments, in order
 assert SPLIT_KV_PARAMS[:11] == ("Q", "K", "V", "SeqLens", "BlockTable", "Out", "LSE", "OPart", "LSEPart",
                                 "Counters", "sm_scale"), SPLIT_KV_PARAMS[:11]
+FLAT_PARAMS = tuple(inspect.signature(_decode_flat.fn).parameters)
+assert FLAT_PARAMS[:6] == ("Q", "K", "V", "Out", "LSE", "sm_scale"), FLAT_PARAMS[:6]
 COMBINE_PARAMS = tuple(inspect.signature(_combine_splits.fn).parameters)
 assert COMBINE_PARAMS[:4] == ("OPart", "LSEPart", "Out", "LSE"), COMBINE_PARAMS[:4]
 MAX_PLANS = 64  # plans kept (each holds its scratch); the cache is emptied when full
@@ -84,6 +87,18 @@ class DecodePlan:
                       COMBINE_STEP=combine_step_for(config, block_m, head_dim_padded(d)),
                       DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
+        # -- the flat walk: one program per SM over several ranges, where the rule's config allows it
+        lanes = B * Hkv * row_blocks
+        programs = (flat_programs(lanes, sm_count_of(q)) if config.flat and not split and not paged
+                    and seqlens is None else 0)
+        self.jit, self.params = _decode_split_kv, SPLIT_KV_PARAMS
+        if programs:
+            values = {name: values[name] for name in FLAT_PARAMS if name in values}
+            values["LANES"] = lanes
+            assert set(values) == set(FLAT_PARAMS), set(values) ^ set(FLAT_PARAMS)
+            self.grid, self.jit, self.params = (programs, 1, 1), _decode_flat, FLAT_PARAMS
+        self.slots = tuple(self.params.index(n) if n in self.params else None
+                           for n in ("Q", "K", "V", "Out", "LSE", "sm_scale", "SeqLens", "BlockTable"))
         self.values = dict(values, Q=None, K=None, V=None)  # no reference to the caller's tensors
         self.options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
         self.combine = None if not split or fused else (
@@ -112,11 +127,13 @@ class DecodePlan:
         # the compiled kernel assumed 16-byte aligned pointers (Triton specialises on it): others go through the JIT
         if self.args is not None and not bits & 15 and DIRECT_LAUNCH and hooks_idle():
             args = self.args.copy()
-            args[0], args[1], args[2], args[5], args[6], args[10] = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], scale
+            at_q, at_k, at_v, at_o, at_lse, at_scale, at_lens, at_table = self.slots
+            args[at_q], args[at_k], args[at_v], args[at_o], args[at_lse], args[at_scale] = (
+                ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], scale)
             if seqlens is not None:
-                args[3] = ptrs[5]
+                args[at_lens] = ptrs[5]
             if block_table is not None:
-                args[4] = ptrs[6]
+                args[at_table] = ptrs[6]
             kernel = self.kernel
             kernel.run(*self.grid, self.stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
         else:
@@ -125,12 +142,12 @@ class DecodePlan:
                 values["SeqLens"] = seqlens
             if block_table is not None:
                 values["BlockTable"] = block_table
-            kernel = _decode_split_kv[self.grid](**values, **self.options)
+            kernel = self.jit[self.grid](**values, **self.options)
             if self.direct and self.args is None and not bits & 15 and all(
                     hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
                 self.kernel = kernel
                 self.args = [values[n].data_ptr() if isinstance(values[n], torch.Tensor) else values[n]
-                             for n in SPLIT_KV_PARAMS]
+                             for n in self.params]
         if self.combine is not None:
             self._combine(o, lse, ptrs[3], ptrs[4])
         return o, lse

@@ -82,6 +82,9 @@ class DecodeConfig:
     stagger: int = 0  # s > 1: program p starts its chunk at block (p mod s) * blocks // s and walks round
     # to it, so that programs streaming at once read different offsets of their caches; 0 or 1: every
     # program from its chunk's start. A paged cache is always walked from the start
+    flat: bool = False  # unsplit, contiguous, every length N_max, more (sequence, kv head) ranges than SMs:
+    # one program per SM walks several ranges in one pipelined loop (``_decode_flat``) instead of waves of
+    # one program per range, when the ranges divide evenly (``flashlab.split_rule.flat_programs``)
 
 
 INTERPRETER_DECODE_CONFIG = DecodeConfig(block_n=16, num_warps=1, num_stages=1, combine_step=2)
@@ -113,10 +116,12 @@ def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_comb
     of shared memory, one program per SM with as many bytes in flight as two default ones
     (measured on an H200, benchmarks/NOTES.md, calls 5-7), odd programs starting halfway through
     their chunks (``stagger=2``: at most 0.5 % faster than all starting at the first block, faster at
-    49 of 54 timings in three runs, ``benchmarks/decode_flush_probe.py --variants stagger``)."""
+    49 of 54 timings in three runs, ``benchmarks/decode_flush_probe.py --variants stagger``), and
+    ``flat``: a grid of several waves walked by one program per SM (``benchmarks/decode_flat_probe.py``:
+    0.26-0.82 % faster than the waves at 512 ranges of 4k and 32k keys)."""
     config = default_config(head_dim, dtype)
     if wide and has_wide_config(head_dim, dtype):
-        config = dataclasses.replace(config, block_n=2 * config.block_n, stagger=2)
+        config = dataclasses.replace(config, block_n=2 * config.block_n, stagger=2, flat=True)
     return config if fused_combine else dataclasses.replace(config, fused_combine=False)
 
 
@@ -276,10 +281,11 @@ def _decode_split_kv(
         # -- acc = diag(alpha) acc + P_ij V_j (line 10)
         acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
         m_i = m_ij
-    # -- o = acc / l_i, lse = m_i + log(l_i) in natural log (lines 12-13); empty rows: o = 0, lse = -inf
-    seen = l_i > 0.0
-    o = tl.where(seen[:, None], acc / tl.where(seen, l_i, 1.0)[:, None], 0.0)  # (BLOCK_M, HEAD_DIM)
-    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * 0.6931471805599453, float("-inf"))
+    # -- o = acc / l_i, lse = m_i + log(l_i) in natural log (lines 12-13); empty rows: o = 0, lse = -inf.
+    #    A NaN in the cache's valid keys makes l_i NaN: not empty, so o and lse pass the NaN on
+    empty = l_i == 0.0
+    o = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])  # (BLOCK_M, HEAD_DIM)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     # -- a bad length or page: NaN in this split's o and lse (a combine passes NaN on)
     bad = bad | (bad_pages > 0)
     o = tl.where(bad, float("nan"), o)
@@ -335,6 +341,84 @@ def _decode_split_kv(
     else:
         tl.store(LSE + row, lse, mask=row_ok)
         tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 3: one program per SM walking several (batch x kv head, row block) ranges, unsplit
+# --------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "LANES"])
+def _decode_flat(
+    Q, K, V, Out, LSE, sm_scale,
+    stride_qz, stride_qh, stride_qm, stride_qk,
+    stride_kz, stride_kh, stride_kn, stride_kk,
+    stride_vz, stride_vh, stride_vn, stride_vk,
+    stride_oz, stride_oh, stride_om, stride_ok,
+    H_KV, GROUP, N_Q, N_MAX, LANES,
+    HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    STAGGER: tl.constexpr, CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    # -- program p takes the ranges (lanes) p, p + programs, ...; a lane is a (batch x kv head, row block)
+    #    whose every key is valid (no cache_seqlens). One loop runs over all its lanes' blocks end to end,
+    #    so the software pipeline loads the next lane's first tiles while this lane's last ones are in use
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    blocks = tl.cdiv(N_MAX, BLOCK_N)  # key blocks of a lane
+    row_blocks = tl.cdiv(GROUP * N_Q, BLOCK_M)
+    mine = tl.cdiv(LANES - pid, programs)
+    qk_scale = sm_scale * 1.4426950408889634
+    offs_d = tl.arange(0, HEAD_DIM)
+    d_ok = offs_d[None, :] < D_HEAD
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for it in range(0, mine * blocks):
+        step = it % blocks  # this lane's step
+        lane = pid + (it // blocks) * programs
+        off_zh = lane // row_blocks
+        off_z = (off_zh // H_KV).to(tl.int64)
+        off_hkv = (off_zh % H_KV).to(tl.int64)
+        # -- GQA packing, as kernel 1: row r is query i = r % N_Q of head h = hkv * GROUP + r // N_Q
+        offs_r = (lane % row_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = offs_r < GROUP * N_Q
+        off_i = offs_r % N_Q
+        off_h = off_hkv * GROUP + offs_r // N_Q
+        if STAGGER > 1:  # walk order, as kernel 1: from block (lane mod s) * blocks // s, round to it
+            block = step + (off_zh % STAGGER) * (blocks // STAGGER)
+            block = tl.where(block >= blocks, block - blocks, block)
+        else:
+            block = step
+        offs_n = block * BLOCK_N + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < N_MAX
+        q = tl.load(Q + off_z * stride_qz + off_h[:, None] * stride_qh + off_i[:, None] * stride_qm
+                    + offs_d[None, :] * stride_qk, mask=row_ok[:, None] & d_ok, other=0.0)  # (BLOCK_M, HEAD_DIM)
+        k = tl.load(K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
+                    + offs_d[None, :] * stride_kk, mask=key_ok[:, None] & d_ok, other=0.0)  # (BLOCK_N, HEAD_DIM)
+        v = tl.load(V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
+                    + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & d_ok, other=0.0)  # (BLOCK_N, HEAD_DIM)
+        qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
+        visible = key_ok[None, :]
+        if CAUSAL:  # bottom-right: query i sees keys j <= N_MAX - N_Q + i
+            visible = visible & (offs_n[None, :] <= (N_MAX - N_Q + off_i)[:, None])
+        qk = tl.where(visible, qk, float("-inf"))
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_F32, DOT_PRECISION)
+        m_i = m_ij
+        last = step == blocks - 1
+        if last:  # the lane's o and lse (every row saw a key: N_MAX >= N_Q)
+            row = (off_z * H_KV * GROUP + off_h) * N_Q + off_i
+            tl.store(LSE + row, (m_i + tl.math.log2(l_i)) * 0.6931471805599453, mask=row_ok)
+            tl.store(Out + off_z * stride_oz + off_h[:, None] * stride_oh + off_i[:, None] * stride_om
+                     + offs_d[None, :] * stride_ok, (acc / l_i[:, None]).to(Out.dtype.element_ty),
+                     mask=row_ok[:, None] & d_ok)
+        # -- the next lane starts afresh; l_i and acc selected to 0, not scaled by exp2(-inf) = 0: a NaN in one
+        #    sequence's cache must not reach the next lane's output through 0 * NaN
+        m_i = tl.where(last, float("-inf"), m_i)
+        l_i = tl.where(last, 0.0, l_i)
+        acc = tl.where(last, 0.0, acc)
 
 
 # --------------------------------------------------------------------------------------------
