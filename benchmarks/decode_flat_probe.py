@@ -22,6 +22,10 @@ random inputs (run it under ``TRITON_INTERPRET=1`` on a CPU, or on a GPU).
 Run on a GPU (bf16, d = 128, Nq = 1)::
 
     python benchmarks/decode_flat_probe.py --rounds 5 --out results/decode_flat_probe.json
+    python benchmarks/decode_flat_probe.py --library --rounds 8 --out results/decode_flat_library.json
+
+(``--library``: the library's ``flash_decode``, which takes the flat walk at these rows since this probe,
+against the same call in waves.)
 """
 from __future__ import annotations
 
@@ -226,10 +230,58 @@ def time_rows(rounds: int) -> list:
     return out
 
 
+def time_library(rounds: int) -> list:
+    """The library's flash_decode (its rule: the flat walk at these rows) beside the same call in waves of
+    one program per range (its config with ``flat=False``) and SDPA's default, in rotated rounds."""
+    import dataclasses
+
+    import bench_decode
+
+    import flashlab
+    from flashlab import decode
+    from flashlab.kernels import decode_plan
+
+    out = []
+    for B, H, Hkv, nk in ROWS:
+        g = torch.Generator(device="cuda").manual_seed(B * 1000003 + nk + Hkv)  # bench_decode's inputs
+        q = torch.randn(B, H, 1, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(B, Hkv, nk, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn(B, Hkv, nk, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+        scale = 128 ** -0.5
+        choice = decode.choice_for(q, k)
+        config = decode.config_of(q, choice)
+        flat = decode_plan.plan_for(q, k, v, None, None, True, choice.splits, config)
+        waves = decode_plan.plan_for(q, k, v, None, None, True, choice.splits, dataclasses.replace(config, flat=False))
+        variants = bench_decode.make_variants(H, Hkv, scale)
+        fns = {"flash_decode": lambda: flashlab.flash_decode(q, k, v, scale=scale),
+               "waves": lambda: waves(q, k, v, None, None, scale, False)[0],
+               "sdpa_default": lambda f=variants["sdpa_default"]: f(q, k, v)}
+        ref = fns["sdpa_default"]().float()
+        errs = {name: _common.rel_err(fns[name](), ref) for name in ("flash_decode", "waves")}
+        order = list(fns)
+        runs = {name: [] for name in fns}
+        with torch.no_grad():
+            for r in range(rounds):
+                for name in order[r % len(order):] + order[:r % len(order)]:  # rotated
+                    runs[name].append(bench_decode.bench_us(fns[name]))
+        med = {name: bench_decode._median(ts) for name, ts in runs.items()}
+        entry = {"B": B, "H": H, "Hkv": Hkv, "Nk": nk, "grid": {"flash_decode": list(flat.grid), "waves": list(waves.grid)},
+                 "us": runs, "median_us": med, "over_sdpa": {name: med[name] / med["sdpa_default"] for name in med},
+                 "flat_over_waves": med["flash_decode"] / med["waves"], "rel_err_vs_sdpa": errs}
+        out.append(entry)
+        print(f"B={B:>2} H={H} Hkv={Hkv:>2} Nk={nk:>6}: grid {flat.grid} vs {waves.grid}; flash_decode/waves "
+              f"{entry['flat_over_waves']:.4f}, flash_decode/SDPA {entry['over_sdpa']['flash_decode']:.4f}, waves/SDPA "
+              f"{entry['over_sdpa']['waves']:.4f}; rel errors {errs['flash_decode']:.1e} {errs['waves']:.1e}", flush=True)
+        fns.clear()
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the reference and stop (CPU or GPU)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--library", action="store_true",
+                        help="time the library's flash_decode (the flat walk by its rule) against its waves and SDPA")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "decode_flat_probe.json")
     args = parser.parse_args(argv)
     if args.check:
@@ -241,6 +293,13 @@ def main(argv=None) -> int:
     if refusal:
         print(refusal)
         return 1
+    if args.library:
+        rows = time_library(args.rounds)
+        _common.write_json(args.out, {"environment": _common.environment(), "rounds": args.rounds, "library": True,
+                                      "time": "median of triton.testing.do_bench (warmup 25 ms, rep 100 ms, L2 "
+                                              "cleared before every run) per round; variants in rotated order",
+                                      "rows": rows})
+        return 0
     failures = check("cuda")
     if failures:
         print("\n".join(failures))
