@@ -6,7 +6,7 @@ The kernel is :mod:`flashlab.kernels.flash_decode`; the public function and the 
 """
 from __future__ import annotations
 
-from .decode import flash_decode, split_rule
+from .decode import flash_decode, flat_programs, split_rule
 
 
 def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32768,
@@ -14,18 +14,22 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
     """The split rule's choice (``flashlab.split_rule.split_rule``) for (batch, kv heads) pairs at one cache
     length, as a text table: programs without splitting, splits, programs with them, programs per
     SM, the tile config (default, or wide: one program per SM) and the combine (fused in the last
-    split, or the second kernel). Defaults: an H200 (132 SMs, 2 programs per SM at the bf16
-    d = 128 config), Nq = 1, GQA groups <= 64 rows."""
+    split, or the second kernel; flat: the wide config's ranges walked by one program per SM where every
+    length is N_max, ``flashlab.split_rule.flat_programs``). Defaults: an H200 (132 SMs, 2 programs per SM
+    at the bf16 d = 128 config), Nq = 1, GQA groups <= 64 rows."""
     lines = [f"{sms} SMs x {programs_per_sm} programs of the default config; cache of {max_len} keys; "
-             "unsplit = programs without splitting (batch x kv heads), programs = with the splits",
+             "unsplit = programs without splitting (batch x kv heads), programs = with the splits; wide+flat: "
+             "with every sequence at the full length, one program per SM walks several of them (flat walk)",
              f"{'batch':>6} {'kv heads':>9} {'unsplit':>9} {'splits':>7} {'programs':>9} {'per SM':>7} "
-             f"{'config':>8} {'combine':>8}"]
+             f"{'config':>10} {'combine':>8}"]
     for batch, kv_heads in shapes:
         choice = split_rule(batch, kv_heads, 1, max_len, sms, programs_per_sm)
         programs = batch * kv_heads * choice.splits
         combine = "-" if choice.splits == 1 else "fused" if choice.fused else "kernel"
+        config = "default" if not choice.wide else (
+            "wide+flat" if choice.splits == 1 and flat_programs(programs, sms) else "wide")
         lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {choice.splits:>7} {programs:>9} "
-                     f"{programs / sms:>7.2f} {'wide' if choice.wide else 'default':>8} {combine:>8}")
+                     f"{programs / sms:>7.2f} {config:>10} {combine:>8}")
     from .course import wrap_prose
 
     return "\n".join([wrap_prose(lines[0])] + lines[1:])

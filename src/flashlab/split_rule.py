@@ -94,7 +94,8 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     up to ``FUSED_MAX_SPLITS`` splits, else the second kernel (one program per query row, which
     spreads a long merge; call 5 at 33 splits: 17.2 vs 19.0 us). Examples on an H200 (132 SMs,
     2 default programs each): 8 programs -> 16 splits, wide; 32 -> 4, wide; 128 -> 1, wide;
-    512 -> 1, wide; 2048 -> 1, default.
+    512 -> 1, wide (with every length N_max, walked flat by 128 programs: :func:`flat_programs`);
+    2048 -> 1, default.
     """
     _check_sizes(batch=batch, kv_heads=kv_heads, row_blocks=row_blocks, max_len=max_len, sms=sms,
                  programs_per_sm=programs_per_sm)

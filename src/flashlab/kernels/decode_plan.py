@@ -3,7 +3,8 @@
 A decode step is tens of microseconds of GPU work, so the host's time per call matters as much
 (benchmarks/NOTES.md, decode section, "A lighter launch path"). A :class:`DecodePlan` holds, per
 (shapes, strides, dtype, device, stream, options): the grid, every argument of the split-KV kernel
-(``kernels.flash_decode._decode_split_kv``) that does not change between calls, its scratch
+(``kernels.flash_decode._decode_split_kv``, or ``_decode_flat`` where the config and the shape ask for the
+flat walk) that does not change between calls, its scratch
 (partial o and lse, the tile counters, which the kernel leaves at 0) and, after the first launch
 through Triton's JITFunction, the compiled kernel, which later calls launch directly
 (``CompiledKernel.run``: Triton 3.6 and 3.7 take the same arguments there), pointers as ints.

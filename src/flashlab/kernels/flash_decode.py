@@ -21,6 +21,12 @@ Two changes fill the GPU and read each K/V byte once:
   (above 16 splits, where one program per tile merging them all became the step's tail,
   benchmarks/NOTES.md). With one split the first kernel writes ``o`` and ``lse`` itself.
 
+A grid of several waves of wide programs (more (batch x kv head) ranges than SMs, unsplit, contiguous,
+every length N_max: ``DecodeConfig.flat`` and ``flashlab.split_rule.flat_programs``) runs as kernel 3,
+``_decode_flat``: one program per SM walks the ranges p, p + programs, ... in one loop over all their
+key blocks, so the software pipeline loads the next range's first tiles while the current range's last
+ones are in use, instead of an SM waiting for a new program's first loads between waves.
+
 Masks: keys at or past ``L_b`` (``cache_seqlens[b]``) are never loaded (masked loads, so a cache
 poisoned with NaN past the length cannot leak in). With ``CAUSAL`` the alignment is bottom-right:
 query i sees keys ``j <= L_b - Nq + i``. A row whose chunk holds no visible key keeps
