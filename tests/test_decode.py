@@ -600,6 +600,8 @@ def test_the_rule_walks_many_waves_of_wide_programs_flat():
     ref_o, ref_lse = decode.decode_reference(q, k, v, None, scale=128 ** -0.5)
     o, lse = decode.flash_decode(q, k, v, return_lse=True)
     assert (o.double().cpu() - ref_o).abs().max().item() < 2e-2 and (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3
+    again = decode.flash_decode(q, k, v, return_lse=True)  # the plan's direct launch of the compiled flat kernel
+    assert plan.args is not None and torch.equal(again[0], o) and torch.equal(again[1], lse)
 
 
 @pytest.mark.gpu
