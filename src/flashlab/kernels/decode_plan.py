@@ -33,6 +33,7 @@ FLAT_PARAMS = tuple(inspect.signature(_decode_flat.fn).parameters)
 assert FLAT_PARAMS[:6] == ("Q", "K", "V", "Out", "LSE", "sm_scale"), FLAT_PARAMS[:6]
 COMBINE_PARAMS = tuple(inspect.signature(_combine_splits.fn).parameters)
 assert COMBINE_PARAMS[:4] == ("OPart", "LSEPart", "Out", "LSE"), COMBINE_PARAMS[:4]
+FLAT_MAX_BLOCK_M = 16  # the flat walk pipelines the query tile with K and V: a larger one overflows shared memory
 MAX_PLANS = 64  # plans kept (each holds its scratch); the cache is emptied when full
 DIRECT_LAUNCH = True  # False: every launch goes through JITFunction (to compare the two paths)
 _PLANS: dict = {}
@@ -89,9 +90,9 @@ class DecodePlan:
                       DOT_F32=_mode.dot_upcast(q.dtype), DOT_PRECISION=dot_precision(q.dtype))
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
         # -- the flat walk: one program per SM over several ranges, where the rule's config allows it
-        lanes = B * Hkv * row_blocks
+        lanes = B * Hkv
         programs = (flat_programs(lanes, sm_count_of(q)) if config.flat and not split and not paged
-                    and seqlens is None else 0)
+                    and seqlens is None and block_m <= FLAT_MAX_BLOCK_M else 0)
         self.jit, self.params = _decode_split_kv, SPLIT_KV_PARAMS
         if programs:
             values = {name: values[name] for name in FLAT_PARAMS if name in values}

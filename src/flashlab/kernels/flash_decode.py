@@ -350,7 +350,7 @@ def _decode_split_kv(
 
 
 # --------------------------------------------------------------------------------------------
-# Kernel 3: one program per SM walking several (batch x kv head, row block) ranges, unsplit
+# Kernel 3: one program per SM walking several (batch x kv head) ranges, unsplit
 # --------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=["H_KV", "GROUP", "N_Q", "N_MAX", "LANES"])
 def _decode_flat(
@@ -363,15 +363,22 @@ def _decode_flat(
     HEAD_DIM: tl.constexpr, D_HEAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     STAGGER: tl.constexpr, CAUSAL: tl.constexpr, DOT_F32: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    # -- program p takes the ranges (lanes) p, p + programs, ...; a lane is a (batch x kv head, row block)
-    #    whose every key is valid (no cache_seqlens). One loop runs over all its lanes' blocks end to end,
-    #    so the software pipeline loads the next lane's first tiles while this lane's last ones are in use
+    # -- program p takes the ranges (lanes) p, p + programs, ... of the B x Hkv (batch, kv head) pairs, every
+    #    key valid (no cache_seqlens), the group's rows in one tile (GROUP * N_Q <= BLOCK_M). One loop runs
+    #    over all its lanes' blocks end to end, so the software pipeline loads the next lane's first tiles
+    #    while this lane's last ones are in use
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     blocks = tl.cdiv(N_MAX, BLOCK_N)  # key blocks of a lane
-    row_blocks = tl.cdiv(GROUP * N_Q, BLOCK_M)
     mine = tl.cdiv(LANES - pid, programs)
     qk_scale = sm_scale * 1.4426950408889634
+    # -- GQA packing, as kernel 1: row r is query i = r % N_Q of head hkv * GROUP + r // N_Q; the same rows
+    #    for every lane (worked out once: per step, a vector division cost ~5 % of the step's time)
+    offs_r = tl.arange(0, BLOCK_M)
+    row_ok = offs_r < GROUP * N_Q
+    off_i = offs_r % N_Q
+    head_in_group = offs_r // N_Q
+    last_key = N_MAX - N_Q + off_i  # (BLOCK_M,) bottom-right causal: query i sees keys j <= last_key
     offs_d = tl.arange(0, HEAD_DIM)
     d_ok = offs_d[None, :] < D_HEAD
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -380,16 +387,11 @@ def _decode_flat(
     for it in range(0, mine * blocks):
         step = it % blocks  # this lane's step
         lane = pid + (it // blocks) * programs
-        off_zh = lane // row_blocks
-        off_z = (off_zh // H_KV).to(tl.int64)
-        off_hkv = (off_zh % H_KV).to(tl.int64)
-        # -- GQA packing, as kernel 1: row r is query i = r % N_Q of head h = hkv * GROUP + r // N_Q
-        offs_r = (lane % row_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = offs_r < GROUP * N_Q
-        off_i = offs_r % N_Q
-        off_h = off_hkv * GROUP + offs_r // N_Q
+        off_z = (lane // H_KV).to(tl.int64)
+        off_hkv = (lane % H_KV).to(tl.int64)
+        off_h = off_hkv * GROUP + head_in_group  # (BLOCK_M,)
         if STAGGER > 1:  # walk order, as kernel 1: from block (lane mod s) * blocks // s, round to it
-            block = step + (off_zh % STAGGER) * (blocks // STAGGER)
+            block = step + (lane % STAGGER) * (blocks // STAGGER)
             block = tl.where(block >= blocks, block - blocks, block)
         else:
             block = step
@@ -403,8 +405,8 @@ def _decode_flat(
                     + offs_d[None, :] * stride_vk, mask=key_ok[:, None] & d_ok, other=0.0)  # (BLOCK_N, HEAD_DIM)
         qk = _dot(q, tl.trans(k), DOT_F32, DOT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
         visible = key_ok[None, :]
-        if CAUSAL:  # bottom-right: query i sees keys j <= N_MAX - N_Q + i
-            visible = visible & (offs_n[None, :] <= (N_MAX - N_Q + off_i)[:, None])
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= last_key[:, None])
         qk = tl.where(visible, qk, float("-inf"))
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
         m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
