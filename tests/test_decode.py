@@ -517,16 +517,19 @@ def test_staggered_walk_gives_the_reference(splits, poison):
 
 
 def test_flat_walk_programs_divide_the_ranges_evenly_over_most_sms():
-    assert decode.flat_programs(512, 132) == 128  # 4 ranges each
-    assert decode.flat_programs(264, 132) == 132
-    assert decode.flat_programs(2048, 132) == 128
-    assert decode.flat_programs(128, 132) == 0  # one wave: the waves' kernel
-    assert decode.flat_programs(132, 132) == 0
-    assert decode.flat_programs(263, 132) == 0  # a prime: no even division
-    assert decode.flat_programs(250, 132) == 0  # 125 < 0.95 x 132 SMs
-    assert decode.flat_programs(6, 3) == 3 and decode.flat_programs(6, 1) == 1 and decode.flat_programs(10, 4) == 0
+    assert decode.flat_programs(512, 132, 4096) == 128  # 4 ranges each
+    assert decode.flat_programs(264, 132, 4096) == 132
+    assert decode.flat_programs(2048, 132, 4096) == 128
+    assert decode.flat_programs(512, 132, 4097) == 0  # longer ranges: the waves (measured slower at 32k)
+    assert decode.flat_programs(512, 132, 32768) == 0
+    assert decode.flat_programs(128, 132, 4096) == 0  # one wave: the waves' kernel
+    assert decode.flat_programs(132, 132, 4096) == 0
+    assert decode.flat_programs(263, 132, 4096) == 0  # a prime: no even division
+    assert decode.flat_programs(250, 132, 4096) == 0  # 125 < 0.95 x 132 SMs
+    assert decode.flat_programs(6, 3, 40) == 3 and decode.flat_programs(6, 1, 40) == 1
+    assert decode.flat_programs(10, 4, 40) == 0
     with pytest.raises(ValueError, match="lanes"):
-        decode.flat_programs(0, 132)
+        decode.flat_programs(0, 132, 4096)
 
 
 def _attention64(q, k, v, causal):
@@ -562,7 +565,7 @@ def test_flat_walk_gives_the_reference_and_keeps_ranges_apart(sms, monkeypatch, 
         base = dataclasses.replace(kernels.config_for(d, dtype, DEVICE == "cuda"), flat=True)
         rows = (H // Hkv) * Nq
         lanes = B * Hkv
-        programs = decode.flat_programs(lanes, sms) if kernels.block_m_for(rows) <= decode_plan.FLAT_MAX_BLOCK_M else 0
+        programs = decode.flat_programs(lanes, sms, n) if kernels.block_m_for(rows) <= decode_plan.FLAT_MAX_BLOCK_M else 0
         flat_seen += programs > 0
         for causal in (False, True):
             ref_o, ref_lse = _attention64(q, k, v, causal)
@@ -586,17 +589,19 @@ def test_flat_walk_gives_the_reference_and_keeps_ranges_apart(sms, monkeypatch, 
 
 @pytest.mark.gpu
 def test_the_rule_walks_many_waves_of_wide_programs_flat():
-    """At 512 (sequence, kv head) ranges the wide config runs as one program per SM walking 4 ranges (on an
-    H200's 132 SMs: 128 programs); with cache_seqlens or a split, the waves."""
+    """At 512 (sequence, kv head) ranges of 1000 keys the wide config runs as one program per SM walking 4
+    ranges (on an H200's 132 SMs: 128 programs); with cache_seqlens, or ranges of 32k keys, the waves."""
     from flashlab.kernels import decode_plan
 
     q, k, v, _ = _inputs(16, 32, 32, 1, 1000, 128, torch.bfloat16, None, seed=89, device="cuda")
     choice = decode.choice_for(q, k)
-    programs = decode.flat_programs(16 * 32, decode.sm_count_of(q))
+    programs = decode.flat_programs(16 * 32, decode.sm_count_of(q), 1000)
     plan = decode_plan.plan_for(q, k, v, None, None, True, choice.splits, decode.config_of(q, choice))
     assert choice.splits == 1 and choice.wide and programs and plan.grid == (programs, 1, 1), (choice, plan.grid)
     lens = torch.full((16,), 1000, dtype=torch.int32, device="cuda")
     assert decode_plan.plan_for(q, k, v, lens, None, True, 1, decode.config_of(q, choice)).grid == (1, 512, 1)
+    long_k = torch.empty(16, 32, 32768, 128, dtype=torch.bfloat16, device="cuda")  # 4 GiB with v (never launched)
+    assert decode_plan.plan_for(q, long_k, long_k, None, None, True, 1, decode.config_of(q, choice)).grid == (1, 512, 1)
     ref_o, ref_lse = decode.decode_reference(q, k, v, None, scale=128 ** -0.5)
     o, lse = decode.flash_decode(q, k, v, return_lse=True)
     assert (o.double().cpu() - ref_o).abs().max().item() < 2e-2 and (lse.double().cpu() - ref_lse).abs().max().item() < 1e-3

@@ -128,11 +128,13 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # if it keeps 70 % of the SMs busy: unsplit, 124 programs took 474.8 us against 486.2 us in 2 splits
 # at 32k keys (`benchmarks/results/decode_wave_probe_call15.json`). Up to 16 splits the last program
 # to finish merges them; above, a second kernel does. A grid of 7 waves or more runs unsplit as it is.
-# Between one wave and 7, when every sequence has all N_max keys and the ranges divide evenly among
-# the SMs (512 ranges: 128 programs of 4), one program per SM walks its ranges in one pipelined loop
-# instead of waves of one program per range, so an SM never waits for a new program's first loads:
-# 252.7 us against 253.3 us in waves at 16 sequences x 32 kv heads x 4k keys, and 253.0 us against
-# 255.1 us at 64 x 8 (`benchmarks/results/decode_flat_probe.json`).
+# Between one wave and 7, when every sequence has all N_max keys, N_max is at most 4k and the ranges
+# divide evenly among the SMs (512 ranges: 128 programs of 4), one program per SM walks its ranges in
+# one pipelined loop instead of waves of one program per range, so an SM never waits for a new
+# program's first loads: 251.8 us against 253.7 us in waves at 16 sequences x 32 kv heads x 4k keys,
+# 252.5 us against 254.8 us at 64 x 8 (`benchmarks/results/decode_flat_library.json`). At 32k keys
+# the fixed walk waits for its slowest SM, where the waves hand each new range to whichever SM is
+# free: its rounds took 1885-2094 us against the waves' 1896-1902 us, so longer ranges keep the waves.
 
 # %%
 from flashlab import decode, decode_results

@@ -18,8 +18,7 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
     length is N_max, ``flashlab.split_rule.flat_programs``). Defaults: an H200 (132 SMs, 2 programs per SM
     at the bf16 d = 128 config), Nq = 1, GQA groups <= 64 rows."""
     lines = [f"{sms} SMs x {programs_per_sm} programs of the default config; cache of {max_len} keys; "
-             "unsplit = programs without splitting (batch x kv heads), programs = with the splits; wide+flat: "
-             "with every sequence at the full length, one program per SM walks several of them (flat walk)",
+             "unsplit = programs without splitting (batch x kv heads), programs = with the splits",
              f"{'batch':>6} {'kv heads':>9} {'unsplit':>9} {'splits':>7} {'programs':>9} {'per SM':>7} "
              f"{'config':>10} {'combine':>8}"]
     for batch, kv_heads in shapes:
@@ -27,9 +26,12 @@ def split_rule_table(sms: int = 132, programs_per_sm: int = 2, max_len: int = 32
         programs = batch * kv_heads * choice.splits
         combine = "-" if choice.splits == 1 else "fused" if choice.fused else "kernel"
         config = "default" if not choice.wide else (
-            "wide+flat" if choice.splits == 1 and flat_programs(programs, sms) else "wide")
+            "wide+flat" if choice.splits == 1 and flat_programs(programs, sms, max_len) else "wide")
         lines.append(f"{batch:>6} {kv_heads:>9} {batch * kv_heads:>9} {choice.splits:>7} {programs:>9} "
                      f"{programs / sms:>7.2f} {config:>10} {combine:>8}")
+    if any(line.split()[-2] == "wide+flat" for line in lines[2:]):
+        lines[0] += ("; wide+flat: with every sequence at the full length, one program per SM walks several "
+                     "of them (the flat walk)")
     from .course import wrap_prose
 
     return "\n".join([wrap_prose(lines[0])] + lines[1:])
@@ -74,6 +76,9 @@ def results_table(payload: dict | None = None) -> str:
         splits = f"{r['num_splits']}{' w' if r.get('wide_config') else ''}"  # w: the wide config
         lines.append(f"{head} {splits:>6} " + " ".join(cells) + f" {tb_s} {ratio} "
                      f"{pair(fd, sd, 'host_us')} {pair(fd, sd, 'graph_us')}")
+    if any(line.split()[-2] == "wide+flat" for line in lines[2:]):
+        lines[0] += ("; wide+flat: with every sequence at the full length, one program per SM walks several "
+                     "of them (the flat walk)")
     from .course import wrap_prose
 
     return "\n".join([wrap_prose(lines[0])] + lines[1:])  # the caption wrapped; the rows one line each

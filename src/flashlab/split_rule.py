@@ -23,6 +23,8 @@ PARTIAL_WAVE_FILL = 0.7  # a small grid whose one-per-SM split would spill into 
 SECOND_PER_SM_MAX_SPLITS = 16  # a second program per SM is worth at most this many splits
 FUSED_MAX_SPLITS = 16  # the last split combines up to this many splits; more: the combine kernel
 INTERPRETER_SMS = 1  # the SM count the rule assumes in Triton's CPU interpreter
+FLAT_MAX_KEYS = 4096  # the flat walk for ranges of at most this many keys (measured faster at 4k, slower at 32k;
+# lengths between were not measured)
 
 
 class SplitChoice(NamedTuple):
@@ -94,7 +96,7 @@ def split_rule(batch: int, kv_heads: int, row_blocks: int, max_len: int, sms: in
     up to ``FUSED_MAX_SPLITS`` splits, else the second kernel (one program per query row, which
     spreads a long merge; call 5 at 33 splits: 17.2 vs 19.0 us). Examples on an H200 (132 SMs,
     2 default programs each): 8 programs -> 16 splits, wide; 32 -> 4, wide; 128 -> 1, wide;
-    512 -> 1, wide (with every length N_max, walked flat by 128 programs: :func:`flat_programs`);
+    512 -> 1, wide (with every length N_max <= 4k keys, walked flat by 128 programs: :func:`flat_programs`);
     2048 -> 1, default.
     """
     _check_sizes(batch=batch, kv_heads=kv_heads, row_blocks=row_blocks, max_len=max_len, sms=sms,
@@ -136,16 +138,18 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def flat_programs(lanes: int, sms: int) -> int:
+def flat_programs(lanes: int, sms: int, max_len: int) -> int:
     """Programs of the flat walk (``kernels.flash_decode._decode_flat``) for ``lanes`` unsplit ranges of
-    one wide program each on ``sms`` SMs, or 0 for waves of one program per range. Flat where the ranges
-    fill more than one wave and divide evenly among at least ``ONE_WAVE_FILL`` of the SMs: then every
-    program walks the same number of ranges (512 ranges on 132 SMs: 128 programs of 4). Measured on an
-    H200 (``benchmarks/decode_flat_probe.py``, benchmarks/NOTES.md, decode, session 22): 0.26-0.82 %
-    faster than the waves at 512 ranges of 4k and 32k keys; ranges that do not divide evenly would leave
-    a partial last round, as the waves do."""
-    _check_sizes(lanes=lanes, sms=sms)
-    if lanes <= sms:
+    ``max_len`` keys, one wide program each, on ``sms`` SMs; or 0 for waves of one program per range.
+    Flat where the ranges fill more than one wave, divide evenly among at least ``ONE_WAVE_FILL`` of the
+    SMs (every program walks the same number: 512 ranges on 132 SMs, 128 programs of 4), and hold at most
+    ``FLAT_MAX_KEYS`` keys. Measured on an H200 (``benchmarks/decode_flat_probe.py --library``,
+    benchmarks/NOTES.md, decode, session 22): at 512 ranges of 4k keys 0.8-0.9 % faster than the waves
+    and than SDPA's default; at 32k and 128k keys slower and unsteady (rounds 1885-2094 us against the
+    waves' 1896-1902 us at 32k), where the waves' scheduler hands each new range to the SM that is free
+    and a fixed walk waits for its slowest SM."""
+    _check_sizes(lanes=lanes, sms=sms, max_len=max_len)
+    if lanes <= sms or max_len > FLAT_MAX_KEYS:
         return 0
     programs = max(p for p in range(1, sms + 1) if lanes % p == 0)
     return programs if programs >= ONE_WAVE_FILL * sms else 0

@@ -91,7 +91,7 @@ class DecodePlan:
         assert set(values) == set(SPLIT_KV_PARAMS), set(values) ^ set(SPLIT_KV_PARAMS)
         # -- the flat walk: one program per SM over several ranges, where the rule's config allows it
         lanes = B * Hkv
-        programs = (flat_programs(lanes, sm_count_of(q)) if config.flat and not split and not paged
+        programs = (flat_programs(lanes, sm_count_of(q), n_max) if config.flat and not split and not paged
                     and seqlens is None and block_m <= FLAT_MAX_BLOCK_M else 0)
         self.jit, self.params = _decode_split_kv, SPLIT_KV_PARAMS
         if programs:

@@ -22,7 +22,8 @@ Two changes fill the GPU and read each K/V byte once:
   benchmarks/NOTES.md). With one split the first kernel writes ``o`` and ``lse`` itself.
 
 A grid of several waves of wide programs (more (batch x kv head) ranges than SMs, unsplit, contiguous,
-every length N_max: ``DecodeConfig.flat`` and ``flashlab.split_rule.flat_programs``) runs as kernel 3,
+every length N_max, at most 4k keys: ``DecodeConfig.flat`` and ``flashlab.split_rule.flat_programs``) runs
+as kernel 3,
 ``_decode_flat``: one program per SM walks the ranges p, p + programs, ... in one loop over all their
 key blocks, so the software pipeline loads the next range's first tiles while the current range's last
 ones are in use, instead of an SM waiting for a new program's first loads between waves.
@@ -88,7 +89,7 @@ class DecodeConfig:
     stagger: int = 0  # s > 1: program p starts its chunk at block (p mod s) * blocks // s and walks round
     # to it, so that programs streaming at once read different offsets of their caches; 0 or 1: every
     # program from its chunk's start. A paged cache is always walked from the start
-    flat: bool = False  # unsplit, contiguous, every length N_max, more (sequence, kv head) ranges than SMs:
+    flat: bool = False  # unsplit, contiguous, every length N_max <= 4k, more (sequence, kv head) ranges than SMs:
     # one program per SM walks several ranges in one pipelined loop (``_decode_flat``) instead of waves of
     # one program per range, when the ranges divide evenly (``flashlab.split_rule.flat_programs``)
 
@@ -123,8 +124,9 @@ def config_for(head_dim: int, dtype: torch.dtype, wide: bool = False, fused_comb
     (measured on an H200, benchmarks/NOTES.md, calls 5-7), odd programs starting halfway through
     their chunks (``stagger=2``: at most 0.5 % faster than all starting at the first block, faster at
     49 of 54 timings in three runs, ``benchmarks/decode_flush_probe.py --variants stagger``), and
-    ``flat``: a grid of several waves walked by one program per SM (``benchmarks/decode_flat_probe.py``:
-    0.26-0.82 % faster than the waves at 512 ranges of 4k and 32k keys)."""
+    ``flat``: a grid of several waves of short ranges walked by one program per SM
+    (``benchmarks/decode_flat_probe.py --library``: 0.8-0.9 % faster than the waves at 512 ranges of 4k
+    keys; where it applies: ``flashlab.split_rule.flat_programs``)."""
     config = default_config(head_dim, dtype)
     if wide and has_wide_config(head_dim, dtype):
         config = dataclasses.replace(config, block_n=2 * config.block_n, stagger=2, flat=True)
