@@ -32,7 +32,9 @@ WITHHELD = ("reference.py", "softmax.py", "tiled.py", "traffic.py", "flops.py", 
 HINTS = "grading/registry.py"
 # What a student release leaves out entirely (paths relative to the repository).
 LEFT_OUT = ("solutions", "instructor", "tests", "notebooks/_src", "notebooks/_build.py", ".ci", ".git", ".venv",
-            "work", "artifacts", "docs/INSTRUCTORS.md", "_dev")
+            "work", "artifacts", "docs/INSTRUCTORS.md", "_dev",
+            # benchmark probes with whole decode kernels of their own: a worked answer to the kernel exercises
+            "benchmarks/decode_pool_probe.py", "benchmarks/decode_flat_probe.py")
 _SKIP_NAMES = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis", ".DS_Store"}
 
 
@@ -137,7 +139,8 @@ def _release_note(package: Path) -> str:
 
 Made by `flashlab release student` with Python {platform.python_version()}. Start with `make lab`.
 
-Left out: the worked solutions, the instructor's test pack, the test suite and the notebook sources.
+Left out: the worked solutions, the instructor's test pack, the test suite, the notebook sources and two
+benchmark probes whose decode kernels would answer the kernel exercises.
 Where README.md or exercises/README.md mention `solutions/`, `tests/`, `make test` or
 `flashlab grade --solutions`, they describe the course repository, not this copy: here you grade your
 own work with `check("ex01_naive")` in a notebook or `flashlab grade`.
