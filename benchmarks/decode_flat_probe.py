@@ -24,8 +24,8 @@ Run on a GPU (bf16, d = 128, Nq = 1)::
     python benchmarks/decode_flat_probe.py --rounds 5 --out results/decode_flat_probe.json
     python benchmarks/decode_flat_probe.py --library --rounds 8 --out results/decode_flat_library.json
 
-(``--library``: the library's ``flash_decode``, which takes the flat walk at these rows since this probe,
-against the same call in waves.)
+(``--library``: the library's ``flash_decode`` against the same call in waves; its rule takes the flat walk
+at the rows of at most 4k keys, ``flashlab.split_rule.flat_programs``, and the waves elsewhere.)
 """
 from __future__ import annotations
 
