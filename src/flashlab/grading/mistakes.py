@@ -590,10 +590,12 @@ BWD_CAUSAL_FLIPPED = "the causal mask is on the wrong side: key c counts for que
 
 
 def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, cols=None, flipped=False,
-              hide_diagonal=False, scale_s=True, subtract_lse=True, mask=True, visited=None):
+              hide_diagonal=False, scale_s=True, subtract_lse=True, mask=True, visited=None, tile_max=None):
     """(dq, dk, dv) of exercise 13 with one mistake, float64; P from the given lse, D from the given o.
     rows / cols: only these query rows / key columns contribute (an overwritten accumulator); scale_s=False:
-    P from unscaled scores; subtract_lse=False: P = exp(S); mask=False: a causal case's P not masked."""
+    P from unscaled scores; subtract_lse=False: P = exp(S); mask=False: a causal case's P not masked;
+    tile_max=BLOCK_N: P = exp(S - each row's max over its key block), taken before the mask, a last partial
+    block's missing keys (loaded as 0) scoring 0."""
     q, k, v, o, do = (np.asarray(kw[n], np.float64) for n in ("q", "k", "v", "o", "do"))
     lse = np.asarray(kw["lse"], np.float64)
     scale = _scale(kw)
@@ -609,8 +611,15 @@ def _backward(kw, blocks, delta=True, scale_dk=True, scale_dq=True, rows=None, c
     if cols is not None:
         keep = keep & np.isin(np.arange(nk), cols)[None, :]
     with np.errstate(over="ignore", invalid="ignore"):
-        p = np.where(keep, np.exp((scale if scale_s else 1.0) * (q @ np.swapaxes(k, -1, -2))
-                                  - (lse[..., None] if subtract_lse else 0.0)), 0.0)
+        s = (scale if scale_s else 1.0) * (q @ np.swapaxes(k, -1, -2))  # (..., Nq, Nk)
+        if tile_max:
+            shift = np.empty_like(s)
+            for c0 in range(0, nk, tile_max):
+                block = s[..., c0:c0 + tile_max].max(axis=-1, keepdims=True)
+                shift[..., c0:c0 + tile_max] = np.maximum(block, 0.0) if c0 + tile_max > nk else block
+        else:
+            shift = lse[..., None] if subtract_lse else 0.0
+        p = np.where(keep, np.exp(s - shift), 0.0)
     dp = do @ np.swapaxes(v, -1, -2)
     ds = p * (dp - (do * o).sum(-1)[..., None]) if delta else p * dp
     dk = (scale if scale_dk else 1.0) * (np.swapaxes(ds, -1, -2) @ q)
@@ -1191,8 +1200,17 @@ def _causal_unmasked(which):
     return detector
 
 
+def _kernel_tile_max(which):
+    def detector(kw, blocks):
+        if type(blocks.get("BLOCK_N")) is not int or blocks["BLOCK_N"] < 1:
+            return None
+        return (_dq if which == "dq" else _dkdv)(tile_max=blocks["BLOCK_N"])(kw, blocks)
+    return detector
+
+
 for _which, _part in (("dkdv", "flash_backward_dkdv"), ("dq", "flash_backward_dq")):  # as exercise 10 names them
     MISTAKES[("ex13_triton_backward", _part)] = MISTAKES[("ex13_triton_backward", _part)] + (
+        (P_TILE_MAX, _kernel_tile_max(_which)),
         (P_SCORES_UNSCALED, _kernel_p(_which, "scale_s")), (P_WITHOUT_LSE, _kernel_p(_which, "subtract_lse")),
         (BWD_CAUSAL_UNMASKED, _causal_only(_kernel_p(_which, "mask"))), (BWD_CAUSAL_UNMASKED, _causal_unmasked(_which)))
 
