@@ -547,7 +547,8 @@ def _attention64(q, k, v, causal):
 @pytest.mark.parametrize("sms", [1, 3, 4])
 def test_flat_walk_gives_the_reference_and_keeps_ranges_apart(sms, monkeypatch, poison):
     """One program walking several (sequence, kv head) ranges in one loop: every range's o and
-    lse as the reference's, causal or not, either walk order (a group of 72 rows keeps the waves); a NaN in one
+    lse as the reference's, causal or not, either walk order, a head dim the tile pads (a group of 72 rows keeps
+    the waves); a NaN in one
     sequence's valid keys reaches that range's rows as NaN (not 0, with either kernel) and no other range's
     (the flat walk's state is not carried into the next range)."""
     from flashlab.kernels import decode_plan
@@ -556,13 +557,14 @@ def test_flat_walk_gives_the_reference_and_keeps_ranges_apart(sms, monkeypatch, 
     monkeypatch.setattr(decode_plan, "sm_count_of", lambda tensor: sms)
     decode_plan.clear_plans()  # plans are kept per shape, not per SM count
     dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
-    d = 128 if DEVICE == "cuda" else 16
+    d, d_part = (128, 96) if DEVICE == "cuda" else (16, 24)  # d_part: a head dim its tile pads (to 128, 32)
     n = 300 if DEVICE == "cuda" else 37
     tol = 2e-2 if DEVICE == "cuda" else 1e-5
     flat_seen = 0
-    for n_case, (B, H, Hkv, Nq) in enumerate([(3, 4, 2, 1), (3, 16, 2, 9), (5, 2, 2, 1), (2, 8, 8, 3), (3, 8, 2, 4)]):
+    for n_case, (B, H, Hkv, Nq, d) in enumerate([(3, 4, 2, 1, d), (3, 16, 2, 9, d), (5, 2, 2, 1, d), (2, 8, 8, 3, d),
+                                                 (3, 8, 2, 4, d), (3, 4, 2, 1, d_part)]):
         q, k, v, _ = _inputs(B, H, Hkv, Nq, n, d, dtype, None, seed=83 + n_case)
-        base = dataclasses.replace(kernels.config_for(d, dtype, DEVICE == "cuda"), flat=True)
+        base = dataclasses.replace(kernels.config_for(kernels.head_dim_padded(d), dtype, DEVICE == "cuda"), flat=True)
         rows = (H // Hkv) * Nq
         lanes = B * Hkv
         programs = decode.flat_programs(lanes, sms, n) if kernels.block_m_for(rows) <= decode_plan.FLAT_MAX_BLOCK_M else 0
