@@ -107,6 +107,19 @@ def test_not_supported_or_preferred_off_a_gpu():
     assert ladder.best_rung(q, q, q, False) != "v5_gluon_ws"
 
 
+def test_chosen_with_bottom_right_where_preferred_but_not_with_a_window(monkeypatch):
+    from flashlab.attnspec import AttnSpec
+
+    q = torch.zeros(1, 4, 2048, 128, dtype=torch.bfloat16)  # (B, H, Nq, d)
+    k = torch.zeros(1, 1, 8192, 128, dtype=torch.bfloat16)  # (B, Hkv, Nk, d): a chunk against a longer cache
+    monkeypatch.setattr(fg, "preferred", lambda q, k, causal: True)  # as on an H200 at this shape
+    assert ladder.choose(q, k, k, AttnSpec(causal=True, causal_align="bottom_right")) == "v5_gluon_ws"
+    assert ladder.choose(q, k, k, AttnSpec(causal=True)) == "v5_gluon_ws"
+    assert ladder.choose(q, k, k, AttnSpec(causal=True, causal_align="bottom_right", window=256)) != "v5_gluon_ws"
+    monkeypatch.setattr(fg, "preferred", lambda q, k, causal: False)
+    assert ladder.choose(q, k, k, AttnSpec(causal=True, causal_align="bottom_right")) != "v5_gluon_ws"
+
+
 # ------------------------------------------------------------------ on a GPU
 
 
@@ -144,6 +157,31 @@ def test_gluon_rung_matches_reference_on_gpu(dtype, causal, d, Nq, Nk, block_n, 
     if causal:
         s = s.masked_fill(~torch.ones(Nq, Nk, dtype=torch.bool, device="cuda").tril(), float("-inf"))
     assert max_error(lse, torch.logsumexp(s, -1)) < 1e-3, f"seed={seed}: lse"
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.usefixtures("_poison")
+@pytest.mark.parametrize("Hkv", [1, 4])
+def test_flash_attention_runs_a_bottom_right_chunk_on_the_gluon_rung(Hkv, monkeypatch):
+    from flashlab.attnspec import AttnSpec
+    from flashlab.kernels.attention import allowed_error, flash_attention, max_error
+
+    monkeypatch.setattr(fg, "PREFERRED_MIN_FLOPS", 0)  # a small batch keeps the float64 reference small
+    g = torch.Generator(device="cuda").manual_seed(300 + Hkv)
+    q = torch.randn(1, 4, 2048, 128, device="cuda", generator=g).to(torch.bfloat16)  # (B, H, Nq, d)
+    k, v = (torch.randn(1, Hkv, 5000, 128, device="cuda", generator=g).to(torch.bfloat16)
+            for _ in range(2))  # (B, Hkv, Nk, d): a ragged last key tile
+    spec = AttnSpec(causal=True, causal_align="bottom_right")
+    assert ladder.best_rung(q, k, v, spec) == "v5_gluon_ws"
+    out = flash_attention(q, k, v, causal=True, causal_align="bottom_right")
+    kk, vv = (t.double().repeat_interleave(4 // Hkv, 1) for t in (k, v))  # (B, H, Nk, d)
+    mask = torch.ones(2048, 5000, dtype=torch.bool, device="cuda").tril(5000 - 2048)  # query i sees j <= i + Nk - Nq
+    s = (q.double() @ kk.transpose(-2, -1) / 128**0.5).masked_fill(~mask, float("-inf"))  # (B, H, Nq, Nk)
+    ref = torch.softmax(s, -1) @ vv
+    pt = (torch.softmax((q @ kk.to(q.dtype).transpose(-2, -1)).float() / 128**0.5 + torch.where(
+        mask, 0.0, float("-inf")), -1).to(q.dtype) @ vv.to(q.dtype))
+    assert max_error(out, ref) <= allowed_error(ref, pt), f"Hkv={Hkv}: error {max_error(out, ref):.3g}"
 
 
 @gpu

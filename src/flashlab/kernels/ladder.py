@@ -48,6 +48,10 @@ RUNG_OPTIONS = {
     "v5_gluon_ws": BAND_OPTIONS,
 }
 TRITON_OPTIONS = BAND_OPTIONS + ("mask_mod", "seqlens")  # what some rung (and the backward) computes
+# the options with which flash_attention still picks v5 where it is preferred: bottom-right causal, measured
+# 0.78-0.89x v4's time on an H200 at chunks of 1k-8k queries against 4k-32k keys, dense and grouped
+# (benchmarks/chunk_rung_probe.py, results/chunk_rung_probe.json); sliding windows not measured, so v4
+V5_CHOSEN_OPTIONS = frozenset({"causal_align"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,13 +89,14 @@ def hopper_applies(q, k, v, causal, checked: bool = False) -> bool:
 
 def choose(q, k, v, spec: AttnSpec) -> str:
     """The rung ``flash_attention`` runs for inputs that passed ``check_inputs``: v5_gluon_ws where
-    it applies and is measured faster (``flash_fwd_gluon.preferred``), else v4_hopper where it
+    it applies and is measured faster (``flash_fwd_gluon.preferred``; no option beyond
+    ``V5_CHOSEN_OPTIONS``), else v4_hopper where it
     applies, else v3_autotuned (v2_exp2_causal with a mask_mod). Only what the input check leaves
     open is asked: it runs per call."""
     if spec.mask_mod is not None:
         return "v2_exp2_causal"
-    # v5 computes windows and bottom-right too, but was measured faster only without them
-    if not spec.features() and flash_fwd_gluon.preferred(q, k, spec.causal):
+    # v5 computes windows too, but was measured faster only without them (V5_CHOSEN_OPTIONS)
+    if spec.features() <= V5_CHOSEN_OPTIONS and flash_fwd_gluon.preferred(q, k, spec.causal):
         return "v5_gluon_ws"
     return "v4_hopper" if hopper_applies(q, k, v, spec, checked=True) else "v3_autotuned"
 
