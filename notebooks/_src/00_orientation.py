@@ -45,8 +45,9 @@ print(format_text(diagnose()))
 # benchmarked on). For the bandwidth of each level, the FlashAttention paper (Dao et al. 2022,
 # Section 2.1 and Figure 1) gives the A100's: 192 KB of SRAM on each of 108 SMs, about 19 TB/s
 # (estimated); 40 to 80 GB of HBM at 1.5 to 2.0 TB/s. The 192 KB are the SM's L1 cache and shared
-# memory together; a kernel can have at most 164 KB of them as shared memory (NVIDIA's Ampere
-# tuning guide, `flashlab.hardware`), the figure notebook 04 plots. On-chip memory is about 10 times faster
+# memory together; an SM can set at most 164 KB of them aside as shared memory, of which one
+# thread block can use 163 KB (NVIDIA's Ampere tuning guide; `flashlab.hardware`,
+# `flashlab.targets`); notebook 04 plots the 164 KB. On-chip memory is about 10 times faster
 # than HBM and about 2,000 times smaller (20 MB against 40 GB).
 
 # %%

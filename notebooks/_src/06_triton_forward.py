@@ -32,7 +32,7 @@ def rand(*shape, dtype=dtype):
 #
 # The kernel is the NumPy loop printed in notebook 03, in the same order (FlashAttention-2,
 # Algorithm 1, Dao 2023): `tl.load` of $K_j$, $V_j$ replaces the traced read, `tl.dot` replaces
-# `@`, and the online-softmax update is the same four lines. You write it in exercises 7 and 8
+# `@`, and the online-softmax update is the same five lines (notebook 02's `online_update`). You write it in exercises 7 and 8
 # below. After your exercise 8 passes, this notebook prints the library's minimal version,
 # `flash_fwd._fwd_minimal` (dense and causal attention only), with comments `(line n)` that point
 # to Algorithm 1.
@@ -236,5 +236,6 @@ answer("06.5", None)  # your number (programs)
 #   online softmax in registers, `O_i` and `lse_i` written once.
 # - Masks make any length and head dim work; strides make any layout work; `h // GROUP` gives
 #   grouped-query attention.
-# - Measured: the kernel's error equals PyTorch's own in the same dtype: exact up to rounding.
+# - Measured: the kernel's error is the size of PyTorch's own in the same dtype (printed above):
+#   exact up to rounding.
 # - Next: notebook 07 derives and runs the backward pass.

@@ -244,8 +244,9 @@ for causal in (False, True):
 #   keys each) do the 5 products, and $dQ$'s share leaves through the copy engine's tile reduce
 #   while the next products run.
 #
-# Fewer products should win. In Triton the one-pass rung did not (0.62-0.73x cuDNN against the
-# two-pass rung's 0.70-0.82x, `benchmarks/results/bench_backward_call2_proto_bf16.json`): the
+# Fewer products should win. In Triton the one-pass rung did not (0.65-0.74x cuDNN against the
+# two-pass rung's 0.68-0.82x, forward+backward over 16 bf16 shapes in
+# `benchmarks/results/bench_backward_call2_proto_bf16.json`): the
 # compiler waits for each $dQ$ reduce before the next products, and that wait costs more than the
 # two products it saves. Written by hand, with the wait overlapped, the one pass wins. The table
 # below (bf16, one run per file, `benchmarks/results/bench_backward_s6_call3_*.json`) times the

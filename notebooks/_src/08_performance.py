@@ -242,7 +242,8 @@ if bench:
 # v0 has 16 programs for 132 SMs; v1 has 16 x 16384 / 128 = 2048. A grid keeps
 # min(programs, SMs) of the SMs busy, so the speed-up is the ratio of busy SMs: 132 / 16 = 8.25
 # at N = 16384, and 1.0 whenever B x H >= 132 (`perf.predicted_grid_speedup`). This occupancy
-# model predicts the measurement to within a few per cent. The rungs after v1 (exp2 and the
+# model predicts the measurement to within 6 % (8.25x predicted, 8.73x measured at N = 16384, the
+# table above). The rungs after v1 (exp2 and the
 # causal two-stage loop, autotuning, the Hopper rung, the Gluon rung) add the rest:
 
 # %%
@@ -263,7 +264,8 @@ if memory:
     print(viz.largest_common_memory(memory))
 
 # %% [markdown]
-# Below N = 16384 SDPA FLASH holds about 8 MiB more, as much as naive attention at N = 1024. The
+# Below N = 16384 SDPA FLASH holds 4 MiB (N = 1024) to 8 MiB (N = 2048 to 8192) more than flashlab,
+# about as much as naive attention's whole peak at N = 1024 (4.25 MiB, notebook 01). The
 # extra is, to the byte, a whole number of fp32 copies of (O, lse) plus 1 KiB: 8 copies at N = 1024
 # and 2048, 4 at 4096, 2 at 8192, none from 16384 on. That is the shape of FlashAttention-2's
 # split-KV forward, which splits the keys when one head's grid of query blocks would leave SMs

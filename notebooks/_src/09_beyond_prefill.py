@@ -71,9 +71,9 @@ for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv head
 # Grouped-query attention (Ainslie et al. 2023) shares each K/V head among several query heads:
 # the cache, and so the decode time, shrink by H / H_kv, if each K/V byte is read from HBM about
 # once. The course's prefill kernels do not arrange that themselves. Grouped-query shapes run on
-# the Triton rungs of notebook 06 (`flashlab.kernels.flash_fwd`, v0-v3; the Hopper rungs v4 and
-# v5 take only as many kv heads as query heads): one program per (query block, query head), and
-# each program loads K and V of kv head `h // GROUP` on its own. The GROUP query heads that share
+# every forward rung of notebook 06 (v0-v5): each query block of each query head is its own
+# program (on v5's persistent grid, its own tile), and it loads K and V of kv head `h // GROUP`
+# on its own. The GROUP query heads that share
 # a kv head therefore issue GROUP separate loads of the same tiles, and the sharing happens only
 # when those loads hit in the L2 cache (likely when the programs run at about the same time, not
 # guaranteed). A decode kernel can do better by packing the query heads of one group into the
@@ -122,8 +122,8 @@ print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without sp
 # program per SM): 128 programs took 75.6 us against 78.4 us cut into 2 splits of the default
 # config (64 keys, two programs per SM). A smaller grid is split until every SM holds one wide
 # program (`benchmarks/results/bench_decode.json`, `split_wide`): one sequence with 8 kv heads
-# and 128k keys took 135.5 us in 16 splits of the wide config against 138.9 us in 16 of the
-# default one and 139.4 us in 32 wide splits (two waves). Where those splits would spill into a
+# and 128k keys took 138.7 us in 16 splits of the wide config against 141.3 us in 16 of the
+# default one and 141.1 us in 32 wide splits (two waves; medians of 3 rounds, 2026-12-02). Where those splits would spill into a
 # second wave (124 programs: 2 splits make 248 for 132 SMs) the grid runs one partial wave instead
 # if it keeps 70 % of the SMs busy: unsplit, 124 programs took 474.8 us against 486.2 us in 2 splits
 # at 32k keys (`benchmarks/results/decode_wave_probe_call15.json`). Up to 16 splits the last program
@@ -188,7 +188,7 @@ print(decode_results.results_table())
 # section), counted in the summary under this cell. From 32k keys up `flash_decode` reads K and V
 # near the rate of the device copy on every row but the smallest, one sequence with 8 kv heads
 # (134 MB, that is 128 MiB), where SDPA is no faster. There even a kernel that does nothing but
-# read those 134 MB takes 42.7 us (3.1 TB/s). Part of it is the timing method, not the kernel: before each run the
+# read those 134 MB takes 42.8 us (3.1 TB/s; `read_ceilings` in the same file). Part of it is the timing method, not the kernel: before each run the
 # bench empties L2 by writing 256 MB (as `triton.testing.do_bench` does), and L2 then writes those
 # dirty lines back to HBM while the kernel reads. After a flush that only reads, the pure read
 # takes 34.1 us (3.9 TB/s), `flash_decode` 39.7 us and SDPA 40.6 us
@@ -199,8 +199,10 @@ print(decode_results.results_table())
 # bytes, and launch and L2 effects under 1 % decide the order. Python matters at decode: each call
 # once took 82-195 us of host time (Triton's generic launch plus checks; NOTES.md, "Call 2
 # outcomes") for 10-50 us of GPU work; with a launch plan per shape (checks once, scratch reused,
-# the compiled kernel launched directly) the host line of the summary shows what is left, and
-# no row is host-bound. Checking the values in `cache_seqlens` on the host, which `flash_decode`
+# the compiled kernel launched directly) the host lines of the summary show what is left: 16-26 us
+# to issue a call, less than the GPU's work on every row but the smallest, where the GPU needs
+# 10.5 us (one CUDA-graph replay, `graph us` in the table) and back-to-back calls take the host's
+# 16.0 us each. Checking the values in `cache_seqlens` on the host, which `flash_decode`
 # does by default, costs a synchronisation: 32-45 us per call on that machine
 # (`benchmarks/results/decode_paged_call8.json`); `check_lengths=False` skips it (a bad length
 # then gives NaN for its sequence instead of an error).
@@ -320,15 +322,9 @@ bench = course.load_results("bench_attention.json").get("bench_attention")
 if bench is None:
     print("no benchmarks/results/bench_attention.json yet (run `flashlab bench` on a GPU)")
 else:
-    speedups = {}
-    for r in bench["rows"]:
-        t_naive = r["results"].get("naive", {}).get("fwd_ms")
-        t_flash = r["results"].get("flashlab", {}).get("fwd_ms")
-        if t_naive and t_flash:
-            speedups[(r["dtype"], r["d"], r["n"], r["causal"])] = t_naive / t_flash
-    lo, hi = min(speedups, key=speedups.get), max(speedups, key=speedups.get)
-    print(f"prefill forward, naive time / flashlab time: from {speedups[lo]:.1f}x "
-          f"(dtype, d, N, causal = {lo}) to {speedups[hi]:.1f}x ({hi})")
+    from flashlab import perf
+
+    print(perf.naive_forward_gain_range(bench))
 
 # %% [markdown]
 # The committed results hold prefill shapes only. With a GPU, measure both sides yourself: the

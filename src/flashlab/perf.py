@@ -297,6 +297,21 @@ def naive_gain_table(bench: dict, impl: str = "flashlab") -> str:
     return "\n".join(lines)
 
 
+
+def naive_forward_gain_range(bench: dict, impl: str = "flashlab") -> str:
+    """The range of naive time / impl time over every forward row (both dtypes, causal or not), in one line."""
+    gains = {}
+    for r in bench["rows"]:
+        t_naive = r["results"].get("naive", {}).get("fwd_ms")
+        t_impl = r["results"].get(impl, {}).get("fwd_ms")
+        if t_naive and t_impl:
+            gains[(r["dtype"], r["d"], r["n"], r["causal"])] = t_naive / t_impl
+    if not gains:
+        return f"no row of this results file times both naive and {impl}"
+    lo, hi = min(gains, key=gains.get), max(gains, key=gains.get)
+    return (f"prefill forward, naive time / {impl} time: from {gains[lo]:.1f}x "
+            f"(dtype, d, N, causal = {lo}) to {gains[hi]:.1f}x ({hi})")
+
 # the backward flash_attention ran when bench_baselines.json was measured (it runs bwd_gluon_ws from
 # N = 1024 on sm90 now: kernels.ladder.GLUON_BACKWARD_MIN_N)
 BASELINES_BACKWARD = "bwd_two_pass"
