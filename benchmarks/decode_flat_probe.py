@@ -230,9 +230,10 @@ def time_rows(rounds: int) -> list:
     return out
 
 
-def time_library(rounds: int) -> list:
+def time_library(rounds: int, rows=None) -> list:
     """The library's flash_decode (its rule: the flat walk at these rows) beside the same call in waves of
-    one program per range (its config with ``flat=False``) and SDPA's default, in rotated rounds."""
+    one program per range (its config with ``flat=False``) and SDPA's default, in rotated rounds; ``rows``:
+    (B, H, Hkv, Nk) tuples, default ``ROWS``."""
     import dataclasses
 
     import bench_decode
@@ -242,7 +243,7 @@ def time_library(rounds: int) -> list:
     from flashlab.kernels import decode_plan
 
     out = []
-    for B, H, Hkv, nk in ROWS:
+    for B, H, Hkv, nk in rows or ROWS:
         g = torch.Generator(device="cuda").manual_seed(B * 1000003 + nk + Hkv)  # bench_decode's inputs
         q = torch.randn(B, H, 1, 128, device="cuda", dtype=torch.bfloat16, generator=g)
         k = torch.randn(B, Hkv, nk, 128, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -282,6 +283,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--library", action="store_true",
                         help="time the library's flash_decode (the flat walk by its rule) against its waves and SDPA")
+    parser.add_argument("--rows", default=None, help="with --library: rows 'B,H,Hkv,Nk;...' instead of ROWS")
+    parser.add_argument("--flat-max-keys", type=int, default=None,
+                        help="with --library: the rule's flashlab.split_rule.FLAT_MAX_KEYS for this run (the longest "
+                             "ranges it walks flat)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "decode_flat_probe.json")
     args = parser.parse_args(argv)
     if args.check:
@@ -294,8 +299,14 @@ def main(argv=None) -> int:
         print(refusal)
         return 1
     if args.library:
-        rows = time_library(args.rounds)
+        from flashlab import split_rule
+
+        if args.flat_max_keys is not None:
+            split_rule.FLAT_MAX_KEYS = args.flat_max_keys
+        picked = [tuple(int(x) for x in row.split(",")) for row in args.rows.split(";")] if args.rows else None
+        rows = time_library(args.rounds, picked)
         _common.write_json(args.out, {"environment": _common.environment(), "rounds": args.rounds, "library": True,
+                                      "flat_max_keys": split_rule.FLAT_MAX_KEYS,
                                       "time": "median of triton.testing.do_bench (warmup 25 ms, rep 100 ms, L2 "
                                               "cleared before every run) per round; variants in rotated order",
                                       "rows": rows})

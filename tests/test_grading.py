@@ -447,6 +447,9 @@ BROKEN_CASES = [
      "looks like P is recomputed as exp(S - the tile's own row max)"),
     ("kernel_bwd_dq_p_tile_max", "ex13_triton_backward", "flash_backward_dq", "value",
      "looks like P is recomputed as exp(S - the tile's own row max)"),
+    ("kernel_row_softmax_lanes_not_rescaled", "ex12_triton_online_softmax", "online_row_softmax", "value",
+     "looks like the running sum l_i is not rescaled"),
+    ("ds_two_dimensional_only", "ex09_backward_pieces", "softmax_backward", "exception", "could not be broadcast"),
 ]
 OTHER_BROKEN = {"prints_flood", "detaches", "writes_grader", "writes_parent_stdout", "kills_grader",
                 "plants_bytecode", "prints_terminal_escapes", "copies_classmate"}  # tests of their own
@@ -1352,13 +1355,15 @@ def test_public_only_exit_status_says_whether_the_public_checks_pass(tmp_path, c
     ("ex02_softmax", "m = x.max(axis=-1, keepdims=True)", "m = x.max(axis=0)", "the max is taken over the wrong axis"),
     ("ex02_softmax", "m_new = np.maximum(m, xc.max(axis=-1))", "m_new = np.maximum(m, xc.max())",
      "the chunk's max is not taken along each row"),
+    ("ex09_backward_pieces", "    return p * (dp - D[..., None])", "    return p * (dp - dp.sum(axis=-1, keepdims=True))",
+     "D is recomputed as rowsum(dP), without P"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
         "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
         "backward without D", "dK unscaled", "dV overwritten", "acc not divided", "tiled max not carried",
         "kernel max not carried", "causal kernel max not carried", "row max not carried", "split max not carried",
         "backward mask hides the diagonal", "backward P not masked", "ragged query block dropped",
         "ragged key block dropped", "online softmax sum not rescaled", "softmax global max", "attention global max",
-        "softmax max over rows", "online max shared by the rows"])
+        "softmax max over rows", "online max shared by the rows", "dS with D from dP"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"
@@ -1368,6 +1373,7 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
     assert result["status"] == "failed" and result["failure"]["message"].startswith("looks like "), result["failure"]
     assert " are NaN in full" not in result["failure"]["message"], "the named mistake explains the NaN rows"
     assert words in result["failure"]["message"]
+    assert "rounding-sized" not in result["failure"]["message"], "a wrong formula is not rounding"
     assert all(words not in line for line in result["failures"]), "a later check with the same mistake says so briefly"
     assert "word-break:normal" in report._repr_html_()  # JupyterLab would break its lines inside words
     hints = result["hints"]
@@ -1375,6 +1381,26 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
         assert hints[0] not in str(report) and "hint=1)" in str(report), str(report)
         assert hints[0] in str(report.next_hint())
         assert hints[0] in str(type(report)(report.graded, hint=1)), "hint=1 shows hint 1, as the docs say"
+
+
+def test_float32_work_on_float64_inputs_is_called_rounding_not_a_formula(tmp_path):
+    source = (REPO / "solutions" / "ex03_tiled_forward.py").read_text()
+    old = "acc = np.zeros(q_i.shape[:-1] + (dv,), dtype=q.dtype)"
+    assert old in source, "the solution changed: update this test"
+    (tmp_path / "ex03_tiled_forward.py").write_text(source.replace(old, old.replace("q.dtype", "np.float32")))
+    result = check("ex03_tiled_forward", exercises_dir=tmp_path, seed=3).results[0]
+    assert result["status"] == "failed" and result["failure"]["kind"] == "value", result["failure"]
+    assert "rounding-sized, not a wrong formula" in result["failure"]["message"], result["failure"]
+    assert "float64 here" in result["failure"]["message"]
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_later_checks_that_the_first_named_mistake_explains_are_not_named_otherwise(tmp_path, seed):
+    shutil.copy(BROKEN / "count_tiles_blocks_floored.py", tmp_path / "ex04_causal_tiles.py")
+    result = check("ex04_causal_tiles", exercises_dir=tmp_path, seed=seed).results[1]  # count_computed_tiles
+    assert "rounded down" in result["failure"]["message"], result["failure"]
+    assert result["failures"] and not any("looks like" in line and "the same mistake" not in line
+                                          for line in result["failures"]), result["failures"]
 
 
 _ROWS, _COLS = "        rows = min(q0 + block_q, nq) - q0", "            cols = min(k0 + block_k, nk) - k0"

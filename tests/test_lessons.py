@@ -188,6 +188,19 @@ def test_naive_gain_table_shows_which_side_moved_at_each_n():
     assert len(rates) == 6 and rates[-1] > rates[-2], "naive attention ran faster at N = 16384 than at 8192"
 
 
+def test_naive_forward_gain_range_names_the_rows_of_the_smallest_and_largest_gain():
+    def row(dtype, n, naive, flash):
+        return {"dtype": dtype, "d": 64, "n": n, "causal": False,
+                "results": {"naive": {"fwd_ms": naive}, "flashlab": {"fwd_ms": flash}}}
+
+    bench = {"rows": [row("bf16", 1024, 3.0, 1.0), row("bf16", 4096, 40.0, 2.0), row("fp16", 2048, 1.5, 1.0),
+                      {"dtype": "fp16", "d": 64, "n": 16384, "causal": False, "results": {"flashlab": {"fwd_ms": 9.0}}}]}
+    line = perf.naive_forward_gain_range(bench)
+    assert "from 1.5x (dtype, d, N, causal = ('fp16', 64, 2048, False))" in line
+    assert "to 20.0x (('bf16', 64, 4096, False))" in line
+    assert "no row" in perf.naive_forward_gain_range({"rows": bench["rows"][3:]})
+
+
 def test_loop_order_bytes_follow_the_block_that_each_order_reuses():
     from flashlab import loop_order, traffic as tr
 

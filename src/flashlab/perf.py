@@ -297,7 +297,6 @@ def naive_gain_table(bench: dict, impl: str = "flashlab") -> str:
     return "\n".join(lines)
 
 
-
 def naive_forward_gain_range(bench: dict, impl: str = "flashlab") -> str:
     """The range of naive time / impl time over every forward row (both dtypes, causal or not), in one line."""
     gains = {}
@@ -311,6 +310,7 @@ def naive_forward_gain_range(bench: dict, impl: str = "flashlab") -> str:
     lo, hi = min(gains, key=gains.get), max(gains, key=gains.get)
     return (f"prefill forward, naive time / {impl} time: from {gains[lo]:.1f}x "
             f"(dtype, d, N, causal = {lo}) to {gains[hi]:.1f}x ({hi})")
+
 
 # the backward flash_attention ran when bench_baselines.json was measured (it runs bwd_gluon_ws from
 # N = 1024 on sm90 now: kernels.ladder.GLUON_BACKWARD_MIN_N)

@@ -628,14 +628,15 @@ def ds_reference(p, dp, D):
 
 
 def ds_cases(rng, shapes):
+    """dS cases of the given (..., Nq, Nk) shapes: leading dims are batch dims, as the contract allows."""
     from flashlab.softmax import safe_softmax
 
     cases = []
-    for nq, nk in shapes:
+    for shape in shapes:
         dt = random_dtype(rng)
-        p = safe_softmax(randn(rng, nq, nk, dtype=dt, scale=2.0))
-        dp = randn(rng, nq, nk, dtype=dt)
-        cases.append(Case(f"p, dp ({nq}, {nk}) {dt}", dict(p=p, dp=dp, D=(p * dp).sum(axis=-1))))
+        p = safe_softmax(randn(rng, *shape, dtype=dt, scale=2.0))
+        dp = randn(rng, *shape, dtype=dt)
+        cases.append(Case(f"p, dp {tuple(shape)} {dt}", dict(p=p, dp=dp, D=(p * dp).sum(axis=-1))))
     return cases
 
 

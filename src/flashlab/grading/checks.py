@@ -100,8 +100,22 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
         return dict(kind="value", index=index, max_error=float(err.max()), message=(
             f"{name}: max abs error {err.max():.3g} (allowed {atol:g} + {rtol:g}*|expected|, dtype {ref.dtype}); "
             f"worst at index {index}: got {g[index]:.6g}, expected {r[index]:.6g}; "
-            f"{int((excess > 0).sum())} of {excess.size} elements out of tolerance" + _batch_confined(part, excess > 0)))
+            f"{int((excess > 0).sum())} of {excess.size} elements out of tolerance" + _batch_confined(part, excess > 0)
+            + _rounding_sized(ref.dtype, err, r)))
     return None
+
+
+ROUNDING_SIZED = 1e-4  # in float64, an error below this times (1 + |expected|) everywhere is rounding, not a formula
+
+
+def _rounding_sized(dtype, err: np.ndarray, r: np.ndarray) -> str:
+    """For a float64 output whose every error is tiny (float32 rounding is about 6e-8 relative per step, and
+    a softmax compounds it): say so, since the numbers alone read as a wrong formula."""
+    if dtype != np.float64 or not (err <= ROUNDING_SIZED * (1.0 + np.abs(np.nan_to_num(r)))).all():
+        return ""
+    return (f"; every error is below {ROUNDING_SIZED:g} * (1 + |expected|): rounding-sized, not a wrong formula. Look "
+            "for work done in float32 (an array, an accumulator or a constant made float32) or a constant written "
+            "with few digits (log2(e) = 1.4426950408889634, not 1.4427): compute in the inputs' dtype, float64 here")
 
 
 def _batch_confined(part: Part, bad: np.ndarray) -> str:
@@ -891,6 +905,9 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                 failure = dict(failure, message=f"your function still raises NotImplementedError at line {line}: "
                                "delete that line")
             mistakes = part.mistakes or MISTAKES.get((exercise.name, part.function), ())
+            named = (result["failure"] or {}).get("mistake")
+            if named:  # where the part's first failure named a mistake, a later check that it also explains says so
+                mistakes = sorted(mistakes, key=lambda m: m[0] != named)
             if failure["kind"] in ("value", "nan") and mistakes and lost is None:
                 failure = _name_mistake(part, mistakes, case, record, failure, on_cuda, records)
             output = str(record.get("output") or "")[:500] if record else ""

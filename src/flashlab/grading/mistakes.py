@@ -548,6 +548,30 @@ def _row_softmax(kw, blocks, rescale=True, exp2=False, divide=True, pad_zero=Fal
     return out.astype(kw["x"].dtype)
 
 
+def _row_softmax_lanes_not_rescaled(kw, blocks):
+    """Exercise 12's row softmax kept per lane (m and l vectors of BLOCK_N lanes, each lane walking the
+    columns lane, lane + BLOCK_N, ..., merged after the loop), with each lane's sum not rescaled when its
+    max rises; in the input dtype (None where a row fits one block, where nothing is rescaled)."""
+    x = np.asarray(kw["x"], np.float64)
+    bn = kw.get("block_n") or blocks.get("BLOCK_N") or 32
+    n = x.shape[-1]
+    if n <= bn:
+        return None
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        padded = np.concatenate([x, np.full(x.shape[:-1] + (-n % bn,), -np.inf)], axis=-1)
+        lanes = padded.reshape(x.shape[:-1] + (-1, bn))  # (..., blocks, BLOCK_N)
+        m = np.full(x.shape[:-1] + (bn,), -np.inf)
+        l = np.zeros(x.shape[:-1] + (bn,))
+        for j in range(lanes.shape[-2]):
+            m_new = np.maximum(m, lanes[..., j, :])
+            l = l + np.exp(lanes[..., j, :] - np.where(m_new == -np.inf, 0.0, m_new))  # l never rescaled
+            m = m_new
+        m_row = m.max(axis=-1)  # (...)
+        l_row = (l * np.exp(m - m_row[..., None])).sum(axis=-1)
+        out = np.exp(x - m_row[..., None]) / l_row[..., None]
+    return out.astype(kw["x"].dtype)
+
+
 ROWS_BY_LENGTH = ("x's rows are read n_cols apart (the row length), not x.stride(0) apart: here x is a column "
                   "slice of a wider array, its rows further apart than their length (step by x.stride(0) for x "
                   "and by out.stride(0) for out)")
@@ -571,6 +595,7 @@ def rows_by_length(kw, blocks):
 ROW_FIRST_BLOCK_ONLY = ("the max and the sum come from the row's first block only: pass 1 walks every block of the "
                         "row, for start in range(0, n_cols, BLOCK_N)")
 _ROW_SOFTMAX = ((ROW_SUM_NOT_RESCALED, lambda kw, blocks: _row_softmax(kw, blocks, rescale=False)),
+                (ROW_SUM_NOT_RESCALED, _row_softmax_lanes_not_rescaled),
                 (ROW_FIRST_BLOCK_ONLY, lambda kw, blocks: _row_softmax(kw, blocks, first_block=True)),
                 (ROW_EXP2, lambda kw, blocks: _row_softmax(kw, blocks, exp2=True)),
                 (ROW_NOT_DIVIDED, lambda kw, blocks: _row_softmax(kw, blocks, divide=False)),
@@ -686,13 +711,20 @@ DS_D_PER_COLUMN = ("D is broadcast along the wrong axis (one value per column, D
                    "tile): D has one value per row, D[..., None]")
 
 
-def _softmax_backward(brackets=True, times_p=True, sign=1.0, d_axis=-1):
+DS_D_FROM_DP = ("D is recomputed as rowsum(dP), without P (and the D argument left unused): D_i = sum_j P_ij dP_ij "
+                "= rowsum(dO * O), the value passed in as D")
+
+
+def _softmax_backward(brackets=True, times_p=True, sign=1.0, d_axis=-1, d_from_dp=False):
     """Exercise 09's dS from (p, dp, D) with one mistake, in the input dtype; ``d_axis=-2`` puts D's
-    value i on column i, which only a square tile allows (None otherwise)."""
+    value i on column i, which only a square tile allows (None otherwise); ``d_from_dp``: D taken as
+    rowsum(dP) instead of the D given."""
     def detector(kw, blocks):
         p, dp, d = (np.asarray(kw[n], np.float64) for n in ("p", "dp", "D"))
         if d_axis == -2 and p.shape[-1] != p.shape[-2]:
             return None
+        if d_from_dp:
+            d = dp.sum(axis=-1)  # (..., Nq)
         d = d[..., None] if d_axis == -1 else d[..., None, :]  # (..., Nq, 1) or (..., 1, Nk)
         ds = p * dp - d if not brackets else (p if times_p else 1.0) * (dp - d)
         return (sign * ds).astype(kw["p"].dtype)
@@ -702,7 +734,8 @@ def _softmax_backward(brackets=True, times_p=True, sign=1.0, d_axis=-1):
 _SOFTMAX_BACKWARD = ((DS_NO_BRACKETS, _softmax_backward(brackets=False)),
                      (DS_WITHOUT_P, _softmax_backward(times_p=False)),
                      (DS_SIGN, _softmax_backward(sign=-1.0)),
-                     (DS_D_PER_COLUMN, _softmax_backward(d_axis=-2)))
+                     (DS_D_PER_COLUMN, _softmax_backward(d_axis=-2)),
+                     (DS_D_FROM_DP, _softmax_backward(d_from_dp=True)))
 
 P_SCORES_UNSCALED = ("P is recomputed from scores without the scale: P = exp(scale Q_i K_j^T - lse_i), the scores "
                      "the forward's lse was taken over")

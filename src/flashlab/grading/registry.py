@@ -238,7 +238,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
               "Elementwise product, then sum over the last axis.",
               "return (do * o).sum(axis=-1)")),
         Part("softmax_backward", "dS = P * (dP - D)", 1, cases.ds_reference,
-             lambda rng: cases.ds_cases(rng, [(3, 4)]), lambda rng: cases.ds_cases(rng, [(1, 6), (7, 2), (5, 5)]),
+             lambda rng: cases.ds_cases(rng, [(3, 4)]), lambda rng: cases.ds_cases(rng, [(1, 6), (7, 2), (5, 5), (2, 3, 5)]),
              ("The softmax Jacobian is diag(p) - p p^T; applied to dP row by row it gives P * (dP - D).",
               "D has one value per row: broadcast it along the columns with D[..., None].",
               "return p * (dp - D[..., None])")),
