@@ -23,6 +23,8 @@ Run on a GPU (bf16, d = 128, Nq = 1)::
 
     python benchmarks/decode_flat_probe.py --rounds 5 --out results/decode_flat_probe.json
     python benchmarks/decode_flat_probe.py --library --rounds 8 --out results/decode_flat_library.json
+    python benchmarks/decode_flat_probe.py --library --rounds 6 --flat-max-keys 16384 \
+        --rows "16,32,32,8192;64,32,8,16384" --out results/decode_flat_library_8k16k.json
 
 (``--library``: the library's ``flash_decode`` against the same call in waves; its rule takes the flat walk
 at the rows of at most 4k keys, ``flashlab.split_rule.flat_programs``, and the waves elsewhere.)
