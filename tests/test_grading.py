@@ -1385,9 +1385,9 @@ def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, ne
 
 def test_float32_work_on_float64_inputs_is_called_rounding_not_a_formula(tmp_path):
     source = (REPO / "solutions" / "ex03_tiled_forward.py").read_text()
-    old = "acc = np.zeros(q_i.shape[:-1] + (dv,), dtype=q.dtype)"
+    old = "s = scale * (q_i @ np.swapaxes(k[..., k0:k1, :], -1, -2))"
     assert old in source, "the solution changed: update this test"
-    (tmp_path / "ex03_tiled_forward.py").write_text(source.replace(old, old.replace("q.dtype", "np.float32")))
+    (tmp_path / "ex03_tiled_forward.py").write_text(source.replace(old, old + ".astype(np.float32)"))  # scores in float32
     result = check("ex03_tiled_forward", exercises_dir=tmp_path, seed=3).results[0]
     assert result["status"] == "failed" and result["failure"]["kind"] == "value", result["failure"]
     assert "rounding-sized, not a wrong formula" in result["failure"]["message"], result["failure"]
