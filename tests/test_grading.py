@@ -1392,6 +1392,8 @@ def test_float32_work_on_float64_inputs_is_called_rounding_not_a_formula(tmp_pat
     assert result["status"] == "failed" and result["failure"]["kind"] == "value", result["failure"]
     assert "rounding-sized, not a wrong formula" in result["failure"]["message"], result["failure"]
     assert "float64 here" in result["failure"]["message"]
+    rounding = [line for line in result["failures"] if "rounding-sized" in line]
+    assert rounding and all(line.endswith("rounding-sized again") for line in rounding), result["failures"]
 
 
 @pytest.mark.parametrize("seed", [3, 4, 5])

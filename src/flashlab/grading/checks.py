@@ -106,6 +106,7 @@ def _compare_array(part: Part, name: str, got, ref: np.ndarray, on_cuda: bool) -
 
 
 ROUNDING_SIZED = 1e-4  # in float64, an error below this times (1 + |expected|) everywhere is rounding, not a formula
+ROUNDING_MARK = "; every error is below"  # how that note starts in a message
 
 
 def _rounding_sized(dtype, err: np.ndarray, r: np.ndarray) -> str:
@@ -113,7 +114,7 @@ def _rounding_sized(dtype, err: np.ndarray, r: np.ndarray) -> str:
     a softmax compounds it): say so, since the numbers alone read as a wrong formula."""
     if dtype != np.float64 or not (err <= ROUNDING_SIZED * (1.0 + np.abs(np.nan_to_num(r)))).all():
         return ""
-    return (f"; every error is below {ROUNDING_SIZED:g} * (1 + |expected|): rounding-sized, not a wrong formula. Look "
+    return (f"{ROUNDING_MARK} {ROUNDING_SIZED:g} * (1 + |expected|): rounding-sized, not a wrong formula. Look "
             "for work done in float32 (an array, an accumulator or a constant made float32) or a constant written "
             "with few digits (log2(e) = 1.4426950408889634, not 1.4427): compute in the inputs' dtype, float64 here")
 
@@ -924,10 +925,13 @@ def grade_part(session: Session, exercise: Exercise, part: Part, seed: int, publ
                         and failure["message"].split(":", 1)[0] == first["message"].split(":", 1)[0])
                 same_mistake = failure.get("mistake") is not None and failure.get("mistake") == first.get("mistake")
                 same = same or bool(failure.get("relaunch") and first.get("relaunch"))  # the kernel launched again
+                text = failure["message"]
+                if ROUNDING_MARK in text and ROUNDING_MARK in first["message"]:  # said once, under the first failure
+                    text = text[:text.index(ROUNDING_MARK)] + "; rounding-sized again"
                 result["failures"].append(f"{group} check {case.label}: " + (
                     ("the same problem" if failure.get("relaunch") else "the same error at the same line") if same else
                     "looks like the same mistake" if same_mistake else
-                    "the same problem" if failure["message"] == first["message"] else clip_message(failure["message"])))
+                    "the same problem" if failure["message"] == first["message"] else clip_message(text)))
             if failure["kind"] in STOP_KINDS:
                 stopped = True
     for failure, output, where, group, label in deferred:  # the kernel launched again failed its contract
