@@ -1357,13 +1357,15 @@ def test_public_only_exit_status_says_whether_the_public_checks_pass(tmp_path, c
      "the chunk's max is not taken along each row"),
     ("ex09_backward_pieces", "    return p * (dp - D[..., None])", "    return p * (dp - dp.sum(axis=-1, keepdims=True))",
      "D is recomputed as rowsum(dP), without P"),
+    ("ex03_tiled_forward", "if causal and k0 > q1 - 1:", "if causal and k0 + block_k > q1:",
+     "the tile the diagonal crosses is never read"),
 ], ids=["no alpha rescale", "mask hides the diagonal", "partials unscaled", "partials unnormalised",
         "partial lse without max", "row sum not rescaled", "row not divided", "row padded with 0",
         "backward without D", "dK unscaled", "dV overwritten", "acc not divided", "tiled max not carried",
         "kernel max not carried", "causal kernel max not carried", "row max not carried", "split max not carried",
         "backward mask hides the diagonal", "backward P not masked", "ragged query block dropped",
         "ragged key block dropped", "online softmax sum not rescaled", "softmax global max", "attention global max",
-        "softmax max over rows", "online max shared by the rows", "dS with D from dP"])
+        "softmax max over rows", "online max shared by the rows", "dS with D from dP", "diagonal tile dropped"])
 def test_a_known_mistake_is_named_before_the_numbers(tmp_path, exercise, old, new, words):
     source = (REPO / "solutions" / f"{exercise}.py").read_text()
     assert old in source, "the solution changed: update this test"

@@ -400,7 +400,27 @@ _TILED = ((NO_RESCALE, no_rescale), (ACC_NOT_RESCALED, acc_not_rescaled), (L_NOT
           (MAX_NOT_CARRIED, max_not_carried),
           (NORMALISED_IN_LOOP, _normalised_in_loop("only")), (NORMALISED_IN_LOOP, _normalised_in_loop("and_after"))
           ) + _ATTENTION
-_TILED_LOOP = _TILED + ((RAGGED_ROWS_DROPPED, _ragged_dropped(rows=True)), (RAGGED_KEYS_DROPPED, _ragged_dropped(rows=False)))
+DIAGONAL_TILE_DROPPED = ("the causal loop stops at the first key tile that ends past the query block's last row (a "
+                         "test like k0 + block_k > q1), so the tile the diagonal crosses is never read: when block_k "
+                         "does not line up with the query blocks, rows miss keys up to their own position (and a row "
+                         "that reaches no tile is 0/0 = NaN). Skip a tile only when it starts past the block's last "
+                         "row: k0 > q1 - 1")
+
+
+def _tiled_causal(upper):
+    """Exercise 03's causal loop with the bound ``upper(b, hi, block_q, block_k)`` on the key tiles of query block b
+    (``_causal_kernel``, with the blocks of the call's arguments in place of a kernel's constexprs)."""
+    inner = _causal_kernel(upper)
+
+    def detector(kw, blocks):
+        if kw.get("block_q") is None or kw.get("block_k") is None:
+            return None
+        return inner(kw, {"BLOCK_M": kw["block_q"], "BLOCK_N": kw["block_k"]})
+    return detector
+
+
+_TILED_LOOP = _TILED + ((RAGGED_ROWS_DROPPED, _ragged_dropped(rows=True)), (RAGGED_KEYS_DROPPED, _ragged_dropped(rows=False)),
+                        (DIAGONAL_TILE_DROPPED, _tiled_causal(lambda b, hi, bm, bn: hi - bn + 1)))
 _KERNEL = _TILED + ((DIAGONAL_UNMASKED, diagonal_unmasked), (PADDED_KEYS_UNMASKED, padded_keys_unmasked),
                     (K_NOT_TRANSPOSED, k_not_transposed),
                     (EXP_WITH_LOG2E, exp_with_log2e),
