@@ -182,6 +182,8 @@ def test_flash_attention_runs_a_bottom_right_chunk_on_the_gluon_rung(Hkv, monkey
     pt = (torch.softmax((q @ kk.to(q.dtype).transpose(-2, -1)).float() / 128**0.5 + torch.where(
         mask, 0.0, float("-inf")), -1).to(q.dtype) @ vv.to(q.dtype))
     assert max_error(out, ref) <= allowed_error(ref, pt), f"Hkv={Hkv}: error {max_error(out, ref):.3g}"
+    _, lse = ladder.run(ladder.choose(q, k, v, spec), q, k, v, spec)  # what the backward will read: (B, H, Nq)
+    assert max_error(lse, torch.logsumexp(s, -1)) < 2e-3, f"Hkv={Hkv}: lse"
 
 
 @gpu
