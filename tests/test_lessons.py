@@ -439,3 +439,234 @@ def test_the_instructors_plan_has_every_notebook_and_exercise_with_the_notebooks
     for name in EXERCISES:
         if name != "selftest":
             assert f"`{name}`" in "\n".join(rows), f"{name} is not in the plan"
+
+
+# -- the tables behind notebooks 00, 01, 03 and 04 ------------------------------------------------
+def _numbers(line: str) -> list[float]:
+    """The numbers of one table line, thousands separators removed."""
+    import re
+
+    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e[+-]\d+)?", line.replace(",", ""))]
+
+
+def test_the_memory_table_gives_the_h200_sizes_as_queried_on_the_course_machine():
+    from flashlab import hardware
+    from flashlab.viz.style import format_bytes
+
+    # the values in bytes that hardware.py's docstring records from the H200 query
+    queried = {"registers, per SM": format_bytes(65_536 * 4), "shared memory (SRAM), per SM": format_bytes(233_472),
+               "shared memory, all SMs together": format_bytes(132 * 233_472), "L2 cache": format_bytes(62_914_560),
+               "HBM3e": "141 GB"}
+    lines = hardware.memory_table().splitlines()
+    assert len(lines) == len(queried)
+    for line, (name, size) in zip(lines, queried.items()):
+        assert line.startswith(name) and f" {size}   (" in line, (line, size)
+    assert "132 SMs" in lines[2]
+
+
+def test_the_ceilings_table_puts_each_ridge_point_at_flops_over_bandwidth_and_adds_a_bench_run():
+    import re
+
+    from flashlab import hardware
+
+    bench = {"ceilings": {"matmul_bf16_8192_tflops": 600.0, "copy_tb_per_s_read_plus_write": 4.0},
+             "environment": {"date_utc": "2026-01-02T03:04:05"}}
+    lines = hardware.ceilings_table(bench).splitlines()
+    assert len(lines) == 3
+    for line, (tflops, tbps) in zip(lines, ((790, 4.3), (989, 4.8), (600, 4.0))):
+        got = re.search(r"([\d.]+) TFLOP/s bf16 +([\d.]+) TB/s HBM +ridge point +(\d+) FLOP/byte", line)
+        assert got and [float(x) for x in got.groups()] == [tflops, tbps, round(tflops / tbps)], line
+    assert lines[2].startswith("H200 (bench run)") and "2026-01-02)" in lines[2]
+    assert len(hardware.ceilings_table(None).splitlines()) == 2
+
+
+def test_the_ceilings_table_rejects_a_results_entry_without_the_ceilings():
+    from flashlab import hardware
+
+    with pytest.raises(ValueError, match="bench"):
+        hardware.ceilings_table({"ceilings": {}})
+    with pytest.raises(ValueError, match="ceilings"):
+        hardware.ceilings_table(None, ceilings=())
+
+
+def test_the_naive_traffic_table_counts_s_and_p_twice_and_q_k_v_o_once():
+    from flashlab import traffic
+    from flashlab.viz.style import format_bytes
+
+    n, d, size = 96, 16, 2
+    lines = traffic.naive_traffic_table(n=n, d=d, itemsize=size).splitlines()
+    expected = {("write", "S"), ("read", "S"), ("write", "P"), ("read", "P")}
+    rows = {tuple(line.split()[:2]): line.split(maxsplit=2)[2].strip() for line in lines[:8]}
+    assert {k for k, b in rows.items() if b == format_bytes(n * n * size)} == expected
+    assert {k for k, b in rows.items() if b == format_bytes(n * d * size)} == {
+        ("read", "Q"), ("read", "K"), ("read", "V"), ("write", "O")}
+    total = size * (4 * n * n + 4 * n * d)
+    assert lines[8] == f"total {format_bytes(total)}; S and P are {4 * n * n / (4 * n * n + 4 * n * d):.1%} of it"
+    assert lines[9].startswith(f"arithmetic intensity: {4 * n * n * d / total:.0f} FLOP/byte")
+    with pytest.raises(ValueError, match="n"):
+        traffic.naive_traffic_table(n=0)
+
+
+def test_the_flops_and_bytes_table_has_equal_flops_and_k_v_reread_per_query_block():
+    from flashlab import traffic
+    from flashlab.viz.style import format_bytes
+
+    d, block = 16, 32
+    lines = traffic.flops_and_bytes_table(ns=(64, 200), d=d, block=block).splitlines()
+    assert len(lines) == 3 and lines[0].split()[0] == "N"
+    for line, n in zip(lines[1:], (64, 200)):
+        cells = line.split()
+        flops = 4 * n * n * d
+        naive = 2 * (4 * n * d + 4 * n * n)
+        flash = 2 * (2 * n * d + 2 * n * d * -(-n // block)) + 4 * n  # Q, O once; K, V per query block; fp32 lse
+        assert int(cells[0]) == n and float(cells[1]) == float(cells[2]) == float(f"{flops:.3e}")
+        assert " ".join(cells[3:5]) == format_bytes(naive) and " ".join(cells[5:7]) == format_bytes(flash)
+        assert cells[7] == f"{naive / flash:.1f}x"
+    with pytest.raises(ValueError, match="ns"):
+        traffic.flops_and_bytes_table(ns=())
+    with pytest.raises(ValueError, match="block"):
+        traffic.flops_and_bytes_table(block=0)
+
+
+def test_the_paper_accesses_table_follows_algorithm_1_with_the_papers_blocks():
+    from flashlab import traffic
+
+    n, d = 512, 16
+    lines = traffic.paper_accesses_table(n=n, d=d, sram_kib=(1, 4), itemsize=2).splitlines()
+    for line, kib in zip(lines, (1, 4)):
+        m = kib * 1024 // 2
+        block_c = -(-m // (4 * d))
+        kb = -(-n // block_c)  # key blocks; each pass reads Q, O, l, m and writes O, l, m back
+        flash = (n * d + 2 * n) + 2 * n * d + kb * (2 * n * d + 2 * n) + kb * (n * d + 2 * n)
+        bound = max(-(-(n * n * d * d) // m), 4 * n * d)
+        assert _numbers(line) == [kib, flash, bound, 4 * n * d + 4 * n * n], line
+    with pytest.raises(ValueError, match="sram_kib"):
+        traffic.paper_accesses_table(sram_kib=[])
+    with pytest.raises(ValueError, match="sram_kib"):
+        traffic.paper_accesses_table(sram_kib=(0,))
+
+
+def test_the_prefill_decode_table_gives_decode_no_saving_and_an_intensity_near_one():
+    from flashlab import traffic
+    from flashlab.viz.style import format_bytes
+
+    n, d, block = 256, 32, 64
+    lines = traffic.prefill_decode_table(n=n, d=d, block=block).splitlines()
+    for line, nq in zip(lines, (n, 1)):
+        naive = 2 * (nq * d + 2 * n * d + nq * d + 4 * nq * n)
+        flash = 2 * (2 * nq * d + 2 * n * d * -(-nq // block)) + 4 * nq
+        assert f"naive {format_bytes(naive):>10}, flash {format_bytes(flash):>10}" in line, line
+        assert f"ratio {naive / flash:6.1f}x" in line and f"{4 * nq * n * d / flash:6.1f} FLOP/byte" in line
+    with pytest.raises(ValueError, match="block"):
+        traffic.prefill_decode_table(block=0)
+
+
+def test_the_tiled_table_reports_the_error_against_naive_attention_on_the_same_draws():
+    from flashlab import tiled
+
+    cases = [(30, 30, 8, 8, 4), (7, 50, 16, 5, 8)]
+    lines = tiled.tiled_vs_naive_table(cases, seed=3).splitlines()
+    rng = np.random.default_rng(3)
+    expected = []
+    for nq, nk, _, _, d in cases:
+        q, k, v = rng.standard_normal((2, nq, d)), rng.standard_normal((2, nk, d)), rng.standard_normal((2, nk, d))
+        for causal in (False, True):
+            s = np.einsum("bqd,bkd->bqk", q, k) / np.sqrt(d)  # (B, Nq, Nk), softmax written out here
+            if causal:
+                s = np.where(np.arange(nk)[None, :] <= np.arange(nq)[:, None], s, -np.inf)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            expected.append((q, k, v, causal, p / p.sum(-1, keepdims=True) @ v))
+    assert len(lines) == 2 * len(cases)
+    for line, (nq, nk, block_q, block_k, d), causal in zip(lines, np.repeat(cases, 2, axis=0), (False, True) * 2):
+        assert line.startswith(f"Nq={nq:>3} Nk={nk:>3} block_q={block_q:>2} block_k={block_k:>2} d={d:>2} "
+                               f"causal={causal!s:<5}"), line
+        assert float(line.split("=")[-1]) < 1e-13, line
+    # the same draws through tiled_attention agree with the softmax written out above
+    for q, k, v, causal, o in expected[:2]:
+        assert np.abs(tiled.tiled_attention(q, k, v, causal=causal, block_q=8, block_k=8) - o).max() < 1e-13
+
+
+def test_the_tiled_table_rejects_a_case_that_is_not_five_sizes():
+    from flashlab import tiled
+
+    with pytest.raises(ValueError, match="cases"):
+        tiled.tiled_vs_naive_table([(1, 2, 3)])
+    with pytest.raises(ValueError, match="block_q"):
+        tiled.tiled_vs_naive_table([(4, 4, 0, 2, 2)])
+
+
+def test_the_causal_skip_table_counts_the_tiles_whose_every_entry_is_masked():
+    from flashlab import tiled
+
+    block = 32
+    lines = tiled.causal_skip_table(ns=(1, 100, 130), block=block).splitlines()
+    for line, n in zip(lines, (1, 100, 130)):
+        visible = np.tril(np.ones((n, n), dtype=bool))  # (N, N) top-left causal
+        nb = -(-n // block)
+        skipped = sum(not visible[i * block:(i + 1) * block, j * block:(j + 1) * block].any()
+                      for i in range(nb) for j in range(nb))
+        assert _numbers(line)[:5] == [n, block, block, skipped, nb * nb], line
+    with pytest.raises(ValueError, match="ns"):
+        tiled.causal_skip_table(ns=())
+    with pytest.raises(ValueError, match="block"):
+        tiled.causal_skip_table(block=0)
+
+
+def test_the_trace_tables_show_the_formula_bytes_and_the_naive_flops():
+    from flashlab import traffic
+    from flashlab.viz.style import format_bytes
+    from flashlab.viz.traffic_plots import bytes_by_tensor_table, trace_table, traced_forward
+
+    n, d, block = 128, 16, 32
+    traces = {"FA1": traced_forward(n, d, block, block, algorithm="fa1"),
+              "FA2": traced_forward(n, d, block, block, algorithm="fa2")}
+    formulas = {"FA1": traffic.fa1_forward_traffic(n, n, d, block_q=block, block_k=block, stat_itemsize=4),
+                "FA2": traffic.fa2_forward_traffic(n, n, d, block_q=block, block_k=block, stat_itemsize=4)}
+    lines = trace_table(traces).splitlines()
+    assert lines[0] == f"N = {n}, d = {d}, blocks {block} x {block}, fp16 tensors, fp32 statistics"
+    assert lines[1].split() == ["FA1", "FA2"]
+    for label, column in (("HBM bytes read", "read_bytes"), ("HBM bytes written", "write_bytes")):
+        row = next(line for line in lines if line.startswith(label))
+        assert row[22:] == "".join(f"{format_bytes(getattr(formulas[k], column)):>12}" for k in traces), row
+    assert _numbers(next(line for line in lines if line.startswith("matmul FLOPs"))) == [4 * n * n * d] * 2
+    for line, label in zip(bytes_by_tensor_table(traces).splitlines(), traces):
+        assert line.startswith(f"{label}:  ")
+        for (tensor, direction), nbytes in formulas[label].by_tensor.items():
+            assert f"{tensor} {direction} {format_bytes(nbytes)}" in line, (label, tensor, direction)
+
+
+def test_the_trace_tables_refuse_runs_of_different_shapes():
+    from flashlab.viz.traffic_plots import bytes_by_tensor_table, trace_table, traced_forward
+
+    with pytest.raises(ValueError, match="one shape"):
+        trace_table({"a": traced_forward(64, 8, 16, 16), "b": traced_forward(64, 8, 32, 16)})
+    with pytest.raises(ValueError, match="traces"):
+        bytes_by_tensor_table({})
+
+
+def test_the_formulas_table_names_a_formula_that_disagrees_with_its_trace(monkeypatch):
+    from flashlab import traffic
+    from flashlab.viz.traffic_plots import formulas_vs_traces_table
+
+    lines = formulas_vs_traces_table(trials=2, seed=5).splitlines()
+    assert len(lines) == 2 and all(line.endswith("formulas equal the traced bytes") for line in lines), lines
+    real = traffic.fa1_forward_traffic
+    monkeypatch.setattr(traffic, "fa1_forward_traffic", lambda *a, **kw: traffic.Traffic(real(*a, **kw).read_bytes + 1, 0))
+    for line in formulas_vs_traces_table(trials=2, seed=5).splitlines():
+        assert "DIFFER: fa1 traced" in line and "fa2" not in line and "backward" not in line, line
+    with pytest.raises(ValueError, match="trials"):
+        formulas_vs_traces_table(trials=0)
+
+
+def test_the_roofline_table_caps_each_kernel_at_the_measured_roof():
+    from flashlab.viz.roofline import roofline_data, roofline_table
+
+    data = roofline_data(n=512, d=32)
+    lines = roofline_table(data).splitlines()
+    assert len(lines) == len(data.points)
+    for line, p in zip(lines, data.points):
+        intensity, attainable = _numbers(line[45:])
+        assert line.startswith(p.name) and intensity == round(p.flops / p.hbm_bytes, 1)
+        assert attainable == round(min(790.0, p.flops / p.hbm_bytes * 4.3), 1), line
+    with pytest.raises(ValueError, match="data"):
+        roofline_table("not data")

@@ -52,18 +52,8 @@ print(format_text(diagnose()))
 
 # %%
 from flashlab import hardware
-from flashlab.viz.style import format_bytes
 
-h200 = hardware.H200
-rows = [
-    ("registers, per SM", format_bytes(h200.registers_per_sm), "CUDA programming guide"),
-    ("shared memory (SRAM), per SM", format_bytes(h200.smem_per_sm), h200.source),
-    ("shared memory, all SMs together", format_bytes(h200.smem_aggregate), f"{h200.sms} SMs x per-SM"),
-    ("L2 cache", format_bytes(hardware.H200_L2_BYTES), "queried on the course's H200"),
-    ("HBM3e", "141 GB", "NVIDIA H200 datasheet"),
-]
-for name, size, source in rows:
-    print(f"{name:<34} {size:>12}   ({source})")
+print(hardware.memory_table())
 
 # %% [markdown]
 # The aggregate shared memory is the per-SM size times the SM count; it is **not** one pool. A
@@ -72,18 +62,13 @@ for name, size, source in rows:
 # fit in that.
 #
 # ## Speeds: FLOPs are cheap, bytes are expensive
+#
+# `hardware.ceilings_table` lists the measured and the datasheet ceilings; given the committed
+# benchmark run that notebook 08 plots, it adds the same two ceilings as re-measured there.
 
 # %%
-for ceil in (hardware.H200_MEASURED, hardware.H200_DATASHEET):
-    print(f"{ceil.name:<18} {ceil.flops_per_s / 1e12:6.0f} TFLOP/s bf16   "
-          f"{ceil.hbm_bytes_per_s / 1e12:4.1f} TB/s HBM   "
-          f"ridge point {ceil.ridge_point:5.0f} FLOP/byte   ({ceil.source})")
-bench = course.load_results("bench_attention.json").get("bench_attention")
-if bench:  # the same two ceilings, re-measured in the run that notebook 08 plots
-    tflops, tbps = bench["ceilings"]["matmul_bf16_8192_tflops"], bench["ceilings"]["copy_tb_per_s_read_plus_write"]
-    print(f"{'H200 (bench run)':<18} {tflops:6.0f} TFLOP/s bf16   {tbps:4.1f} TB/s HBM   "
-          f"ridge point {tflops / tbps:5.0f} FLOP/byte   (benchmarks/results/bench_attention.json, "
-          f"{bench['environment']['date_utc'][:10]})")
+bench = course.load_results("bench_attention.json").get("bench_attention")  # None without the file
+print(hardware.ceilings_table(bench))
 
 # %% [markdown]
 # The *ridge point* is the number of FLOPs a kernel must do per byte it moves to or from HBM
@@ -97,6 +82,8 @@ if bench:  # the same two ceilings, re-measured in the run that notebook 08 plot
 # at the measured bandwidth? Change `n` and `heads`.
 
 # %%
+from flashlab.viz.style import format_bytes
+
 n, heads, itemsize = 8192, 32, 2  # tokens, heads, bytes per bf16 element
 matrix_bytes = n * n * itemsize * heads  # one N x N matrix per head
 seconds = 2 * matrix_bytes / hardware.H200_MEASURED.hbm_bytes_per_s  # written once, read once

@@ -86,19 +86,13 @@ for n in (1024, 4096, 16384):
 # ## Bytes: what crosses between HBM and the chip
 #
 # `flashlab.traffic.naive_traffic` counts every transfer of Algorithm 0: read Q and K, write S,
-# read S, write P, read P and V, write O. The table is per head, in fp16/bf16 (2 bytes per element).
+# read S, write P, read P and V, write O. `naive_traffic_table` prints its count tensor by tensor,
+# per head, in fp16/bf16 (2 bytes per element), with the total and the arithmetic intensity.
 
 # %%
-from flashlab.traffic import naive_traffic
+from flashlab.traffic import naive_traffic_table
 
-n, d = 4096, 128
-t = naive_traffic(n, n, d, itemsize=2)
-for (tensor, direction), nbytes in sorted(t.by_tensor.items(), key=lambda kv: -kv[1]):
-    print(f"{direction:<5} {tensor:<2} {format_bytes(nbytes):>10}")
-sp = sum(b for (tensor, _), b in t.by_tensor.items() if tensor in ("S", "P"))
-print(f"total {format_bytes(t.total)}; S and P are {sp / t.total:.1%} of it")
-print(f"arithmetic intensity: {attention_flops(n, n, d) / t.total:.0f} FLOP/byte "
-      "(the measured H200 ridge point is about 184 FLOP/byte: notebook 00)")
+print(naive_traffic_table(n=4096, d=128, itemsize=2))
 
 # %% [markdown]
 # Nearly all the bytes are the $N \times N$ matrices. They grow as $N^2$ while Q, K, V and O grow

@@ -11,14 +11,10 @@
 # the schedule step by step.
 
 # %%
-import numpy as np
-
 import flashlab
 from flashlab import course, tiled
-from flashlab.viz.style import format_bytes
 
 env = course.setup()
-rng = np.random.default_rng(0)
 
 # %% [markdown]
 # ## The FlashAttention-2 forward loop
@@ -33,18 +29,14 @@ rng = np.random.default_rng(0)
 #
 # Compare with the reference on fresh random inputs, including ragged last tiles (block sizes
 # that do not divide N), $N_q \ne N_k$, blocks larger than N, and causal masking. In float64
-# the differences are rounding only.
+# the differences are rounding only. Each line runs `flashlab.tiled_attention` and
+# `flashlab.naive_attention` on the same fresh inputs of shape `(2, N, d)` and gives the largest
+# absolute difference of their outputs:
 
 # %%
+# (Nq, Nk, block_q, block_k, d): ragged tiles, Nq != Nk, blocks larger than N, one exact fit
 cases = [(100, 100, 32, 32, 16), (100, 37, 16, 64, 8), (5, 200, 64, 7, 40), (64, 64, 64, 64, 64)]
-for nq, nk, block_q, block_k, d in cases:
-    q = rng.standard_normal((2, nq, d))  # (B, Nq, d)
-    k, v = rng.standard_normal((2, nk, d)), rng.standard_normal((2, nk, d))  # (B, Nk, d)
-    for causal in (False, True):
-        err = np.abs(flashlab.tiled_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
-                     - flashlab.naive_attention(q, k, v, causal=causal)).max()
-        print(f"Nq={nq:>3} Nk={nk:>3} block_q={block_q:>2} block_k={block_k:>2} d={d:>2} "
-              f"causal={causal!s:<5}  max |tiled - naive| = {err:.1e}")
+print(tiled.tiled_vs_naive_table(cases, seed=0))
 
 # %% [markdown]
 # ### Exercise 3: the tiled forward
@@ -95,17 +87,12 @@ predict("fa1_vs_fa2_bytes", None)  # your number
 # per element, as fp16, and 4 per row statistic):
 
 # %%
-from flashlab.viz.traffic_plots import traced_forward
+from flashlab.viz.traffic_plots import bytes_by_tensor_table, trace_table, traced_forward
 
 n, d, block = 1024, 64, 64  # the prediction's sizes (a trace, not a timed run: fast on any machine)
 t2 = traced_forward(n, d, block, block, algorithm="fa2")
 t1 = traced_forward(n, d, block, block, algorithm="fa1")
-print(f"N = {n}, d = {d}, blocks {block} x {block}, fp16 tensors, fp32 statistics")
-print(f"{'':<22}{'FA1':>12}{'FA2':>12}")
-print(f"{'HBM bytes read':<22}{format_bytes(t1.hbm_read_bytes):>12}{format_bytes(t2.hbm_read_bytes):>12}")
-print(f"{'HBM bytes written':<22}{format_bytes(t1.hbm_write_bytes):>12}{format_bytes(t2.hbm_write_bytes):>12}")
-print(f"{'matmul FLOPs':<22}{t1.flops:>12,}{t2.flops:>12,}")
-print(f"{'bytes touched in SRAM':<22}{format_bytes(t1.sram_bytes):>12}{format_bytes(t2.sram_bytes):>12}")
+print(trace_table({"FA1": t1, "FA2": t2}))
 
 # %% [markdown]
 # Same FLOPs, different bytes: here, with equal 64 x 64 blocks, FA1's loop order moves more,
@@ -165,9 +152,7 @@ print(warps.compare(n=256, d=64, warps=4, block_q=64, block_k=64))
 # block; FA2 reads K and V once per query block.
 
 # %%
-for name, t in (("FA1", t1), ("FA2", t2)):
-    parts = sorted(t.bytes_by_tensor().items(), key=lambda kv: -kv[1])
-    print(name + ":  " + ",  ".join(f"{tensor} {direction} {format_bytes(b)}" for (tensor, direction), b in parts))
+print(bytes_by_tensor_table({"FA1": t1, "FA2": t2}))
 
 # %% [markdown]
 # The reuse heatmap shows the same from the events: how many times each tile was loaded.
@@ -183,13 +168,11 @@ course.show(plot_reuse_heatmap(t2))
 # With `causal=True`, query row $i$ sees keys $j \le i$. A tile whose first key column lies past
 # its last query row is entirely masked: the loop never visits it, so its K and V are never
 # loaded and its FLOPs are never spent. Tiles that straddle the diagonal are computed with the
-# mask applied inside.
+# mask applied inside. `tiled.causal_skip_table` counts, for each N, the tiles (i, j) for which
+# `tiled.causal_tile_skipped` is true:
 
 # %%
-for n_c in (256, 1000, 4096):
-    nb = tiled.num_blocks(n_c, 64)
-    skipped = sum(tiled.causal_tile_skipped(i, j, 64, 64, n_c) for i in range(nb) for j in range(nb))
-    print(f"N = {n_c:>4}, 64 x 64 tiles: {skipped} of {nb * nb} tiles skipped ({skipped / nb**2:.0%})")
+print(tiled.causal_skip_table(ns=(256, 1000, 4096), block=64))
 
 # %% [markdown]
 # ### When $N_q \ne N_k$: which corner the diagonal starts from

@@ -12,8 +12,6 @@
 # (Proposition 3).
 
 # %%
-import numpy as np
-
 import flashlab
 from flashlab import course, hardware
 from flashlab import traffic as tr
@@ -21,29 +19,19 @@ from flashlab.flops import attention_flops
 from flashlab.viz.style import format_bytes
 
 env = course.setup()
-rng = np.random.default_rng(0)
 
 # %% [markdown]
 # ## The formulas equal the traced runs
 #
 # The traffic functions follow the accounting rules of `docs/ARCHITECTURE.md` transfer by
 # transfer. Check a few random shapes (ragged, causal, FA1, FA2 and the backward) against traced
-# NumPy runs:
+# NumPy runs: for each shape, the HBM bytes that `traced_forward(..., algorithm="fa2")` records
+# against `tr.fa2_forward_traffic(...).total`, and the same for FA1 and the backward:
 
 # %%
-from flashlab.viz.traffic_plots import traced_forward
+from flashlab.viz.traffic_plots import formulas_vs_traces_table, traced_forward
 
-formulas = {"fa2": tr.fa2_forward_traffic, "fa1": tr.fa1_forward_traffic, "backward": tr.backward_traffic}
-for trial in range(6):
-    n, d = int(rng.integers(20, 300)), int(rng.choice([16, 32, 64]))
-    block_q, block_k = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
-    causal = bool(rng.integers(2))
-    for algorithm, formula in formulas.items():
-        traced = traced_forward(n, d, block_q, block_k, causal=causal, algorithm=algorithm)
-        model = formula(n, n, d, block_q=block_q, block_k=block_k, causal=causal, itemsize=2, stat_itemsize=4)
-        assert traced.hbm_bytes == model.total, (algorithm, n, d, block_q, block_k, causal)
-    print(f"N={n:>3} d={d:>2} blocks {block_q}x{block_k} causal={causal!s:<5}: "
-          "FA1, FA2 and backward formulas equal the traced bytes")
+print(formulas_vs_traces_table(trials=6, seed=0))
 
 # %% [markdown]
 # ### Exercise 5: the traffic formula of the tiled forward
@@ -63,14 +51,7 @@ check("ex05_traffic")
 # fp16, 128 x 128 tiles, non-causal. The FLOPs are equal; the bytes are not.
 
 # %%
-d, block = 128, 128
-print(f"{'N':>6} {'naive FLOPs':>14} {'tiled FLOPs':>14} {'naive bytes':>12} {'flash bytes':>12} {'bytes saved':>12}")
-for n in (1024, 4096, 16384, 65536):
-    f_naive, f_tiled = attention_flops(n, n, d), attention_flops(n, n, d, block_q=block, block_k=block)
-    b_naive = tr.naive_traffic(n, n, d).total
-    b_flash = tr.fa2_forward_traffic(n, n, d, block_q=block, block_k=block, stat_itemsize=4).total
-    print(f"{n:>6} {f_naive:>14.3e} {f_tiled:>14.3e} {format_bytes(b_naive):>12} "
-          f"{format_bytes(b_flash):>12} {b_naive / b_flash:>11.1f}x")
+print(tr.flops_and_bytes_table(ns=(1024, 4096, 16384, 65536), d=128, block=128))
 
 # %% [markdown]
 # In this model the saving is only $2 B_q / d$ = 2x at d = 128 with 128-row query blocks: the
@@ -169,14 +150,11 @@ from flashlab.loop_order import loop_order_table
 print(loop_order_table(n=16384, d=64, sram_kib=(16, 32, 64, 128, 228)))
 
 # %% [markdown]
-# The paper's accesses (elements, FA1's order) against its lower bound and standard attention:
+# The paper's accesses (elements, FA1's order) against its lower bound and standard attention; an
+# SRAM of `sram_kib` KiB holds M = sram_kib x 1024 / 2 fp16 elements:
 
 # %%
-n, d = 16384, 64
-for sram_kib in (16, 32, 64, 128, 228):
-    m = sram_kib * 1024 // 2  # elements of 2 bytes
-    print(f"M = {sram_kib:>3} KiB: flash {tr.flash_hbm_accesses(n, d, m):>14,} accesses; "
-          f"lower bound {tr.io_lower_bound(n, d, m):>12,}; standard {tr.standard_hbm_accesses(n, d):,}")
+print(tr.paper_accesses_table(n=16384, d=64, sram_kib=(16, 32, 64, 128, 228), itemsize=2))
 
 # %%
 from flashlab.viz import plot_traffic_vs_sram
@@ -195,11 +173,10 @@ course.show(plot_traffic_vs_sram(n=16384, d=64))
 # notebook 09 returns to this.
 
 # %%
-from flashlab.viz import plot_roofline, roofline_data
+from flashlab.viz import plot_roofline, roofline_data, roofline_table
 
 data = roofline_data(n=4096, d=64)
-for p in data.points:
-    print(f"{p.name:<45} {p.intensity:8.1f} FLOP/byte -> at most {p.attainable / 1e12:6.1f} TFLOP/s")
+print(roofline_table(data))
 course.show(plot_roofline(data))
 
 # %% [markdown]
@@ -221,12 +198,7 @@ course.show(plot_moved_vs_touched(n=env.pick(cpu=512, gpu=1024), d=64))
 # $N_q = 1$. There is no N x N matrix to avoid, so there is little for FlashAttention to save:
 
 # %%
-n, d = 8192, 128
-for name, nq in (("prefill", n), ("decode", 1)):
-    naive = tr.naive_traffic(nq, n, d).total
-    flash = tr.fa2_forward_traffic(nq, n, d, block_q=128, block_k=128, stat_itemsize=4).total
-    print(f"{name:<8} Nq = {nq:>5}: naive {format_bytes(naive):>10}, flash {format_bytes(flash):>10}, "
-          f"ratio {naive / flash:6.1f}x, flash intensity {attention_flops(nq, n, d) / flash:6.1f} FLOP/byte")
+print(tr.prefill_decode_table(n=8192, d=128, block=128))
 
 # %% [markdown]
 # ## Self-test

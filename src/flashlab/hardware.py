@@ -33,6 +33,8 @@ session that benchmarked the course and are not in a results file, so re-query t
 (the call above) before relying on them. The *aggregate* over all SMs
 is per-SM x SM count: it is not one memory that a single thread block can use; each thread
 block sees at most its own SM's shared memory.
+
+Notebook 00 prints these numbers with :func:`memory_table` and :func:`ceilings_table`.
 """
 from __future__ import annotations
 
@@ -138,3 +140,53 @@ NCU_NAIVE_SCALE = DramMeasurement(
 NCU_FLASH = DramMeasurement(
     "FlashAttention-2 (pytorch_flash kernel, 128 x 128 tiles)",
     read_bytes=25_243_136, write_bytes=248_064, batch=1, heads=16, n=4096, d=64, itemsize=2)
+H200_HBM_BYTES = 141 * 10**9  # NVIDIA H200 datasheet: 141 GB of HBM3e (decimal GB)
+
+
+# -- tables for notebook 00 ------------------------------------------------------------------------
+def memory_table() -> str:
+    """The H200's memory hierarchy, one level a line: its size and where the number comes from.
+
+    Registers and shared memory per SM, shared memory summed over all SMs (not one pool: a thread
+    block sees only its own SM's), the L2 cache and the HBM.
+    """
+    from .viz.style import format_bytes
+
+    rows = [
+        ("registers, per SM", format_bytes(H200.registers_per_sm), "CUDA programming guide"),
+        ("shared memory (SRAM), per SM", format_bytes(H200.smem_per_sm), H200.source),
+        ("shared memory, all SMs together", format_bytes(H200.smem_aggregate), f"{H200.sms} SMs x per-SM"),
+        ("L2 cache", format_bytes(H200_L2_BYTES), "queried on the course's H200"),
+        ("HBM3e", f"{H200_HBM_BYTES / 1e9:.0f} GB", "NVIDIA H200 datasheet"),
+    ]
+    return "\n".join(f"{name:<34} {size:>12}   ({source})" for name, size, source in rows)
+
+
+def _ceiling_line(name: str, tflops: float, tbps: float, source: str) -> str:
+    return (f"{name:<18} {tflops:6.0f} TFLOP/s bf16   {tbps:4.1f} TB/s HBM   "
+            f"ridge point {tflops / tbps:5.0f} FLOP/byte   ({source})")
+
+
+def ceilings_table(bench: dict | None = None, ceilings=(H200_MEASURED, H200_DATASHEET)) -> str:
+    """Peak bf16 FLOP/s, HBM bandwidth and their ratio, the ridge point, one ceiling a line.
+
+    ``ceilings``: :class:`Ceilings` to list (the measured H200 and its datasheet by default).
+    ``bench``: the ``"bench_attention"`` entry of ``benchmarks/results/bench_attention.json``
+    (``course.load_results``), or None; when given, a last line shows the same two ceilings as
+    re-measured in that run (its matmul and copy anchors), dated.
+    """
+    if not ceilings or not all(isinstance(c, Ceilings) for c in ceilings):
+        raise ValueError(f"ceilings={ceilings!r} must be a non-empty sequence of hardware.Ceilings")
+    lines = [_ceiling_line(c.name, c.flops_per_s / 1e12, c.hbm_bytes_per_s / 1e12, c.source) for c in ceilings]
+    if bench is not None:
+        try:
+            tflops = float(bench["ceilings"]["matmul_bf16_8192_tflops"])
+            tbps = float(bench["ceilings"]["copy_tb_per_s_read_plus_write"])
+            date = str(bench["environment"]["date_utc"])[:10]
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError("bench must be the 'bench_attention' entry of bench_attention.json, with "
+                             "ceilings.matmul_bf16_8192_tflops, ceilings.copy_tb_per_s_read_plus_write and "
+                             f"environment.date_utc; reading it failed at {error!r}") from None
+        lines.append(_ceiling_line("H200 (bench run)", tflops, tbps,
+                                   f"benchmarks/results/bench_attention.json, {date}"))
+    return "\n".join(lines)

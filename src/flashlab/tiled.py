@@ -37,6 +37,9 @@ statistics are ignored), times the tracer's ``itemsize``. Per tile of rq x ck:
                  dP=dO V^T (rq dv + ck dv + rq ck), dS=P(dP-D) (3 rq ck), dQ+=dS K
                  (rq ck + ck d + 2 rq d), dK+=dS^T Q (rq ck + rq d + 2 ck d);
   backward preprocessing: D = rowsum(dO * O) (2 rq dv).
+
+Notebook 03's tables: :func:`tiled_vs_naive_table` (the error against the reference on random
+inputs) and :func:`causal_skip_table` (tiles a causal run skips).
 """
 from __future__ import annotations
 
@@ -379,3 +382,59 @@ def tiled_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.
     return (dq.reshape(*shape, nq, d).astype(dims.dtype, copy=False),
             dk.reshape(*shape, nk, d).astype(dims.dtype, copy=False),
             dvv.reshape(*shape, nk, dv).astype(dims.dtype, copy=False))
+
+
+# -- tables for notebook 03 ------------------------------------------------------------------------
+EXACTNESS_CASES = ((100, 100, 32, 32, 16), (100, 37, 16, 64, 8), (5, 200, 64, 7, 40), (64, 64, 64, 64, 64))
+
+
+def tiled_vs_naive_table(cases=EXACTNESS_CASES, seed: int = 0, batch: int = 2) -> str:
+    """max |tiled_attention - naive_attention| on fresh float64 random inputs, one line per case and
+    causal setting (False, then True).
+
+    ``cases``: (Nq, Nk, block_q, block_k, d) tuples; the defaults cover ragged last tiles, Nq != Nk
+    and blocks larger than N. Inputs are ``(batch, N, d)``, drawn from ``default_rng(seed)`` in
+    order: q, k, v of the first case, then of the next.
+    """
+    from .reference import naive_attention
+
+    try:
+        cases = [tuple(case) for case in cases]
+    except TypeError:
+        raise ValueError(f"cases={cases!r} must be a sequence of (Nq, Nk, block_q, block_k, d) tuples") from None
+    if not cases or any(len(case) != 5 for case in cases):
+        raise ValueError(f"cases={cases!r} must be a non-empty sequence of (Nq, Nk, block_q, block_k, d) tuples")
+    batch = check_positive_int("batch", batch)
+    rng = np.random.default_rng(seed)
+    lines = []
+    for case in cases:
+        nq, nk, block_q, block_k, d = (check_positive_int(f"{name} of case {case}", x)
+                                       for name, x in zip(("Nq", "Nk", "block_q", "block_k", "d"), case))
+        q = rng.standard_normal((batch, nq, d))  # (B, Nq, d)
+        k, v = rng.standard_normal((batch, nk, d)), rng.standard_normal((batch, nk, d))  # (B, Nk, d)
+        for causal in (False, True):
+            err = np.abs(tiled_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k)
+                         - naive_attention(q, k, v, causal=causal)).max()
+            lines.append(f"Nq={nq:>3} Nk={nk:>3} block_q={block_q:>2} block_k={block_k:>2} d={d:>2} "
+                         f"causal={causal!s:<5}  max |tiled - naive| = {err:.1e}")
+    return "\n".join(lines)
+
+
+def causal_skip_table(ns=(256, 1000, 4096), block: int = 64) -> str:
+    """Causal (top-left), Nq = Nk = N, ``block`` x ``block`` tiles: how many tiles
+    :func:`causal_tile_skipped` marks skipped, out of all, one line per N."""
+    block = check_positive_int("block", block)
+    try:
+        ns = tuple(ns)
+    except TypeError:
+        raise ValueError(f"ns={ns!r} must be a sequence of ints >= 1") from None
+    if not ns:
+        raise ValueError("ns=() must hold at least one sequence length")
+    lines = []
+    for n in ns:
+        n = check_positive_int("ns", n)
+        nb = num_blocks(n, block)
+        skipped = sum(causal_tile_skipped(i, j, block, block, n) for i in range(nb) for j in range(nb))
+        lines.append(f"N = {n:>4}, {block} x {block} tiles: {skipped} of {nb * nb} tiles skipped "
+                     f"({skipped / nb**2:.0%})")
+    return "\n".join(lines)

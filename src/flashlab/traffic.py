@@ -20,6 +20,9 @@ Paper view (Dao et al. 2022, Section 3.2): SRAM holds M ELEMENTS (not bytes); Fl
 block_k = Bc = ceil(M / (4d)) and block_q = Br = min(Bc, d) and makes Theta(N^2 d^2 / M) HBM
 accesses (Theorem 2) against Theta(N d + N^2) for standard attention; Proposition 3: no exact
 attention algorithm makes o(N^2 d^2 / M) accesses for all M in [d, N d].
+
+Tables of these counts for notebooks 01 and 04: :func:`naive_traffic_table`,
+:func:`flops_and_bytes_table`, :func:`paper_accesses_table`, :func:`prefill_decode_table`.
 """
 from __future__ import annotations
 
@@ -225,3 +228,88 @@ def io_lower_bound(n: int, d: int, sram_elements: int) -> int:
     n, d = check_positive_int("n", n), check_positive_int("d", d)
     m = check_positive_int("sram_elements", sram_elements)
     return max(-(-(n * n * d * d) // m), 4 * n * d)
+
+
+# -- tables for notebooks 01 and 04 ----------------------------------------------------------------
+def _sizes_arg(name: str, values) -> tuple[int, ...]:
+    """A non-empty sequence of positive ints (sequence lengths, SRAM sizes)."""
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise ValueError(f"{name}={values!r} must be a sequence of ints >= 1") from None
+    if not values:
+        raise ValueError(f"{name}={values!r} must hold at least one size")
+    return tuple(check_positive_int(name, v) for v in values)
+
+
+def naive_traffic_table(n: int = 4096, d: int = 128, itemsize: int = 2) -> str:
+    """:func:`naive_traffic` of one head, Nq = Nk = n, tensor by tensor, largest first; then the
+    total, the share of it that S and P make, and the arithmetic intensity (matmul FLOPs per HBM
+    byte) beside the measured H200's ridge point."""
+    from .flops import attention_flops
+    from .hardware import H200_MEASURED
+    from .viz.style import format_bytes
+
+    n, d = check_positive_int("n", n), check_positive_int("d", d)
+    t = naive_traffic(n, n, d, itemsize=itemsize)
+    parts = sorted(t.by_tensor.items(), key=lambda kv: -kv[1])
+    lines = [f"{direction:<5} {tensor:<2} {format_bytes(nbytes):>10}" for (tensor, direction), nbytes in parts]
+    sp = sum(b for (tensor, _), b in t.by_tensor.items() if tensor in ("S", "P"))
+    lines.append(f"total {format_bytes(t.total)}; S and P are {sp / t.total:.1%} of it")
+    lines.append(f"arithmetic intensity: {attention_flops(n, n, d) / t.total:.0f} FLOP/byte "
+                 f"(the measured H200 ridge point is about {H200_MEASURED.ridge_point:.0f} FLOP/byte: notebook 00)")
+    return "\n".join(lines)
+
+
+def flops_and_bytes_table(ns=(1024, 4096, 16384, 65536), d: int = 128, block: int = 128, itemsize: int = 2) -> str:
+    """Naive against tiled attention for one head, Nq = Nk = N, non-causal, one line per N: matmul
+    FLOPs of both (equal), HBM bytes of both (:func:`naive_traffic`, :func:`fa2_forward_traffic`
+    with ``block`` x ``block`` tiles and fp32 statistics) and how many times fewer the tiled moves."""
+    from .flops import attention_flops
+    from .viz.style import format_bytes
+
+    ns, d, block = _sizes_arg("ns", ns), check_positive_int("d", d), check_positive_int("block", block)
+    lines = [f"{'N':>6} {'naive FLOPs':>14} {'tiled FLOPs':>14} {'naive bytes':>12} {'flash bytes':>12} "
+             f"{'bytes saved':>12}"]
+    for n in ns:
+        f_naive, f_tiled = attention_flops(n, n, d), attention_flops(n, n, d, block_q=block, block_k=block)
+        b_naive = naive_traffic(n, n, d, itemsize=itemsize).total
+        b_flash = fa2_forward_traffic(n, n, d, block_q=block, block_k=block, itemsize=itemsize, stat_itemsize=4).total
+        lines.append(f"{n:>6} {f_naive:>14.3e} {f_tiled:>14.3e} {format_bytes(b_naive):>12} "
+                     f"{format_bytes(b_flash):>12} {b_naive / b_flash:>11.1f}x")
+    return "\n".join(lines)
+
+
+def paper_accesses_table(n: int = 16384, d: int = 64, sram_kib=(16, 32, 64, 128, 228), itemsize: int = 2) -> str:
+    """The paper's view, one line per SRAM size: HBM accesses (elements) of FlashAttention with the
+    paper's block sizes (:func:`flash_hbm_accesses`), the lower bound (:func:`io_lower_bound`) and
+    standard attention (:func:`standard_hbm_accesses`). An SRAM of ``sram_kib`` KiB holds
+    M = sram_kib * 1024 / itemsize elements."""
+    n, d = check_positive_int("n", n), check_positive_int("d", d)
+    sram_kib, itemsize = _sizes_arg("sram_kib", sram_kib), check_positive_int("itemsize", itemsize)
+    standard = standard_hbm_accesses(n, d)
+    lines = []
+    for kib in sram_kib:
+        m = kib * 1024 // itemsize
+        if m < 1:
+            raise ValueError(f"sram_kib={kib} holds no {itemsize}-byte element")
+        lines.append(f"M = {kib:>3} KiB: flash {flash_hbm_accesses(n, d, m):>14,} accesses; "
+                     f"lower bound {io_lower_bound(n, d, m):>12,}; standard {standard:,}")
+    return "\n".join(lines)
+
+
+def prefill_decode_table(n: int = 8192, d: int = 128, block: int = 128, itemsize: int = 2) -> str:
+    """Prefill (Nq = Nk = n) against decode (one query row, Nk = n), one head: HBM bytes of naive
+    and of the FlashAttention-2 forward (``block`` x ``block`` tiles, fp32 statistics), their
+    ratio, and the flash forward's arithmetic intensity (matmul FLOPs per HBM byte)."""
+    from .flops import attention_flops
+    from .viz.style import format_bytes
+
+    n, d, block = check_positive_int("n", n), check_positive_int("d", d), check_positive_int("block", block)
+    lines = []
+    for name, nq in (("prefill", n), ("decode", 1)):
+        naive = naive_traffic(nq, n, d, itemsize=itemsize).total
+        flash = fa2_forward_traffic(nq, n, d, block_q=block, block_k=block, itemsize=itemsize, stat_itemsize=4).total
+        lines.append(f"{name:<8} Nq = {nq:>5}: naive {format_bytes(naive):>10}, flash {format_bytes(flash):>10}, "
+                     f"ratio {naive / flash:6.1f}x, flash intensity {attention_flops(nq, n, d) / flash:6.1f} FLOP/byte")
+    return "\n".join(lines)

@@ -26,7 +26,7 @@ _EXPORTS = {
     "traffic_vs_n_data": "traffic_plots", "plot_traffic_vs_n": "traffic_plots",
     "traffic_vs_sram_data": "traffic_plots", "plot_traffic_vs_sram": "traffic_plots",
     "moved_vs_touched_data": "traffic_plots", "plot_moved_vs_touched": "traffic_plots",
-    "roofline_data": "roofline", "plot_roofline": "roofline",
+    "roofline_data": "roofline", "roofline_table": "roofline", "plot_roofline": "roofline",
     "tile_schedule_widget": "widgets", "traffic_vs_n_widget": "widgets",
     "format_bytes": "style",
     "ring_schedule_data": "ring", "plot_ring_schedule": "ring", "ring_results_table": "ring",

@@ -137,6 +137,18 @@ def roofline_data(n: int = 4096, d: int = 64, itemsize: int = 2, causal: bool = 
     return RooflineData(tuple(points), ceilings, n, d, itemsize, causal, block_q, block_k, prefill, decode)
 
 
+def roofline_table(data: RooflineData | None = None, **kwargs) -> str:
+    """One line per kernel of :func:`roofline_data`: arithmetic intensity (FLOPs per HBM byte) and
+    the attainable FLOP/s under the roof, min(peak, intensity x bandwidth). ``kwargs`` go to
+    :func:`roofline_data` when ``data`` is None."""
+    if data is None:
+        data = roofline_data(**kwargs)
+    elif not isinstance(data, RooflineData) or kwargs:
+        raise ValueError(f"data={data!r} must be a RooflineData (from roofline_data), with no other arguments")
+    return "\n".join(f"{p.name:<45} {p.intensity:8.1f} FLOP/byte -> at most {p.attainable / 1e12:6.1f} TFLOP/s"
+                     for p in data.points)
+
+
 def plot_roofline(data: RooflineData | None = None, figsize=(9, 6.8), dpi: int = 100, **kwargs):
     """View 5: the roofline with one marker per kernel. ``kwargs`` go to :func:`roofline_data`."""
     import numpy as np

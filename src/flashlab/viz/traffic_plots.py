@@ -12,6 +12,10 @@
 Block sizes from an SRAM size M (in elements) follow the paper: ``paper_block_sizes(M, d)``
 (block_k = ceil(M / 4d), block_q = min(block_k, d)). Every data function returns plain numbers so
 that tests can tie each plotted value to a formula or a trace.
+
+Tables of traced runs (notebooks 03 and 04): :func:`trace_table` (FA1 against FA2 side by side),
+:func:`bytes_by_tensor_table`, :func:`formulas_vs_traces_table` (the formulas of
+:mod:`flashlab.traffic` against traces on random shapes).
 """
 from __future__ import annotations
 
@@ -63,6 +67,83 @@ def traced_hbm_bytes(n: int, d: int, block_q: int, block_k: int, causal: bool, i
     moved back to a setting it has shown redraws without tracing again. (The bytes depend on
     the shape only, never on the random values.)"""
     return traced_forward(n, d, block_q, block_k, causal, itemsize).hbm_bytes
+
+
+# -- trace tables (notebooks 03 and 04) ----------------------------------------------------------
+_FLOAT_NAMES = {1: "fp8", 2: "fp16", 4: "fp32", 8: "fp64"}
+
+
+def _traces_arg(traces) -> dict:
+    """{label: TrafficTracer} of finished runs that share one shape."""
+    from ..tracer import TrafficTracer
+
+    if not isinstance(traces, dict) or not traces or not all(
+            isinstance(t, TrafficTracer) and t.meta for t in traces.values()):
+        raise ValueError(f"traces={traces!r} must be a non-empty dict of label -> TrafficTracer of a finished run")
+    shapes = {tuple(t.meta.get(key) for key in ("Nq", "Nk", "d", "block_q", "block_k", "itemsize", "stat_itemsize"))
+              for t in traces.values()}
+    if len(shapes) > 1:
+        raise ValueError(f"traces must share one shape (Nq, Nk, d, block_q, block_k, itemsizes); got {sorted(shapes)}")
+    return traces
+
+
+def trace_table(traces) -> str:
+    """Side by side, one column per traced run of the same shape (``traces``: {label: tracer},
+    e.g. ``{"FA1": t1, "FA2": t2}`` from :func:`traced_forward`): HBM bytes read and written,
+    matmul FLOPs and bytes touched in SRAM, under a line that gives the shape."""
+    meta = next(iter(_traces_arg(traces).values())).meta
+    sizes = f"N = {meta['Nq']}" if meta["Nq"] == meta["Nk"] else f"Nq = {meta['Nq']}, Nk = {meta['Nk']}"
+    kinds = [_FLOAT_NAMES.get(meta[key], f"{meta[key]}-byte") for key in ("itemsize", "stat_itemsize")]
+    lines = [f"{sizes}, d = {meta['d']}, blocks {meta['block_q']} x {meta['block_k']}, "
+             f"{kinds[0]} tensors, {kinds[1]} statistics",
+             f"{'':<22}" + "".join(f"{label:>12}" for label in traces)]
+    rows = (("HBM bytes read", lambda t: style.format_bytes(t.hbm_read_bytes)),
+            ("HBM bytes written", lambda t: style.format_bytes(t.hbm_write_bytes)),
+            ("matmul FLOPs", lambda t: f"{t.flops:,}"),
+            ("bytes touched in SRAM", lambda t: style.format_bytes(t.sram_bytes)))
+    for name, cell in rows:
+        lines.append(f"{name:<22}" + "".join(f"{cell(t):>12}" for t in traces.values()))
+    return "\n".join(lines)
+
+
+def bytes_by_tensor_table(traces) -> str:
+    """One line per traced run (``traces``: {label: tracer}): its HBM bytes per (tensor,
+    direction), largest first."""
+    lines = []
+    for label, t in _traces_arg(traces).items():
+        parts = sorted(t.bytes_by_tensor().items(), key=lambda kv: -kv[1])
+        lines.append(f"{label}:  " + ",  ".join(f"{tensor} {direction} {style.format_bytes(b)}"
+                                                 for (tensor, direction), b in parts))
+    return "\n".join(lines)
+
+
+def formulas_vs_traces_table(trials: int = 6, seed: int = 0) -> str:
+    """The traffic formulas of :mod:`flashlab.traffic` (FA1 and FA2 forward, backward) against
+    traced NumPy runs (:func:`traced_forward`) on ``trials`` random shapes, one line per shape:
+    whether all three formulas equal the traced bytes, else the traced and formula bytes of each
+    that differs. Shapes from ``default_rng(seed)``: N in [20, 300), d, block_q and block_k in
+    {16, 32, 64}, causal or not."""
+    from .. import traffic as tr
+
+    trials = _positive_int("trials", trials)
+    formulas = {"fa2": tr.fa2_forward_traffic, "fa1": tr.fa1_forward_traffic, "backward": tr.backward_traffic}
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(trials):
+        n, d = int(rng.integers(20, 300)), int(rng.choice([16, 32, 64]))
+        block_q, block_k = int(rng.choice([16, 32, 64])), int(rng.choice([16, 32, 64]))
+        causal = bool(rng.integers(2))
+        differ = []
+        for algorithm, formula in formulas.items():
+            traced = traced_forward(n, d, block_q, block_k, causal=causal, algorithm=algorithm).hbm_bytes
+            model = formula(n, n, d, block_q=block_q, block_k=block_k, causal=causal, itemsize=2,
+                            stat_itemsize=4).total
+            if traced != model:
+                differ.append(f"{algorithm} traced {traced:,} B, formula {model:,} B")
+        verdict = ("FA1, FA2 and backward formulas equal the traced bytes" if not differ
+                   else "DIFFER: " + "; ".join(differ))
+        lines.append(f"N={n:>3} d={d:>2} blocks {block_q}x{block_k} causal={causal!s:<5}: {verdict}")
+    return "\n".join(lines)
 
 
 # -- view 3: traffic vs N ------------------------------------------------------------------------
