@@ -439,3 +439,48 @@ def test_the_instructors_plan_has_every_notebook_and_exercise_with_the_notebooks
     for name in EXERCISES:
         if name != "selftest":
             assert f"`{name}`" in "\n".join(rows), f"{name} is not in the plan"
+
+
+# ------------------------------------------------------------------ notebook 07 and 09's tables
+
+
+def test_matmul_table_counts_two_five_and_seven_matmuls_and_their_flop_ratios():
+    lines = derive.matmul_table().splitlines()
+    counts = {line.split()[0]: (int(line.split()[1]), line.split(": ", 1)[1].split("; ")) for line in lines[:3]}
+    assert {name: c for name, (c, _) in counts.items()} == {"forward": 2, "fa2_backward": 5, "course_backward": 7}
+    assert all(len(products) == c for c, products in counts.values()), "each count must list that many products"
+    assert f"{(2 + 5) / 2} with FA2's 5" in lines[3] and f"{(2 + 7) / 2} with the course's 7" in lines[3], lines[3]
+
+
+def test_backward_error_table_finds_the_numpy_backwards_exact_and_a_wrong_one_off(monkeypatch):
+    pytest.importorskip("torch")
+    from flashlab import tiled
+
+    def errors(text):
+        return {tuple(line.split(":")[0].split()): [float(x.split()[-1]) for x in line.split(":")[1].split(",")]
+                for line in text.splitlines()}
+
+    good = errors(derive.backward_error_table(n_q=21, n_k=13, d=4, batch=2, block_q=8, block_k=4, seed=1))
+    assert len(good) == 4 and all(max(e) < 1e-13 for e in good.values()), good
+    right = tiled.tiled_attention_backward
+    monkeypatch.setattr(tiled, "tiled_attention_backward", lambda *a, **kw: tuple(1.01 * g for g in right(*a, **kw)))
+    bad = errors(derive.backward_error_table(n_q=21, n_k=13, d=4, batch=2, block_q=8, block_k=4, seed=1))
+    for (causal, name), errs in bad.items():
+        assert (min(errs) > 1e-4) == (name == "tiled"), f"{causal} {name}: {errs}"
+    with pytest.raises(ValueError, match="block_q"):
+        derive.backward_error_table(block_q=0)
+
+
+def test_recompute_cost_table_counts_four_and_five_matmuls_and_the_bytes_of_p_and_lse():
+    d = 64
+    lines = derive.recompute_cost_table(ns=(256, 1024), d=d, block=64).splitlines()[1:]
+    for line, n in zip(lines, (256, 1024), strict=True):
+        cells = line.split()
+        assert int(cells[0]) == n
+        assert " ".join(cells[1:3]) == f"{n * n * 2 / 2**20:g} MiB" or n * n * 2 < 2**20, line
+        assert float(cells[5]) == pytest.approx(4 * 2 * n * n * d, rel=1e-3), "naive: 4 matmuls of 2 N^2 d"
+        assert float(cells[6]) == pytest.approx(5 * 2 * n * n * d, rel=1e-3), "flash: FA2's 5 matmuls"
+    assert lines[0].split()[3:5] == ["1", "KiB"] and lines[1].split()[3:5] == ["4", "KiB"], "lse: N float32"
+    with pytest.raises(ValueError, match="ns"):
+        derive.recompute_cost_table(ns=())
+
