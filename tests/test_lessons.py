@@ -484,3 +484,73 @@ def test_recompute_cost_table_counts_four_and_five_matmuls_and_the_bytes_of_p_an
     with pytest.raises(ValueError, match="ns"):
         derive.recompute_cost_table(ns=())
 
+
+def test_decode_traffic_table_shows_one_flop_per_byte_and_naive_near_flash():
+    from flashlab import decode_results
+
+    d = 64
+    for line, n in zip(decode_results.traffic_table(ns=(512, 4096), d=d, block=64).splitlines()[1:], (512, 4096),
+                       strict=True):
+        cells = line.split()
+        ratio, intensity = float(cells[-2].rstrip("x")), float(cells[-1])
+        kv_bytes = 2 * n * d * 2  # K and V in fp16, the least a step reads
+        assert 1.0 <= ratio < 1.05, f"N={n}: naive moves {ratio}x flash; at decode S is one row"
+        assert 4 * n * d / kv_bytes * 0.98 < intensity <= 4 * n * d / kv_bytes, line
+    with pytest.raises(ValueError, match="ns"):
+        decode_results.traffic_table(ns=(0,))
+
+
+def test_cache_floor_table_divides_the_cache_by_the_datasheet_bandwidth():
+    from flashlab import decode_results
+
+    lines = decode_results.cache_floor_table(heads=16, n_ctx=4096, d=64, itemsize=2, kv_heads=(16, 4, 1)).splitlines()
+    for line, h_kv in zip(lines, (16, 4, 1), strict=True):
+        us = float(line.split(">=")[1].split()[0])
+        assert us == pytest.approx(2 * h_kv * 4096 * 64 * 2 / 4.8e12 * 1e6, abs=0.06), line  # 4.8 TB/s
+    assert lines[1].startswith("grouped-query (GQA, 4 kv heads)") and lines[2].startswith("multi-query")
+    with pytest.raises(ValueError, match="kv_heads"):
+        decode_results.cache_floor_table(heads=16, kv_heads=(5,))
+
+
+def test_split_kv_decode_equals_attention_for_any_number_of_splits():
+    from flashlab import decode
+
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, 8)), rng.standard_normal((3, 50, 8)), rng.standard_normal((3, 50, 8))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(8)  # (3, 2, 50)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = p / p.sum(-1, keepdims=True) @ v  # (3, 2, 8)
+    for splits in (1, 3, 7, 50):
+        assert np.abs(decode.split_kv_decode(q, k, v, splits) - ref).max() < 1e-13, splits
+    with pytest.raises(ValueError, match="splits"):
+        decode.split_kv_decode(q, k, v, 51)
+
+
+def test_split_kv_table_reports_errors_at_rounding_and_the_program_counts():
+    from flashlab import decode_results
+
+    lines = decode_results.split_kv_table(splits=(1, 5), n_cache=40, d=8, heads=2, seed=2, model_heads=8,
+                                          model_splits=4).splitlines()
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 40, 8)), rng.standard_normal((2, 40, 8))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(8)
+    ref = np.exp(s - s.max(-1, keepdims=True)) / np.exp(s - s.max(-1, keepdims=True)).sum(-1, keepdims=True) @ v
+    assert np.abs(naive_attention(q, k, v) - ref).max() < 1e-14, "the table's reference is softmax attention"
+    assert [int(line.split()[0]) for line in lines[:2]] == [1, 5]
+    assert all(float(line.split("=")[-1]) < 1e-14 for line in lines[:2]), lines
+    assert lines[2].startswith("programs at batch 1, 8 heads: 8 without splitting, 32 with 4 splits"), lines[2]
+    with pytest.raises(ValueError, match="n_cache"):
+        decode_results.split_kv_table(n_cache=0)
+
+
+def test_naive_vs_flash_live_rejects_bad_shapes_and_needs_a_gpu():
+    torch = pytest.importorskip("torch")
+    from flashlab import decode_results
+
+    with pytest.raises(ValueError, match=r"shapes\[0\]"):
+        decode_results.naive_vs_flash_live(shapes=(("decode", 0, 128),))
+    with pytest.raises(ValueError, match="shapes"):
+        decode_results.naive_vs_flash_live(shapes=())
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            decode_results.naive_vs_flash_live()
