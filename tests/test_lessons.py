@@ -1,6 +1,7 @@
 """Library code behind the lesson cells: warps, causal alignment, the backward derivation,
 the committed-results tables and the card's claims."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -554,3 +555,34 @@ def test_naive_vs_flash_live_rejects_bad_shapes_and_needs_a_gpu():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):
             decode_results.naive_vs_flash_live()
+
+
+def test_timing_spread_line_names_the_median_and_largest_spread_of_one_kernel_timed_twice():
+    def row(n, first, second):
+        return {"dtype": "bfloat16", "d": 128, "n": n, "causal": False,
+                "results": {"hopper": {"fwd_ms": first}, "rung:v4_hopper": {"fwd_ms": second}}}
+
+    bench = {"rows": [row(4096, 1.0, 1.02), row(8192, 2.0, 2.2), row(16384, 4.0, 4.04), row(1024, 1.0, 3.0)]}
+    line = perf.timing_spread_line(bench, n_min=4096)
+    # spreads at N >= 4096: 2 %, 10 %, 1 %; the N = 1024 row (200 %) is below n_min
+    assert line == "same kernel: median spread 2.0%, largest 10.0% at ('hopper', 'bfloat16', 128, 8192, False)", line
+    assert perf.timing_spread_line({"rows": [row(1024, 1.0, 3.0)]}) == ""
+    with pytest.raises(ValueError, match="n_min"):
+        perf.timing_spread_line(bench, n_min=0)
+
+
+def test_committed_attention_results_give_notebook_08_a_spread_line():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_attention.json"
+    if not path.exists():
+        pytest.skip("no committed bench_attention.json")
+    bench = json.loads(path.read_text())
+    spreads = []
+    for r in bench["rows"]:
+        for pair in (("hopper", "rung:v4_hopper"), ("gluon", "rung:v5_gluon_ws")):
+            times = [r.get("results", {}).get(name, {}).get("fwd_ms") for name in pair]
+            if all(times) and r["n"] >= 4096:
+                spreads.append(max(times) / min(times) - 1)
+    line = perf.timing_spread_line(bench)
+    assert (line == "") == (not spreads)
+    if spreads:
+        assert f"largest {max(spreads):.1%}" in line, line
