@@ -113,3 +113,24 @@ def test_ring_schedule_picture_data_matches_the_schedule():
     assert "|" not in table, "the table is printed as text: no Markdown pipes"
     assert row.split() == ["1,024", "yes", "zigzag", "2.00", "1.00", "2.00x", "-", "0.10", "fits"]
     assert header.index("1 GPU/ring") + len("1 GPU/ring") == row.index("2.00x") + len("2.00x"), table
+
+
+def test_work_table_lists_each_ranks_causal_work_per_layout():
+    lines = ring.work_table(world_size=4, causal=True).splitlines()
+    per_rank = {line.split(":")[0].strip(): [float(x) for x in line.split("rank ")[1].strip("[]").split(",")]
+                for line in lines}
+    # contiguous: rank r holds r full blocks below the diagonal and half a diagonal block
+    assert per_rank["contiguous"] == [r + 0.5 for r in range(4)]
+    # zigzag: every rank the same share of the causal half, W^2 / 2 blocks in all
+    assert per_rank["zigzag"] == pytest.approx([4 * 4 / 2 / 4] * 4)
+    with pytest.raises(ValueError, match="layouts"):
+        ring.work_table(layouts=("striped",))
+
+
+def test_demo_table_prints_each_ranks_rows_and_error(monkeypatch):
+    results = [{"rows": 64, "max_error": 1.25e-7}, {"rows": 64, "max_error": 3.0e-7}]
+    monkeypatch.setattr(ring, "demo", lambda **kw: results)
+    assert ring.demo_table(world_size=2, n=128).splitlines() == [
+        f"rank {r}: 64 query rows, max error against one device {e['max_error']:.1e}" for r, e in enumerate(results)]
+    with pytest.raises(ValueError, match="layout"):
+        ring.demo_table(layout="striped")

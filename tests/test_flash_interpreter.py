@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
+from flashlab.kernels import attention as attention_module  # noqa: E402
 from flashlab.kernels import ladder  # noqa: E402
 from flashlab.kernels.attention import (  # noqa: E402
     allowed_error, attention_reference, check_inputs, flash_attention, max_error,
@@ -315,3 +316,86 @@ def test_error_table_lists_every_entry_and_flags_one_off_the_reference(monkeypat
 
     monkeypatch.setitem(ladder.RUNGS, "v0_grid_bh", off)
     assert [r.split()[-1] for r in ladder.error_table(q, k, v, (True,)).splitlines()[1:]].count("LARGE") == 1
+
+
+# ------------------------------------------------------------------ notebook 06 and 07's tables
+
+
+def _numbers(line: str, after: str) -> list[float]:
+    """The numbers printed after each occurrence of ``after`` in ``line``."""
+    return [float(part.split()[0].rstrip(",")) for part in line.split(after)[1:]]
+
+
+def _reference64(q, k, v, causal):
+    """Softmax attention in float64 written out here (GQA by repeating k, v; causal top-left)."""
+    group = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), k.repeat_interleave(group, 1).double(), v.repeat_interleave(group, 1).double()
+    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5  # (B, H, Nq, Nk)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v  # (B, H, Nq, d)
+
+
+def test_head_sharing_table_reports_flash_attentions_error_on_mha_gqa_and_mqa():
+    text = ladder.head_sharing_table(n_q=20, n_k=28, d=16, heads=4, kv_heads=(4, 2, 1), device=DEVICE,
+                                     dtype=torch.float32, seed=3)
+    lines = text.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["MHA", "GQA", "MQA"], text
+    g = torch.Generator().manual_seed(3)
+    for line, h_kv in zip(lines, (4, 2, 1)):
+        q = torch.randn(1, 4, 20, 16, generator=g).to(DEVICE)
+        k, v = (torch.randn(1, h_kv, 28, 16, generator=g).to(DEVICE) for _ in range(2))
+        err = (flash_attention(q, k, v, causal=True).double() - _reference64(q, k, v, True)).abs().max().item()
+        assert f"k/v (1, {h_kv}, 28, 16)" in line, line
+        assert _numbers(line, "max error")[0] == pytest.approx(err, rel=0.06, abs=1e-7), line
+        assert err < 1e-5, f"{line}: flash_attention is {err:.1e} off a float64 softmax attention"
+    with pytest.raises(ValueError, match="kv_heads"):
+        ladder.head_sharing_table(heads=4, kv_heads=(3,))
+
+
+def test_dtype_error_table_puts_flash_attention_beside_pytorch_in_the_same_dtype():
+    text = ladder.dtype_error_table(n_q=20, n_k=28, d=16, dtypes=("float32", "float16"), device=DEVICE, seed=4)
+    g = torch.Generator().manual_seed(4)
+    for line, dtype in zip(text.splitlines(), (torch.float32, torch.float16), strict=True):
+        q = torch.randn(1, 2, 20, 16, generator=g).to(DEVICE, dtype)
+        k, v = (torch.randn(1, 2, 28, 16, generator=g).to(DEVICE, dtype) for _ in range(2))
+        ref = _reference64(q, k, v, False).to(dtype).double()  # the float64 result in the dtype, as the table
+        ours = (flash_attention(q, k, v).double() - ref).abs().max().item()
+        plain = torch.softmax((q @ k.transpose(-2, -1)) / 4.0, -1) @ v  # PyTorch in the dtype, d = 16
+        theirs = (plain.double() - ref).abs().max().item()
+        assert line.startswith(str(dtype)), line
+        assert _numbers(line, "flash_attention error")[0] == pytest.approx(ours, rel=0.06, abs=1e-7), line
+        assert _numbers(line, "same-dtype error")[0] == pytest.approx(theirs, rel=0.06, abs=1e-7), line
+    with pytest.raises(ValueError, match="dtypes"):
+        ladder.dtype_error_table(dtypes=("float64",))
+
+
+def test_gradient_error_table_reports_the_backwards_error_against_float64_autograd():
+    text = ladder.gradient_error_table(n=17, d=16, heads=4, kv_heads=2, device=DEVICE, dtype=torch.float32, seed=5)
+    g = torch.Generator().manual_seed(5)
+    for line, causal in zip(text.splitlines(), (False, True), strict=True):
+        q = torch.randn(1, 4, 17, 16, generator=g).to(DEVICE).requires_grad_()
+        k, v = (torch.randn(1, 2, 17, 16, generator=g).to(DEVICE).requires_grad_() for _ in range(2))
+        do = torch.randn(1, 4, 17, 16, generator=g).to(DEVICE)
+        flash_attention(q, k, v, causal=causal).backward(do)
+        leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        _reference64(*leaves, causal).backward(do.double())
+        errs = [(t.grad.double() - r.grad).abs().max().item() for t, r in zip((q, k, v), leaves)]
+        assert line.startswith(f"causal={causal}"), line
+        printed = [_numbers(line, f" {name} ")[0] for name in ("dq", "dk", "dv")]
+        assert printed == pytest.approx(errs, rel=0.06, abs=1e-7), line
+    with pytest.raises(ValueError, match="kv_heads"):
+        ladder.gradient_error_table(heads=4, kv_heads=3)
+
+
+def test_refusal_messages_are_what_flash_attention_raises_and_refuse_an_accepted_case():
+    text = attention_module.refusal_messages(device=DEVICE)
+    lines = text.splitlines()
+    assert len(lines) == len(attention_module.REFUSED_SHAPES)
+    for line, (q_shape, kv_shape) in zip(lines, attention_module.REFUSED_SHAPES):
+        with pytest.raises((TypeError, ValueError)) as caught:
+            flash_attention(torch.randn(q_shape, device=DEVICE), torch.randn(kv_shape, device=DEVICE),
+                            torch.randn(kv_shape, device=DEVICE))
+        assert line == f"{caught.type.__name__}: {caught.value}"
+    with pytest.raises(ValueError, match="cases"):
+        attention_module.refusal_messages(cases=(((1, 2, 8, 16), (1, 2, 8, 16)),), device=DEVICE)

@@ -1,6 +1,7 @@
 """Library code behind the lesson cells: warps, causal alignment, the backward derivation,
 the committed-results tables and the card's claims."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -670,3 +671,149 @@ def test_the_roofline_table_caps_each_kernel_at_the_measured_roof():
         assert attainable == round(min(790.0, p.flops / p.hbm_bytes * 4.3), 1), line
     with pytest.raises(ValueError, match="data"):
         roofline_table("not data")
+
+
+# ------------------------------------------------------------------ notebook 07 and 09's tables
+
+
+def test_matmul_table_counts_two_five_and_seven_matmuls_and_their_flop_ratios():
+    lines = derive.matmul_table().splitlines()
+    counts = {line.split()[0]: (int(line.split()[1]), line.split(": ", 1)[1].split("; ")) for line in lines[:3]}
+    assert {name: c for name, (c, _) in counts.items()} == {"forward": 2, "fa2_backward": 5, "course_backward": 7}
+    assert all(len(products) == c for c, products in counts.values()), "each count must list that many products"
+    assert f"{(2 + 5) / 2} with FA2's 5" in lines[3] and f"{(2 + 7) / 2} with the course's 7" in lines[3], lines[3]
+
+
+def test_backward_error_table_finds_the_numpy_backwards_exact_and_a_wrong_one_off(monkeypatch):
+    pytest.importorskip("torch")
+    from flashlab import tiled
+
+    def errors(text):
+        return {tuple(line.split(":")[0].split()): [float(x.split()[-1]) for x in line.split(":")[1].split(",")]
+                for line in text.splitlines()}
+
+    good = errors(derive.backward_error_table(n_q=21, n_k=13, d=4, batch=2, block_q=8, block_k=4, seed=1))
+    assert len(good) == 4 and all(max(e) < 1e-13 for e in good.values()), good
+    right = tiled.tiled_attention_backward
+    monkeypatch.setattr(tiled, "tiled_attention_backward", lambda *a, **kw: tuple(1.01 * g for g in right(*a, **kw)))
+    bad = errors(derive.backward_error_table(n_q=21, n_k=13, d=4, batch=2, block_q=8, block_k=4, seed=1))
+    for (causal, name), errs in bad.items():
+        assert (min(errs) > 1e-4) == (name == "tiled"), f"{causal} {name}: {errs}"
+    with pytest.raises(ValueError, match="block_q"):
+        derive.backward_error_table(block_q=0)
+
+
+def test_recompute_cost_table_counts_four_and_five_matmuls_and_the_bytes_of_p_and_lse():
+    d = 64
+    lines = derive.recompute_cost_table(ns=(256, 1024), d=d, block=64).splitlines()[1:]
+    for line, n in zip(lines, (256, 1024), strict=True):
+        cells = line.split()
+        assert int(cells[0]) == n
+        assert " ".join(cells[1:3]) == f"{n * n * 2 / 2**20:g} MiB" or n * n * 2 < 2**20, line
+        assert float(cells[5]) == pytest.approx(4 * 2 * n * n * d, rel=1e-3), "naive: 4 matmuls of 2 N^2 d"
+        assert float(cells[6]) == pytest.approx(5 * 2 * n * n * d, rel=1e-3), "flash: FA2's 5 matmuls"
+    assert lines[0].split()[3:5] == ["1", "KiB"] and lines[1].split()[3:5] == ["4", "KiB"], "lse: N float32"
+    with pytest.raises(ValueError, match="ns"):
+        derive.recompute_cost_table(ns=())
+
+
+def test_decode_traffic_table_shows_one_flop_per_byte_and_naive_near_flash():
+    from flashlab import decode_results
+
+    d = 64
+    for line, n in zip(decode_results.traffic_table(ns=(512, 4096), d=d, block=64).splitlines()[1:], (512, 4096),
+                       strict=True):
+        cells = line.split()
+        ratio, intensity = float(cells[-2].rstrip("x")), float(cells[-1])
+        kv_bytes = 2 * n * d * 2  # K and V in fp16, the least a step reads
+        assert 1.0 <= ratio < 1.05, f"N={n}: naive moves {ratio}x flash; at decode S is one row"
+        assert 4 * n * d / kv_bytes * 0.98 < intensity <= 4 * n * d / kv_bytes, line
+    with pytest.raises(ValueError, match="ns"):
+        decode_results.traffic_table(ns=(0,))
+
+
+def test_cache_floor_table_divides_the_cache_by_the_datasheet_bandwidth():
+    from flashlab import decode_results
+
+    lines = decode_results.cache_floor_table(heads=16, n_ctx=4096, d=64, itemsize=2, kv_heads=(16, 4, 1)).splitlines()
+    for line, h_kv in zip(lines, (16, 4, 1), strict=True):
+        us = float(line.split(">=")[1].split()[0])
+        assert us == pytest.approx(2 * h_kv * 4096 * 64 * 2 / 4.8e12 * 1e6, abs=0.06), line  # 4.8 TB/s
+    assert lines[1].startswith("grouped-query (GQA, 4 kv heads)") and lines[2].startswith("multi-query")
+    with pytest.raises(ValueError, match="kv_heads"):
+        decode_results.cache_floor_table(heads=16, kv_heads=(5,))
+
+
+def test_split_kv_decode_equals_attention_for_any_number_of_splits():
+    from flashlab import decode
+
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, 8)), rng.standard_normal((3, 50, 8)), rng.standard_normal((3, 50, 8))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(8)  # (3, 2, 50)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = p / p.sum(-1, keepdims=True) @ v  # (3, 2, 8)
+    for splits in (1, 3, 7, 50):
+        assert np.abs(decode.split_kv_decode(q, k, v, splits) - ref).max() < 1e-13, splits
+    with pytest.raises(ValueError, match="splits"):
+        decode.split_kv_decode(q, k, v, 51)
+
+
+def test_split_kv_table_reports_errors_at_rounding_and_the_program_counts():
+    from flashlab import decode_results
+
+    lines = decode_results.split_kv_table(splits=(1, 5), n_cache=40, d=8, heads=2, seed=2, model_heads=8,
+                                          model_splits=4).splitlines()
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((2, 1, 8)), rng.standard_normal((2, 40, 8)), rng.standard_normal((2, 40, 8))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(8)
+    ref = np.exp(s - s.max(-1, keepdims=True)) / np.exp(s - s.max(-1, keepdims=True)).sum(-1, keepdims=True) @ v
+    assert np.abs(naive_attention(q, k, v) - ref).max() < 1e-14, "the table's reference is softmax attention"
+    assert [int(line.split()[0]) for line in lines[:2]] == [1, 5]
+    assert all(float(line.split("=")[-1]) < 1e-14 for line in lines[:2]), lines
+    assert lines[2].startswith("programs at batch 1, 8 heads: 8 without splitting, 32 with 4 splits"), lines[2]
+    with pytest.raises(ValueError, match="n_cache"):
+        decode_results.split_kv_table(n_cache=0)
+
+
+def test_naive_vs_flash_live_rejects_bad_shapes_and_needs_a_gpu():
+    torch = pytest.importorskip("torch")
+    from flashlab import decode_results
+
+    with pytest.raises(ValueError, match=r"shapes\[0\]"):
+        decode_results.naive_vs_flash_live(shapes=(("decode", 0, 128),))
+    with pytest.raises(ValueError, match="shapes"):
+        decode_results.naive_vs_flash_live(shapes=())
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            decode_results.naive_vs_flash_live()
+
+
+def test_timing_spread_line_names_the_median_and_largest_spread_of_one_kernel_timed_twice():
+    def row(n, first, second):
+        return {"dtype": "bfloat16", "d": 128, "n": n, "causal": False,
+                "results": {"hopper": {"fwd_ms": first}, "rung:v4_hopper": {"fwd_ms": second}}}
+
+    bench = {"rows": [row(4096, 1.0, 1.02), row(8192, 2.0, 2.2), row(16384, 4.0, 4.04), row(1024, 1.0, 3.0)]}
+    line = perf.timing_spread_line(bench, n_min=4096)
+    # spreads at N >= 4096: 2 %, 10 %, 1 %; the N = 1024 row (200 %) is below n_min
+    assert line == "same kernel: median spread 2.0%, largest 10.0% at ('hopper', 'bfloat16', 128, 8192, False)", line
+    assert perf.timing_spread_line({"rows": [row(1024, 1.0, 3.0)]}) == ""
+    with pytest.raises(ValueError, match="n_min"):
+        perf.timing_spread_line(bench, n_min=0)
+
+
+def test_committed_attention_results_give_notebook_08_a_spread_line():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "bench_attention.json"
+    if not path.exists():
+        pytest.skip("no committed bench_attention.json")
+    bench = json.loads(path.read_text())
+    spreads = []
+    for r in bench["rows"]:
+        for pair in (("hopper", "rung:v4_hopper"), ("gluon", "rung:v5_gluon_ws")):
+            times = [r.get("results", {}).get(name, {}).get("fwd_ms") for name in pair]
+            if all(times) and r["n"] >= 4096:
+                spreads.append(max(times) / min(times) - 1)
+    line = perf.timing_spread_line(bench)
+    assert (line == "") == (not spreads)
+    if spreads:
+        assert f"largest {max(spreads):.1%}" in line, line

@@ -127,11 +127,7 @@ print(course.source_once_solved("ex08_kernel_causal", flash_fwd._fwd_minimal, fl
 # (notebook 07).
 
 # %%
-for name, h_kv in (("MHA", 4), ("GQA", 2), ("MQA", 1)):
-    q, k, v = rand(1, 4, n_q, d), rand(1, h_kv, n_k, d), rand(1, h_kv, n_k, d)
-    o = flashlab.flash_attention(q, k, v, causal=True)
-    err = attention.max_error(o, attention.attention_reference(q, k, v, causal=True))
-    print(f"{name}: q {tuple(q.shape)}, k/v {tuple(k.shape)} -> o {tuple(o.shape)}, max error {err:.1e}")
+print(ladder.head_sharing_table(n_q, n_k, d, heads=4, kv_heads=(4, 2, 1), device=device, dtype=dtype))
 
 # %% [markdown]
 # ## Misconception: "FlashAttention is approximate"
@@ -143,12 +139,7 @@ for name, h_kv in (("MHA", 4), ("GQA", 2), ("MQA", 1)):
 # `tl.dot` is wrong; notebook 05.)
 
 # %%
-for dt in (torch.float32, torch.float16, torch.bfloat16):
-    q, k, v = rand(1, 2, n_q, d, dtype=dt), rand(1, 2, n_k, d, dtype=dt), rand(1, 2, n_k, d, dtype=dt)
-    ref = attention.attention_reference(q, k, v).double()
-    ours = attention.max_error(flashlab.flash_attention(q, k, v), ref)
-    theirs = attention.max_error(attention.attention_reference(q, k, v, upcast=False), ref)
-    print(f"{str(dt):<15} flash_attention error {ours:.1e}   PyTorch same-dtype error {theirs:.1e}")
+print(ladder.dtype_error_table(n_q, n_k, d, dtypes=("float32", "float16", "bfloat16"), device=device))
 
 # %% [markdown]
 # ## Bad input is refused at the boundary
@@ -156,13 +147,7 @@ for dt in (torch.float32, torch.float16, torch.bfloat16):
 # Errors name the argument, what was given and what is expected:
 
 # %%
-for bad in (lambda: flashlab.flash_attention(rand(1, 3, 8, 32), rand(1, 2, 8, 32), rand(1, 2, 8, 32)),
-            lambda: flashlab.flash_attention(rand(1, 2, 8, 8), rand(1, 2, 8, 8), rand(1, 2, 8, 8)),
-            lambda: flashlab.flash_attention(rand(2, 8, 32), rand(2, 8, 32), rand(2, 8, 32))):
-    try:
-        bad()
-    except (TypeError, ValueError) as error:
-        print(f"{type(error).__name__}: {error}")
+print(attention.refusal_messages(attention.REFUSED_SHAPES, device=device))
 
 # %% [markdown]
 # ## Self-test

@@ -16,9 +16,6 @@ env = course.setup()
 import numpy as np
 
 import flashlab
-from flashlab import traffic as tr
-from flashlab.flops import attention_flops
-from flashlab.viz.style import format_bytes
 
 rng = np.random.default_rng(0)
 
@@ -89,21 +86,7 @@ check("ex09_backward_pieces")
 # and adds into $dQ_i$ in HBM. Both against PyTorch's autograd in float64:
 
 # %%
-import torch
-
-n_q, n_k, d = 70, 45, 16
-q, do = rng.standard_normal((2, n_q, d)), rng.standard_normal((2, n_q, d))  # (B, Nq, d)
-k, v = rng.standard_normal((2, n_k, d)), rng.standard_normal((2, n_k, d))  # (B, Nk, d)
-for causal in (False, True):
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal).backward(torch.tensor(do))
-    auto = (tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
-    naive = flashlab.naive_attention_backward(q, k, v, do, causal=causal)
-    o, lse = flashlab.tiled_attention(q, k, v, causal=causal, block_q=16, block_k=32, return_lse=True)
-    tiled_grads = flashlab.tiled_attention_backward(q, k, v, o, lse, do, causal=causal, block_q=16, block_k=32)
-    for name, grads in (("naive", naive), ("tiled", tiled_grads)):
-        errs = [np.abs(g - a).max() for g, a in zip(grads, auto)]
-        print(f"causal={causal!s:<5} {name}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
+print(derive.backward_error_table(n_q=70, n_k=45, d=16, batch=2, block_q=16, block_k=32))
 
 # %% [markdown]
 # ### Exercise 10: the tiled backward
@@ -144,12 +127,7 @@ check("ex15_autograd_flash")
 # standard backward that keeps $P$. `flashlab.derive.backward_matmuls` lists them:
 
 # %%
-counts = derive.backward_matmuls()
-for name in ("forward", "fa2_backward", "course_backward"):
-    print(f"{name:<16} {len(counts[name])} matmuls: " + "; ".join(counts[name]))
-print(f"forward + backward over forward: {counts['counted_fwdbwd_over_fwd']} with FA2's 5 "
-      f"(the convention behind every fwd+bwd TFLOP/s in this course), "
-      f"{counts['executed_fwdbwd_over_fwd']} with the course's 7")
+print(derive.matmul_table())
 
 # %% [markdown]
 # Which count do the TFLOP/s figures use? `benchmarks/bench_attention.py` (and notebook 08)
@@ -167,15 +145,7 @@ print(f"forward + backward over forward: {counts['counted_fwdbwd_over_fwd']} wit
 # one head, d = 128, fp16, 128 x 128 tiles (FLOPs with FA2's 5 matmuls per tile):
 
 # %%
-d = 128
-print(f"{'N':>6} {'store P':>10} {'store lse':>10} {'naive bwd FLOPs':>16} {'flash bwd FLOPs':>16} "
-      f"{'naive bwd bytes':>16} {'flash bwd bytes':>16}")
-for n in (1024, 4096, 16384):
-    print(f"{n:>6} {format_bytes(n * n * 2):>10} {format_bytes(n * 4):>10} "
-          f"{attention_flops(n, n, d, pass_='backward'):>16.3e} "
-          f"{attention_flops(n, n, d, pass_='backward', block_q=128, block_k=128):>16.3e} "
-          f"{format_bytes(tr.naive_backward_traffic(n, n, d).total):>16} "
-          f"{format_bytes(tr.backward_traffic(n, n, d, block_q=128, block_k=128, stat_itemsize=4).total):>16}")
+print(derive.recompute_cost_table(ns=(1024, 4096, 16384), d=128, block=128))
 
 # %% [markdown]
 # ## Triton: the backward kernels
@@ -213,18 +183,9 @@ print(course.source_once_solved("ex13_triton_backward", flash_bwd._bwd_dkdv_inne
 # attention (4 query heads sharing 2 kv heads) and ragged lengths:
 
 # %%
-device = env.device
-dtype = env.pick(cpu=torch.float32, gpu=torch.float16)
-shape_q, shape_kv = (1, 4, env.pick(cpu=33, gpu=1000), 32), (1, 2, env.pick(cpu=33, gpu=1000), 32)
-for causal in (False, True):
-    q, k, v = (torch.randn(s, device=device, dtype=dtype, requires_grad=True) for s in (shape_q, shape_kv, shape_kv))
-    do = torch.randn(shape_q, device=device, dtype=dtype)
-    flashlab.flash_attention(q, k, v, causal=causal).backward(do)
-    ours = [t.grad.clone() for t in (q, k, v)]
-    ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    attention.attention_reference(*ref_inputs, causal=causal).backward(do.double())
-    errs = [attention.max_error(g, r.grad) for g, r in zip(ours, ref_inputs)]
-    print(f"causal={causal!s:<5} {dtype}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
+from flashlab.kernels import ladder
+
+print(ladder.gradient_error_table(n=env.pick(cpu=33, gpu=1000), d=32, heads=4, kv_heads=2, device=env.device))
 
 # %% [markdown]
 # ## The backward ladder: three rungs, chosen by measurement

@@ -207,9 +207,7 @@ if bench:
 
 # %%
 if bench:
-    spread = perf.timing_spread(bench)
-    if spread:
-        print(f"same kernel: median spread {spread['median']:.1%}, largest {spread['largest']:.1%} at {spread['where']}")
+    print(perf.timing_spread_line(bench))
 
 # %% [markdown]
 # A ratio within that spread of 1 is a tie, not a verdict.

@@ -13,16 +13,8 @@ from flashlab import course
 
 env = course.setup()
 
-import numpy as np
-
 import flashlab
 from flashlab import hardware
-from flashlab import traffic as tr
-from flashlab.flops import attention_flops
-from flashlab.softmax import combine_states
-from flashlab.viz.style import format_bytes
-
-rng = np.random.default_rng(0)
 
 # %% [markdown]
 # **Predict, then check.** Before this section: for one decode step (Nq = 1) over a cache of Nk =
@@ -44,13 +36,9 @@ predict("decode_traffic_ratio", None)  # your number
 # moves almost exactly what FlashAttention moves:
 
 # %%
-d = 128
-print(f"{'N (cache)':>10} {'naive bytes':>12} {'flash bytes':>12} {'naive/flash':>12} {'FLOP/byte':>10}")
-for n in (1024, 8192, 65536):
-    naive = tr.naive_traffic(1, n, d).total
-    flash = tr.fa2_forward_traffic(1, n, d, block_q=128, block_k=128, stat_itemsize=4).total
-    print(f"{n:>10} {format_bytes(naive):>12} {format_bytes(flash):>12} {naive / flash:>11.2f}x "
-          f"{attention_flops(1, n, d) / flash:>10.2f}")
+from flashlab import decode_results
+
+print(decode_results.traffic_table(ns=(1024, 8192, 65536), d=128))
 
 # %% [markdown]
 # Compare prefill at the same N (notebook 04): there the naive/flash traffic ratio grows with N
@@ -61,11 +49,7 @@ for n in (1024, 8192, 65536):
 # the 4.3 TB/s a device-to-device copy measures (bytes read plus bytes written).
 
 # %%
-heads, n_ctx, itemsize = 32, 32768, 2
-for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv heads)", 8), ("multi-query (MQA)", 1)):
-    cache = 2 * kv_heads * n_ctx * d * itemsize  # K and V
-    us = cache / hardware.H200_DATASHEET.hbm_bytes_per_s * 1e6
-    print(f"{name:<33} KV cache {format_bytes(cache):>9} per layer and sequence -> >= {us:6.1f} us per decode step")
+print(decode_results.cache_floor_table(heads=32, n_ctx=32768, d=128, itemsize=2, kv_heads=(32, 8, 1)))
 
 # %% [markdown]
 # Grouped-query attention (Ainslie et al. 2023) shares each K/V head among several query heads:
@@ -86,29 +70,16 @@ for name, kv_heads in (("multi-head (MHA)", 32), ("grouped-query (GQA, 8 kv head
 # long-context inference") splits the cache into chunks processed by separate programs, each
 # returning a partial output and its log-sum-exp; a final step combines them. The combine is
 # notebook 02's `combine_states`: a normalised partial output $o_c$ with log-sum-exp
-# $\mathrm{lse}_c$ is the state $(m, l, \mathrm{acc}) = (\mathrm{lse}_c, 1, o_c)$. Exact, measured:
+# $\mathrm{lse}_c$ is the state $(m, l, \mathrm{acc}) = (\mathrm{lse}_c, 1, o_c)$. The loop in NumPy
+# (`flashlab.decode.split_kv_decode`), then how exact it is:
 
 # %%
-n_cache, d_small = 1000, 64
-q = rng.standard_normal((4, 1, d_small))  # (heads, 1, d): one new token
-k, v = rng.standard_normal((4, n_cache, d_small)), rng.standard_normal((4, n_cache, d_small))  # (heads, N, d)
+from flashlab import decode
 
-def split_kv_decode(q, k, v, splits):
-    """Attention of one query row over `splits` chunks of the cache, combined exactly."""
-    m, l, acc = None, None, None
-    for chunk in np.array_split(np.arange(k.shape[-2]), splits):
-        o_c, lse_c = flashlab.naive_attention(q, k[..., chunk, :], v[..., chunk, :], return_lse=True)
-        state = (lse_c, np.ones_like(lse_c), o_c)  # (heads, 1), (heads, 1), (heads, 1, d)
-        m, l, acc = state if m is None else combine_states(m, l, acc, *state)
-    return acc / l[..., None]  # (heads, 1, d)
+print(course.source(decode.split_kv_decode))
 
-reference = flashlab.naive_attention(q, k, v)
-for splits in (1, 4, 16, 64):
-    err = np.abs(split_kv_decode(q, k, v, splits) - reference).max()
-    print(f"{splits:>3} splits: max |split-KV - reference| = {err:.1e}")
-batch, n_heads = 1, 32
-print(f"programs at batch {batch}, {n_heads} heads: {batch * n_heads} without splitting, "
-      f"{batch * n_heads * 16} with 16 splits ({hardware.H200.sms} SMs on an H200)")
+# %%
+print(decode_results.split_kv_table(splits=(1, 4, 16, 64), n_cache=1000, d=64, heads=4))
 
 # %% [markdown]
 # ## How many splits? The rule
@@ -336,18 +307,7 @@ if not env.has_gpu:
     print("No CUDA GPU: no live timing. On a CPU the answer is the traffic count above: at decode "
           "naive and flash move about the same bytes.")
 else:
-    import triton.testing
-
-    def naive_bf16(q, k, v):
-        return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1) @ v  # (B, H, Nq, d)
-
-    for name, nq, nk in (("prefill", 4096, 4096), ("decode", 1, 32768)):
-        q = torch.randn(1, 32, nq, 128, device="cuda", dtype=torch.bfloat16)  # (B, H, Nq, d)
-        k, v = (torch.randn(1, 32, nk, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))  # (B, H, Nk, d)
-        ms_naive = triton.testing.do_bench(lambda: naive_bf16(q, k, v))
-        ms_flash = triton.testing.do_bench(lambda: flashlab.flash_attention(q, k, v))
-        print(f"{name:<8} Nq = {nq:>5}, Nk = {nk:>6}: naive {ms_naive:7.3f} ms, flash_attention {ms_flash:7.3f} ms, "
-              f"naive / flash {ms_naive / ms_flash:5.2f}x")
+    print(decode_results.naive_vs_flash_live(shapes=(("prefill", 4096, 4096), ("decode", 1, 32768))))
 
 # %% [markdown]
 # At decode the traffic ratio computed above is about 1.0x: there is nothing to remove. What speeds

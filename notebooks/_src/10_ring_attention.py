@@ -68,8 +68,7 @@ course.show(ring_viz.plot_ring_schedule(world_size=4, causal=True))
 # `distributed.work_per_rank`).
 
 # %%
-for layout in distributed.LAYOUTS:
-    print(f"{layout:>10}: work per rank {distributed.work_per_rank(4, layout, causal=True)}")
+print(distributed.work_table(world_size=4, causal=True))
 
 # %% [markdown]
 # ## Run it: two CPU processes joined by gloo
@@ -80,8 +79,7 @@ for layout in distributed.LAYOUTS:
 # the whole sequence on one device.
 
 # %%
-for rank, result in enumerate(distributed.demo(world_size=2, n=128, causal=True, layout="zigzag")):
-    print(f"rank {rank}: {result['rows']} query rows, max error against one device {result['max_error']:.1e}")
+print(distributed.demo_table(world_size=2, n=128, causal=True, layout="zigzag"))
 
 # %% [markdown]
 # ## On two H200 GPUs

@@ -14,7 +14,8 @@ the query heads of a kv group packed into one tile, partial states combined exac
   the values inside ``cache_seqlens`` and ``block_table`` are checked on the host by default
   (:func:`check_lengths`, one sync per call) and always by the kernel (NaN outputs), so
   ``check_lengths=False`` gives a step that never synchronises with the GPU;
-* :func:`decode_reference`, the float64 twin the tests compare against;
+* :func:`decode_reference`, the float64 twin the tests compare against, and :func:`split_kv_decode`,
+  the split-KV loop in NumPy (notebook 09);
 * :func:`extended_attention`, what ``flashlab.flash_attention`` calls for ``return_lse=True``,
   ``causal_align="bottom_right"`` and for decode shapes (small Nq, long Nk, no gradient).
 
@@ -185,6 +186,28 @@ def decode_reference(q, k_cache, v_cache, cache_seqlens=None, scale: float | Non
 # --------------------------------------------------------------------------------------------
 CAUSAL_ALIGNS = ("top_left", "bottom_right")
 
+
+def split_kv_decode(q, k, v, splits: int):
+    """Split-KV decoding in NumPy (Flash-Decoding): attention of the query rows over ``splits`` chunks
+    of the cache, each chunk's normalised output o_c and log-sum-exp lse_c merged exactly by
+    ``combine_states`` as the state (m, l, acc) = (lse_c, 1, o_c).
+
+    q (..., Nq, d), k and v (..., N, d) -> (..., Nq, d); ``splits`` from 1 to N (np.array_split's chunks).
+    """
+    import numpy as np
+
+    from .reference import naive_attention
+    from .softmax import combine_states
+
+    n = np.shape(k)[-2]
+    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= n:
+        raise ValueError(f"splits={splits!r} must be an int from 1 to the cache length {n}")
+    m, l, acc = None, None, None
+    for chunk in np.array_split(np.arange(n), splits):
+        o_c, lse_c = naive_attention(q, k[..., chunk, :], v[..., chunk, :], return_lse=True)  # (..., Nq, d), (..., Nq)
+        state = (lse_c, np.ones_like(lse_c), o_c)  # (..., Nq), (..., Nq), (..., Nq, d)
+        m, l, acc = state if m is None else combine_states(m, l, acc, *state)
+    return acc / l[..., None]  # (..., Nq, d)
 
 def _needs_grad(*tensors) -> bool:
     import torch

@@ -201,3 +201,118 @@ def time_live(shapes=((1, 32, 8, 32768), (16, 32, 8, 32768)), dtype_name: str = 
         lines.append(f"{B:>3} {H:>3} {Hkv:>3} {n_k:>7} {times[0]:>9.1f} {times[1]:>10.1f} {times[2]:>11.1f} "
                      f"{kv_bytes / times[2] / 1e6:>13.2f}")
     return "\n".join(lines)
+
+
+def _sizes(**sizes) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive int")
+
+
+def traffic_table(ns=(1024, 8192, 65536), d: int = 128, block: int = 128) -> str:
+    """One decode step (Nq = 1) of one head in fp16, as text: per cache length N, the HBM bytes of naive
+    attention and of the FlashAttention-2 forward with ``block`` x ``block`` tiles and float32 statistics
+    (``flashlab.traffic``), their ratio, and the step's FLOPs per flash byte (``flops.attention_flops``)."""
+    from . import traffic as tr
+    from .flops import attention_flops
+    from .viz.style import format_bytes
+
+    ns = tuple(ns)
+    if not ns:
+        raise ValueError(f"ns={ns!r} must hold at least one cache length")
+    _sizes(d=d, block=block, **{f"ns[{i}]": n for i, n in enumerate(ns)})
+    lines = [f"{'N (cache)':>10} {'naive bytes':>12} {'flash bytes':>12} {'naive/flash':>12} {'FLOP/byte':>10}"]
+    for n in ns:
+        naive = tr.naive_traffic(1, n, d).total
+        flash = tr.fa2_forward_traffic(1, n, d, block_q=block, block_k=block, stat_itemsize=4).total
+        lines.append(f"{n:>10} {format_bytes(naive):>12} {format_bytes(flash):>12} {naive / flash:>11.2f}x "
+                     f"{attention_flops(1, n, d) / flash:>10.2f}")
+    return "\n".join(lines)
+
+
+def cache_floor_table(heads: int = 32, n_ctx: int = 32768, d: int = 128, itemsize: int = 2,
+                      kv_heads=(32, 8, 1)) -> str:
+    """The KV cache of one layer and one sequence (K and V: 2 x kv heads x n_ctx x d x itemsize bytes) and
+    the least time a decode step can take to read it at the H200 datasheet's HBM bandwidth
+    (``hardware.H200_DATASHEET``), as text: one line per entry of ``kv_heads`` (multi-head where it equals
+    ``heads``, multi-query at 1, grouped-query between)."""
+    from .hardware import H200_DATASHEET
+    from .viz.style import format_bytes
+
+    _sizes(heads=heads, n_ctx=n_ctx, d=d, itemsize=itemsize)
+    kv_heads = tuple(kv_heads)
+    if not kv_heads or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 or heads % h for h in kv_heads):
+        raise ValueError(f"kv_heads={kv_heads!r} must be positive ints that divide heads={heads}")
+    lines = []
+    for h_kv in kv_heads:
+        name = ("multi-head (MHA)" if h_kv == heads else "multi-query (MQA)" if h_kv == 1
+                else f"grouped-query (GQA, {h_kv} kv heads)")
+        cache = 2 * h_kv * n_ctx * d * itemsize  # K and V
+        us = cache / H200_DATASHEET.hbm_bytes_per_s * 1e6
+        lines.append(f"{name:<33} KV cache {format_bytes(cache):>9} per layer and sequence "
+                     f"-> >= {us:6.1f} us per decode step")
+    return "\n".join(lines)
+
+
+def split_kv_table(splits=(1, 4, 16, 64), n_cache: int = 1000, d: int = 64, heads: int = 4, seed: int = 0,
+                   model_heads: int = 32, model_splits: int = 16) -> str:
+    """Split-KV is exact, measured: per number of splits, the max abs difference between
+    ``decode.split_kv_decode`` and ``naive_attention`` for one new token of ``heads`` heads over a cache of
+    ``n_cache`` keys (q (heads, 1, d), then k and v (heads, n_cache, d), drawn from
+    ``np.random.default_rng(seed)``); then the programs a batch of one with ``model_heads`` heads launches
+    without splitting and with ``model_splits`` splits, beside an H200's SM count."""
+    import numpy as np
+
+    from .decode import split_kv_decode
+    from .hardware import H200
+    from .reference import naive_attention
+
+    splits = tuple(splits)
+    if not splits:
+        raise ValueError(f"splits={splits!r} must hold at least one number of splits")
+    _sizes(n_cache=n_cache, d=d, heads=heads, model_heads=model_heads, model_splits=model_splits)
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((heads, 1, d))  # (heads, 1, d): one new token
+    k, v = rng.standard_normal((heads, n_cache, d)), rng.standard_normal((heads, n_cache, d))  # (heads, N, d)
+    reference = naive_attention(q, k, v)  # (heads, 1, d)
+    lines = [f"{s:>3} splits: max |split-KV - reference| = {np.abs(split_kv_decode(q, k, v, s) - reference).max():.1e}"
+             for s in splits]
+    lines.append(f"programs at batch 1, {model_heads} heads: {model_heads} without splitting, "
+                 f"{model_heads * model_splits} with {model_splits} splits ({H200.sms} SMs on an H200)")
+    return "\n".join(lines)
+
+
+def naive_vs_flash_live(shapes=(("prefill", 4096, 4096), ("decode", 1, 32768)), heads: int = 32,
+                        d: int = 128) -> str:
+    """Time, on this machine's GPU, naive attention (matmul, softmax, matmul in bf16) and
+    ``flash_attention`` at each (name, Nq, Nk) of batch 1 with ``heads`` heads of dim ``d``, as text:
+    both times (ms, ``triton.testing.do_bench``) and naive / flash. Needs a CUDA GPU (RuntimeError
+    without one)."""
+    import torch
+
+    shapes = tuple(shapes)
+    if not shapes:
+        raise ValueError(f"shapes={shapes!r} must hold at least one (name, Nq, Nk)")
+    for i, shape in enumerate(shapes):
+        if len(shape) != 3:
+            raise ValueError(f"shapes[{i}]={shape!r} must be (name, Nq, Nk)")
+        _sizes(**{f"shapes[{i}] Nq": shape[1], f"shapes[{i}] Nk": shape[2]})
+    _sizes(heads=heads, d=d)
+    if not torch.cuda.is_available():
+        raise RuntimeError("naive_vs_flash_live times on a CUDA GPU and torch sees none")
+    import triton.testing
+
+    from .kernels.attention import flash_attention
+
+    def naive_bf16(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1) @ v  # (B, H, Nq, d)
+
+    lines = []
+    for name, nq, nk in shapes:
+        q = torch.randn(1, heads, nq, d, device="cuda", dtype=torch.bfloat16)  # (B, H, Nq, d)
+        k, v = (torch.randn(1, heads, nk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))  # (B, H, Nk, d)
+        ms_naive = triton.testing.do_bench(lambda: naive_bf16(q, k, v))
+        ms_flash = triton.testing.do_bench(lambda: flash_attention(q, k, v))
+        lines.append(f"{name:<8} Nq = {nq:>5}, Nk = {nk:>6}: naive {ms_naive:7.3f} ms, flash_attention "
+                     f"{ms_flash:7.3f} ms, naive / flash {ms_naive / ms_flash:5.2f}x")
+    return "\n".join(lines)

@@ -68,3 +68,78 @@ def backward_matmuls() -> dict:
     return {"forward": forward, "fa2_backward": fa2, "course_backward": course,
             "counted_fwdbwd_over_fwd": (len(forward) + len(fa2)) / len(forward),
             "executed_fwdbwd_over_fwd": (len(forward) + len(course)) / len(forward)}
+
+
+def matmul_table() -> str:
+    """:func:`backward_matmuls` as text: per pass (forward, FA2's backward, the course's backward) the
+    number of matmuls per tile and what each computes, then forward + backward over forward with FA2's 5
+    (the FLOP convention of every fwd+bwd TFLOP/s in the course) and with the course's 7."""
+    counts = backward_matmuls()
+    lines = [f"{name:<16} {len(counts[name])} matmuls: " + "; ".join(counts[name])
+             for name in ("forward", "fa2_backward", "course_backward")]
+    lines.append(f"forward + backward over forward: {counts['counted_fwdbwd_over_fwd']} with FA2's 5 "
+                 f"(the convention behind every fwd+bwd TFLOP/s in this course), "
+                 f"{counts['executed_fwdbwd_over_fwd']} with the course's 7")
+    return "\n".join(lines)
+
+
+def backward_error_table(n_q: int = 70, n_k: int = 45, d: int = 16, batch: int = 2, block_q: int = 16,
+                         block_k: int = 32, seed: int = 0) -> str:
+    """The NumPy backwards against PyTorch's autograd in float64, as text: per causal value (top-left),
+    the max abs error of dq, dk, dv of ``naive_attention_backward`` (materialises P) and of
+    ``tiled_attention_backward`` (Algorithm 2, P recomputed from the lse of ``tiled_attention``).
+    q and dO (batch, n_q, d), k and v (batch, n_k, d), drawn q, dO, k, v from
+    ``np.random.default_rng(seed)``; autograd differentiates ``scaled_dot_product_attention``."""
+    import torch
+
+    from .reference import naive_attention_backward
+    from .tiled import tiled_attention, tiled_attention_backward
+
+    n_q, n_k, d = check_positive_int("n_q", n_q), check_positive_int("n_k", n_k), check_positive_int("d", d)
+    batch = check_positive_int("batch", batch)
+    block_q, block_k = check_positive_int("block_q", block_q), check_positive_int("block_k", block_k)
+    rng = np.random.default_rng(seed)
+    q, do = rng.standard_normal((batch, n_q, d)), rng.standard_normal((batch, n_q, d))  # (B, Nq, d)
+    k, v = rng.standard_normal((batch, n_k, d)), rng.standard_normal((batch, n_k, d))  # (B, Nk, d)
+    lines = []
+    for causal in (False, True):
+        tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+        torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal).backward(torch.tensor(do))
+        auto = (tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
+        naive = naive_attention_backward(q, k, v, do, causal=causal)
+        o, lse = tiled_attention(q, k, v, causal=causal, block_q=block_q, block_k=block_k, return_lse=True)
+        tiled = tiled_attention_backward(q, k, v, o, lse, do, causal=causal, block_q=block_q, block_k=block_k)
+        for name, grads in (("naive", naive), ("tiled", tiled)):
+            errs = [np.abs(g - a).max() for g, a in zip(grads, auto)]
+            lines.append(f"causal={causal!s:<5} {name}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, "
+                         f"dv {errs[2]:.1e}")
+    return "\n".join(lines)
+
+
+def recompute_cost_table(ns=(1024, 4096, 16384), d: int = 128, block: int = 128, itemsize: int = 2) -> str:
+    """What recomputation buys and costs for one head, as text: per N (Nq = Nk), the bytes of storing P
+    (N^2 values of ``itemsize`` bytes) against storing lse (N float32), the backward's matmul FLOPs naive
+    (4 matmuls per entry, ``flops.attention_flops``) and tiled with ``block`` x ``block`` tiles (FA2's 5),
+    and the HBM bytes of each backward (``traffic.naive_backward_traffic``, ``traffic.backward_traffic``
+    with float32 statistics)."""
+    from . import traffic as tr
+    from .flops import attention_flops
+    from .viz.style import format_bytes
+
+    d, block = check_positive_int("d", d), check_positive_int("block", block)
+    itemsize = check_positive_int("itemsize", itemsize)
+    ns = tuple(ns)
+    if not ns:
+        raise ValueError(f"ns={ns!r} must hold at least one sequence length")
+    ns = tuple(check_positive_int(f"ns[{i}]", n) for i, n in enumerate(ns))
+    lines = [f"{'N':>6} {'store P':>10} {'store lse':>10} {'naive bwd FLOPs':>16} {'flash bwd FLOPs':>16} "
+             f"{'naive bwd bytes':>16} {'flash bwd bytes':>16}"]
+    for n in ns:
+        naive_bytes = tr.naive_backward_traffic(n, n, d, itemsize=itemsize).total
+        flash_bytes = tr.backward_traffic(n, n, d, block_q=block, block_k=block, itemsize=itemsize,
+                                          stat_itemsize=4).total
+        lines.append(f"{n:>6} {format_bytes(n * n * itemsize):>10} {format_bytes(n * 4):>10} "
+                     f"{attention_flops(n, n, d, pass_='backward'):>16.3e} "
+                     f"{attention_flops(n, n, d, pass_='backward', block_q=block, block_k=block):>16.3e} "
+                     f"{format_bytes(naive_bytes):>16} {format_bytes(flash_bytes):>16}")
+    return "\n".join(lines)

@@ -294,6 +294,26 @@ def demo(world_size: int = 2, n: int = 256, causal: bool = True, layout: str = "
     return [r[0] for r in run_gloo(world_size, check_against_single_device, ([((1, heads, n, d), causal, layout)], seed))]
 
 
+def work_table(world_size: int = 4, causal: bool = True, layouts=LAYOUTS) -> str:
+    """:func:`work_per_rank` for each layout, as text: one line per layout with each rank's attention work
+    over the whole ring (units of one full N_local x N_local block)."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be a positive int")
+    unknown = [layout for layout in layouts if layout not in LAYOUTS]
+    if unknown or not layouts:
+        raise ValueError(f"layouts={tuple(layouts)!r} must name layouts among {LAYOUTS}")
+    return "\n".join(f"{layout:>10}: work per rank {work_per_rank(world_size, layout, causal=causal)}"
+                     for layout in layouts)
+
+
+def demo_table(world_size: int = 2, n: int = 128, causal: bool = True, layout: str = "zigzag") -> str:
+    """:func:`demo` as text: per rank, the query rows it holds and its max abs error against
+    single-device float64 attention."""
+    _check_layout(layout)
+    return "\n".join(f"rank {rank}: {result['rows']} query rows, max error against one device {result['max_error']:.1e}"
+                     for rank, result in enumerate(demo(world_size=world_size, n=n, causal=causal, layout=layout)))
+
+
 # ----------------------------------------------------------------------------- checks
 def _chunk_count(world_size: int, layout: str) -> int:
     _check_layout(layout)

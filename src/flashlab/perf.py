@@ -515,3 +515,14 @@ def backward_ladder_table(bench, contenders=None) -> str:
     notes.append(wrap_prose("rung: the backward flash_attention runs for that shape on an H200 "
                             "(flashlab.kernels.ladder.measured_backward)"))
     return "\n".join(lines + [""] + notes)
+
+
+def timing_spread_line(bench: dict, n_min: int = 4096) -> str:
+    """:func:`timing_spread` as one sentence: the median and the largest spread between two timings of the
+    same kernel in one run (rows with N >= ``n_min``) and the row of the largest; "" where no row has both."""
+    if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 1:
+        raise ValueError(f"n_min={n_min!r} must be a positive int")
+    spread = timing_spread(bench, n_min)
+    if not spread:
+        return ""
+    return f"same kernel: median spread {spread['median']:.1%}, largest {spread['largest']:.1%} at {spread['where']}"

@@ -90,6 +90,32 @@ def check_inputs(q, k, v, causal=False, scale=None) -> float:
     return float(scale)
 
 
+
+# notebook 06's malformed calls, (q shape, k and v shape): heads not a multiple, d below 16, rank 3
+REFUSED_SHAPES = (((1, 3, 8, 32), (1, 2, 8, 32)), ((1, 2, 8, 8), (1, 2, 8, 8)), ((2, 8, 32), (2, 8, 32)))
+
+
+def refusal_messages(cases=REFUSED_SHAPES, device="cpu", dtype=None) -> str:
+    """What ``flash_attention`` says to malformed inputs, as text: for each (q shape, k and v shape) in
+    ``cases``, the error :func:`check_inputs` raises at the boundary, one "TypeError: ..." or
+    "ValueError: ..." line per case (no kernel runs). Inputs are random, ``dtype`` defaults to float32;
+    a case that ``flash_attention`` accepts raises ValueError naming ``cases``."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    lines = []
+    for i, (q_shape, kv_shape) in enumerate(cases):
+        q = torch.randn(q_shape, device=device, dtype=dtype)
+        k, v = (torch.randn(kv_shape, device=device, dtype=dtype) for _ in range(2))
+        try:
+            check_inputs(q, k, v)
+        except (TypeError, ValueError) as error:
+            lines.append(f"{type(error).__name__}: {error}")
+        else:
+            raise ValueError(f"cases[{i}]=({q_shape}, {kv_shape}) is accepted by flash_attention; "
+                             "expected shapes it refuses")
+    return "\n".join(lines)
+
 @functools.lru_cache(maxsize=64)
 def _plain_spec(causal: bool, scale: float, group: int):
     from ..attnspec import AttnSpec

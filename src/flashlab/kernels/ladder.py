@@ -33,7 +33,7 @@ import importlib
 
 from ..attnspec import AttnSpec
 from . import flash_fwd_gluon  # imports triton only when a kernel is first used
-from .attention import attn_spec, on_device
+from .attention import attn_spec, flash_attention, on_device
 
 BAND_OPTIONS = ("window", "causal_align")
 # the AttnSpec options each rung computes (beyond dense and causal top-left). A mask_mod needs
@@ -186,6 +186,106 @@ def error_table(q, k, v, causal_values=(False, True)) -> str:
                          f"{'ok' if err <= bound else 'TOO LARGE'}")
     return "\n".join(lines)
 
+
+
+def _draw(generator, shape, device, dtype):
+    """Standard normal values of ``shape`` from ``generator`` (drawn in float32 on the CPU, so a seed gives
+    the same inputs on every device), then moved to ``device`` and cast to ``dtype``."""
+    import torch
+
+    return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+
+
+def _check_sizes(**sizes) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive int")
+
+
+def head_sharing_table(n_q: int = 40, n_k: int = 56, d: int = 32, heads: int = 4, kv_heads=(4, 2, 1),
+                       causal: bool = True, device="cpu", dtype=None, seed: int = 0) -> str:
+    """``flash_attention`` on multi-head, grouped-query and multi-query shapes, as text: one line per entry
+    of ``kv_heads`` (MHA where it equals ``heads``, MQA where it is 1, else GQA) with the shapes of q
+    (1, heads, n_q, d), k and v (1, kv heads, n_k, d) and o, and o's max abs error against the float64
+    reference (``attention.attention_reference``). Inputs: q, k, v drawn in that order per line from one
+    ``torch.Generator`` seeded with ``seed``; ``dtype`` defaults to float16 on a GPU, float32 elsewhere."""
+    import torch
+
+    from . import attention
+
+    _check_sizes(n_q=n_q, n_k=n_k, d=d, heads=heads)
+    kv_heads = tuple(kv_heads)
+    if not kv_heads or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 or heads % h for h in kv_heads):
+        raise ValueError(f"kv_heads={kv_heads!r} must be positive ints that divide heads={heads}")
+    if dtype is None:
+        dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
+    generator = torch.Generator().manual_seed(seed)
+    lines = []
+    for h_kv in kv_heads:
+        name = "MHA" if h_kv == heads else "MQA" if h_kv == 1 else "GQA"
+        q = _draw(generator, (1, heads, n_q, d), device, dtype)  # (1, H, Nq, d)
+        k, v = (_draw(generator, (1, h_kv, n_k, d), device, dtype) for _ in range(2))  # (1, Hkv, Nk, d)
+        o = flash_attention(q, k, v, causal=causal)
+        err = attention.max_error(o, attention.attention_reference(q, k, v, causal=causal))
+        lines.append(f"{name}: q {tuple(q.shape)}, k/v {tuple(k.shape)} -> o {tuple(o.shape)}, max error {err:.1e}")
+    return "\n".join(lines)
+
+
+def dtype_error_table(n_q: int = 40, n_k: int = 56, d: int = 32, heads: int = 2,
+                      dtypes=("float32", "float16", "bfloat16"), device="cpu", seed: int = 0) -> str:
+    """"Exact up to rounding", measured: per dtype, the max abs error against the float64 reference of
+    ``flash_attention`` and of PyTorch's plain attention computed in that same dtype, as text. Inputs
+    (1, heads, n_q or n_k, d): q, k, v drawn in that order per dtype from one ``torch.Generator`` seeded
+    with ``seed``, then cast to the dtype (the reference is computed from the cast values)."""
+    import torch
+
+    from . import attention
+
+    _check_sizes(n_q=n_q, n_k=n_k, d=d, heads=heads)
+    dtypes = tuple(dtypes)
+    unknown = [name for name in dtypes if name not in attention.ERROR_FLOOR]
+    if not dtypes or unknown:
+        raise ValueError(f"dtypes={dtypes!r} must name dtypes among {tuple(attention.ERROR_FLOOR)}")
+    generator = torch.Generator().manual_seed(seed)
+    lines = []
+    for name in dtypes:
+        dt = getattr(torch, name)
+        q = _draw(generator, (1, heads, n_q, d), device, dt)  # (1, H, Nq, d)
+        k, v = (_draw(generator, (1, heads, n_k, d), device, dt) for _ in range(2))  # (1, H, Nk, d)
+        ref = attention.attention_reference(q, k, v).double()  # float64 inside, cast back to dt
+        ours = attention.max_error(flash_attention(q, k, v), ref)
+        theirs = attention.max_error(attention.attention_reference(q, k, v, upcast=False), ref)
+        lines.append(f"{str(dt):<15} flash_attention error {ours:.1e}   PyTorch same-dtype error {theirs:.1e}")
+    return "\n".join(lines)
+
+
+def gradient_error_table(n: int = 33, d: int = 32, heads: int = 4, kv_heads: int = 2, causal_values=(False, True),
+                         device="cpu", dtype=None, seed: int = 0) -> str:
+    """``flash_attention``'s backward against float64 autograd through ``attention.attention_reference``, as
+    text: per causal value, the max abs error of dq, dk and dv. q and dO (1, heads, n, d), k and v
+    (1, kv_heads, n, d) (grouped-query when kv_heads < heads), drawn q, k, v, dO per causal value from one
+    ``torch.Generator`` seeded with ``seed``; ``dtype`` defaults to float16 on a GPU, float32 elsewhere."""
+    import torch
+
+    from . import attention
+
+    _check_sizes(n=n, d=d, heads=heads, kv_heads=kv_heads)
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads={kv_heads} must divide heads={heads}")
+    if dtype is None:
+        dtype = torch.float16 if torch.device(device).type == "cuda" else torch.float32
+    generator = torch.Generator().manual_seed(seed)
+    lines = []
+    for causal in causal_values:
+        q = _draw(generator, (1, heads, n, d), device, dtype).requires_grad_()  # (1, H, N, d)
+        k, v = (_draw(generator, (1, kv_heads, n, d), device, dtype).requires_grad_() for _ in range(2))
+        do = _draw(generator, (1, heads, n, d), device, dtype)  # (1, H, N, d)
+        flash_attention(q, k, v, causal=causal).backward(do)
+        ref_inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        attention.attention_reference(*ref_inputs, causal=causal).backward(do.double())
+        errs = [attention.max_error(t.grad, r.grad) for t, r in zip((q, k, v), ref_inputs)]
+        lines.append(f"causal={causal!s:<5} {dtype}: max error dq {errs[0]:.1e}, dk {errs[1]:.1e}, dv {errs[2]:.1e}")
+    return "\n".join(lines)
 
 # ---------------------------------------------------------------- the backward rungs
 # ``backward(q, k, v, o, lse, do, spec) -> (dq, dk, dv)``, inputs already checked (the autograd
